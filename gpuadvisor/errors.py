@@ -1,0 +1,52 @@
+"""Typed errors; each carries the process exit code the CLI returns for it.
+
+Exit codes (documented in the README):
+  0   success / nothing at or above --fail-on
+  1   analyze/CI: findings at or above --fail-on (profile: the script's own status is passed through)
+  2   usage error or unreadable input (bad option, missing script, trace that cannot be parsed)
+  70  gpuadvisor's own internal error (a bug in gpuadvisor, not in your script)
+  74  the run's outputs could not be written completely (disk full, unwritable directory during export)
+  128+N  profile: the script was ended by signal N (130 for Ctrl-C, 143 for SIGTERM, 137 for SIGKILL)
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+EXIT_OUTPUT_LOST = 74
+
+
+class GpuAdvisorError(Exception):
+    """Base class; `exit_code` is what the CLI exits with, `str(err)` is the one-line message."""
+
+    exit_code: int = EXIT_INTERNAL
+
+
+class UsageError(GpuAdvisorError):
+    """Bad arguments, missing/invalid script, output directory problems detected before any work."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(GpuAdvisorError):
+    """An input to analyze/report/diff that cannot be read at all (not JSON, not a trace, missing)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(GpuAdvisorError):
+    """Bad [tool.gpuadvisor] configuration or bad --select/--ignore/threshold values."""
+
+    exit_code = EXIT_USAGE
+
+
+class OutputLostError(GpuAdvisorError):
+    """Some outputs could not be written (disk full...). What could be kept was kept."""
+
+    exit_code = EXIT_OUTPUT_LOST
+
+
+class InternalError(GpuAdvisorError):
+    exit_code = EXIT_INTERNAL

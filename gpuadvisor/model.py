@@ -1,0 +1,155 @@
+"""The finding vocabulary shared by the rules, the renderers and the API.
+
+Everything here is a frozen dataclass or an enum so that a finding, once made, cannot drift
+between the terminal summary, the JSON contract, the HTML report and the CI formats.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Category(str, enum.Enum):
+    """Stable finding categories (JSON, docs and CI filters use the values)."""
+
+    HOST_DEVICE_TRANSFER = "host_device_transfer"
+    HOST_SYNC = "host_sync"
+    DATA_LOADING = "data_loading"
+    SMALL_BATCH = "small_batch"
+    LAUNCH_OVERHEAD = "launch_overhead"
+    LOW_OCCUPANCY = "low_occupancy"
+    FP32_MATH = "fp32_math"
+    MEMORY = "memory"
+    COMMUNICATION = "communication"
+    GPU_HEALTH = "gpu_health"
+    CAPTURE = "capture"
+    INTERNAL = "internal"  # a rule raised; never a performance statement
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Severity(str, enum.Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def rank(self) -> int:
+        """Higher is worse: high=3, medium=2, low=1, info=0."""
+        return {"high": 3, "medium": 2, "low": 1, "info": 0}[self.value]
+
+    @classmethod
+    def from_impact(cls, impact: float | None) -> Severity:
+        """DESIGN.md: high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
+        if impact is None or not math.isfinite(impact):
+            return cls.INFO
+        if impact >= 0.20:
+            return cls.HIGH
+        if impact >= 0.05:
+            return cls.MEDIUM
+        return cls.LOW
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a finding points: a user source line, or an op/kernel, or a call site of a setting."""
+
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None  # the source line, stripped
+    function: str | None = None
+    op: str | None = None  # aten op name
+    kernel: str | None = None  # kernel name
+    detail: Mapping[str, Any] = field(default_factory=dict)  # grid, occupancy, dtype, count per step...
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("file", "line", "code", "function", "op", "kernel"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.detail:
+            out["detail"] = dict(self.detail)
+        return out
+
+    def label(self) -> str:
+        if self.file:
+            return f"{self.file}:{self.line}" if self.line else self.file
+        return self.op or self.kernel or self.function or "?"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # rule id, e.g. "GA201"
+    name: str  # rule name, e.g. "blocking-scalar-reads"
+    category: Category
+    severity: Severity
+    impact: float | None  # recoverable fraction of step time (0..1), Amdahl upper bound; None = unmeasured
+    title: str
+    message: str  # what was seen, with the numbers
+    evidence: Mapping[str, Any]
+    recommendation: str
+    locations: tuple[Location, ...] = ()
+    references: tuple[str, ...] = ()
+    impact_explanation: str = ""  # how the impact was computed, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "name": self.name,
+            "category": self.category.value,
+            "severity": self.severity.value,
+            "impact": None if self.impact is None else round(float(self.impact), 4),
+            "impact_explanation": self.impact_explanation,
+            "title": self.title,
+            "message": self.message,
+            "evidence": _jsonable(self.evidence),
+            "locations": [loc.to_dict() for loc in self.locations],
+            "recommendation": self.recommendation,
+            "references": list(self.references),
+        }
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Highest impact first; ties by severity, then rule id (deterministic output)."""
+    return sorted(
+        findings,
+        key=lambda f: (-(f.impact if f.impact is not None else -1.0), -f.severity.rank, f.rule, f.title),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    """Make evidence JSON-safe and deterministic (NaN/inf -> None, numpy scalars -> Python, floats rounded)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, int):
+        return int(value)
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(f):
+        return None
+    if f.is_integer() and not isinstance(value, float) and abs(f) < 2**53:
+        return int(f)
+    return round(f, 6)
+
+
+jsonable = _jsonable

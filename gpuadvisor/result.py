@@ -1,0 +1,92 @@
+"""AnalysisResult: what `gpuadvisor.analyze()` returns and every renderer consumes.
+
+`to_dict()` is exactly the JSON contract of DESIGN.md (`gpuadvisor analyze --format json`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor import __version__
+from gpuadvisor.model import SCHEMA_VERSION, Finding, Severity, jsonable
+
+if TYPE_CHECKING:
+    from gpuadvisor.metrics import Metrics
+    from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.trace.model import TraceModel
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    path: str
+    kind: str  # "run" | "trace"
+    ranks: tuple[int, ...] = (0,)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "ranks": list(self.ranks)}
+
+
+@dataclass(frozen=True)
+class RuleStatus:
+    """Per rule: ran / not_applicable (with the missing inputs) / error (internal error text)."""
+
+    rule: str
+    name: str
+    status: str  # "ran" | "not_applicable" | "error" | "deselected"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "name": self.name, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class AnalysisResult:
+    source: SourceInfo
+    environment: dict[str, Any]
+    metrics: dict[str, Any]  # window metrics (JSON-safe scalars), keys documented in docs/metrics.md
+    findings: list[Finding]  # sorted by impact, highest first
+    rules: list[RuleStatus] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # degraded inputs, labels ("CPU-only trace", ...)
+    # In-memory objects for renderers (not serialized):
+    trace: TraceModel | None = field(default=None, repr=False, compare=False)
+    metrics_detail: Metrics | None = field(default=None, repr=False, compare=False)
+    run: RunInfo | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "gpuadvisor", "version": __version__},
+            "source": self.source.to_dict(),
+            "environment": jsonable(self.environment),
+            "metrics": jsonable(self.metrics),
+            "findings": [f.to_dict() for f in self.findings],
+            "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.rule)],
+            "notes": list(self.notes),
+        }
+
+    def exit_code(self, fail_on: str | Severity | None = "high") -> int:
+        """0 when no finding reaches `fail_on` (high/medium/low), 1 otherwise.
+        Internal-error findings never fail a CI gate on their own (they are reported)."""
+        if fail_on is None:
+            return 0
+        threshold = Severity(fail_on) if not isinstance(fail_on, Severity) else fail_on
+        for f in self.findings:
+            if f.category.value == "internal":
+                continue
+            if f.severity != Severity.INFO and f.severity.rank >= threshold.rank:
+                return 1
+        return 0
+
+    def write_html(self, path: str | Path, *, cdn: bool = False) -> Path:
+        from gpuadvisor.render.html import write_report
+
+        return write_report(self, Path(path), cdn=cdn)
+
+    def by_rule(self) -> Mapping[str, list[Finding]]:
+        out: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            out.setdefault(f.rule, []).append(f)
+        return out

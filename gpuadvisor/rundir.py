@@ -1,0 +1,70 @@
+"""The run directory: a versioned on-disk contract (see DESIGN.md, "The run directory").
+
+RUN/
+  manifest.json       schema_version, tool version, argv, cwd, start/end, exit status, capture window,
+                      step detection method, degraded flags
+  environment.json    versions, GPUs, settings seen at run time, DataLoaders, optimizers, peak memory
+  callsites.json      host-sync and host->device calls in user code (file:line, call, count per step)
+  trace/rank0.json.gz the Kineto trace as torch.profiler exported it
+  nvml.csv.gz         one row per GPU per sample
+  findings.json, report.html   derived
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RUN_SCHEMA_VERSION = 1
+
+MANIFEST = "manifest.json"
+ENVIRONMENT = "environment.json"
+CALLSITES = "callsites.json"
+TRACE_DIR = "trace"
+NVML = "nvml.csv.gz"
+FINDINGS = "findings.json"
+REPORT = "report.html"
+LOG = "gpuadvisor.log"
+
+# NVML CSV columns, in order. Units in the names; empty cell = not available on this GPU (never 0 for N/A).
+NVML_COLUMNS = (
+    "t_unix_s",  # wall clock, seconds since the epoch (float)
+    "gpu_index",  # NVML index
+    "gpu_uuid",
+    "util_gpu_pct",  # "a kernel was running" share over NVML's window; empty on MIG
+    "util_mem_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_mhz",
+    "pcie_tx_kbps",  # NVML reports KB/s
+    "pcie_rx_kbps",
+    "pcie_gen",
+    "pcie_width",
+    "pcie_gen_max",
+    "pcie_width_max",
+    "throttle_reasons",  # NVML clocks event reasons bitmask (integer)
+)
+
+# Degraded flags written into manifest["degraded"] (stable strings; the report explains each).
+DEGRADED_NVML_UNAVAILABLE = "nvml_unavailable"
+DEGRADED_CUDA_UNAVAILABLE = "cuda_unavailable"
+DEGRADED_NO_GPU_KERNELS = "no_gpu_kernels_recorded"
+DEGRADED_TOO_FEW_STEPS = "too_few_steps"
+DEGRADED_SCRIPT_FAILED = "script_failed"  # also "script_failed_at_step_N"
+DEGRADED_INTERRUPTED = "interrupted"
+DEGRADED_KILLED = "child_killed"
+DEGRADED_TRACE_NOT_EXPORTED = "trace_not_exported"
+DEGRADED_USER_PROFILER = "user_profiler_conflict"
+DEGRADED_OUTPUT_INCOMPLETE = "output_incomplete"
+
+
+def trace_path(run_dir: Path, rank: int = 0) -> Path:
+    return run_dir / TRACE_DIR / f"rank{rank}.json.gz"
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and (path / MANIFEST).is_file()
