@@ -1,0 +1,1100 @@
+"""Metrics computed from a `TraceModel` (and a `RunInfo` when analyzing a run directory).
+
+`compute_metrics(trace, run)` -> `Metrics`:
+  * `window`: dict of JSON-safe scalars over the analyzed steps (keys in `WINDOW_KEYS`, documented
+    precisely in docs/metrics.md). A value that cannot be computed is None, never 0.
+  * `per_step`: one row per segmented step (columns `PER_STEP_COLUMNS`), `outlier` steps included
+    but marked; window medians exclude them.
+  * `kernels`: aggregate by kernel name (columns `KERNEL_AGG_COLUMNS`), sorted by total time.
+  * `ops`: aggregate of cpu ops by name (columns `OP_AGG_COLUMNS`), sorted by self time.
+  * `gaps`: every GPU idle gap inside an analyzed step with its attributed cause (`GAP_COLUMNS`).
+  * `gpu_peak`: `GpuPeak` for the trace's GPU, or None when the GPU is unknown.
+
+Everything is vectorized with numpy/pandas (an 80k-event trace takes well under a second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.trace.model import TraceModel
+
+WindowValue = float | int | str | bool | None
+
+# Window metric keys (stable; add at the end). Units in the names: _ms milliseconds, _us microseconds,
+# _fraction 0..1 share of the median analyzed step time unless said otherwise.
+WINDOW_KEYS: tuple[str, ...] = (
+    "step_source",
+    "steps_total",
+    "steps_analyzed",
+    "step_time_ms",
+    "step_time_mean_ms",
+    "step_time_p90_ms",
+    "step_time_spread",
+    "gpu_busy_ms",
+    "gpu_busy_fraction",
+    "gpu_idle_fraction",
+    "compute_fraction",
+    "collective_fraction",
+    "memset_fraction",
+    "copy_fraction",
+    "copy_htod_fraction",
+    "copy_dtoh_fraction",
+    "copy_dtod_fraction",
+    "copy_pageable_fraction",
+    "copy_pinned_fraction",
+    "idle_data_loading_fraction",
+    "idle_host_sync_fraction",
+    "idle_launch_overhead_fraction",
+    "idle_other_fraction",
+    "dataloader_wait_ms",
+    "dataloader_wait_fraction",
+    "sync_blocked_ms",
+    "sync_blocked_fraction",
+    "scalar_reads_per_step",
+    "kernels_per_step",
+    "kernel_median_us",
+    "sm_use",
+    "occupancy_weighted_pct",
+    "matmul_fraction",
+    "tensor_core_fraction",
+    "fp32_matmul_fraction",
+    "achieved_tflops",
+    "peak_tflops",
+    "peak_dtype",
+    "mfu",
+    "peak_memory_bytes",
+    "memory_capacity_bytes",
+    "peak_memory_fraction",
+    "gpu_name",
+    "num_sms",
+    "kernels_total",
+    "trace_span_ms",
+    "nvml_util_mean_pct",
+    "nvml_util_window_mean_pct",
+    "nvml_sm_clock_mean_mhz",
+    "nvml_sm_clock_max_mhz",
+    "nvml_sm_clock_ratio",
+    "nvml_power_mean_w",
+    "nvml_power_limit_w",
+    "nvml_power_fraction",
+    "nvml_throttle_reasons",
+    "nvml_pcie_rx_mbps",
+    "nvml_pcie_tx_mbps",
+    "nvml_pcie_gen",
+    "nvml_pcie_gen_max",
+    "nvml_pcie_width",
+    "nvml_pcie_width_max",
+)
+
+PER_STEP_COLUMNS: tuple[str, ...] = (
+    "step",
+    "start",
+    "end",
+    "outlier",
+    "step_time_us",
+    "gpu_busy_us",
+    "gpu_idle_us",
+    "compute_us",
+    "collective_us",
+    "memset_us",
+    "copy_us",
+    "copy_htod_us",
+    "copy_dtoh_us",
+    "copy_dtod_us",
+    "copy_pageable_us",
+    "copy_pinned_us",
+    "idle_data_loading_us",
+    "idle_host_sync_us",
+    "idle_launch_overhead_us",
+    "idle_other_us",
+    "dataloader_wait_us",
+    "sync_blocked_us",
+    "scalar_reads",
+    "kernels",
+    "kernel_median_us",
+    "flops",
+)
+
+KERNEL_AGG_COLUMNS: tuple[str, ...] = (
+    "name",
+    "family",
+    "count",
+    "total_us",
+    "mean_us",
+    "median_us",
+    "share",  # of total kernel time in the analyzed window
+    "grid",  # most common "x,y,z"
+    "block",
+    "blocks",  # median blocks
+    "blocks_per_sm",  # median
+    "occupancy_pct",  # median
+    "tensor_core",  # True / False / None (not a matmul/conv or unknown)
+)
+
+OP_AGG_COLUMNS: tuple[str, ...] = (
+    "name",
+    "count",
+    "total_us",
+    "self_us",  # total minus time covered by child ops on the same thread
+    "input_dims",  # example (the most common)
+    "input_types",  # example (the most common)
+    "flops",  # sum
+)
+
+GAP_COLUMNS: tuple[str, ...] = ("step", "start", "end", "dur", "cause")
+
+GAP_CAUSES: tuple[str, ...] = ("data_loading", "host_sync", "launch_overhead", "other")
+
+
+@dataclass(frozen=True)
+class GpuPeak:
+    """Peak numbers of a GPU model (dense, no sparsity), from vendor datasheets (see `_PEAKS`)."""
+
+    name: str  # the matched table entry, e.g. "H100 SXM"
+    sm_count: int | None
+    tflops: dict[str, float]  # dtype ("bf16", "fp16", "tf32", "fp32", "fp8") -> dense TFLOP/s
+    memory_bandwidth_gbps: float | None = None
+
+    def peak(self, dtype: str) -> float | None:
+        return self.tflops.get(dtype)
+
+
+@dataclass
+class Metrics:
+    """See the module docstring; `window` keys are `WINDOW_KEYS` (every key always present)."""
+
+    window: dict[str, WindowValue]
+    per_step: pd.DataFrame
+    kernels: pd.DataFrame
+    ops: pd.DataFrame
+    gaps: pd.DataFrame
+    gpu_peak: GpuPeak | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def get(self, key: str) -> Any:
+        return self.window.get(key)
+
+
+# ---- GPU peak table --------------------------------------------------------------------------------
+# Dense (no sparsity) peak TFLOP/s per dtype. Sources (vendor datasheets / whitepapers):
+#   H100 SXM5: NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): FP64 34, FP32 67,
+#     TF32 494.7, BF16/FP16 989.4, FP8 1978.9 (the datasheet's 2x figures are with sparsity).
+#   H100 PCIe: same datasheet: FP32 51, TF32 378, BF16 756, FP8 1513.
+#   H200 SXM: NVIDIA H200 datasheet: same compute as H100 SXM (FP32 67, TF32 494.7, BF16 989.4).
+#   A100 (SXM and PCIe): NVIDIA A100 datasheet: FP32 19.5, TF32 156, BF16/FP16 312.
+#   L4: NVIDIA L4 datasheet: FP32 30.3, TF32 60, BF16/FP16 121, FP8 242.5 (dense = half the sparse figure).
+#   A10: NVIDIA A10 datasheet: FP32 31.2, TF32 62.5, BF16/FP16 125.
+#   L40S: NVIDIA L40S datasheet: FP32 91.6, TF32 183, BF16 362, FP8 733.
+#   V100 SXM2: NVIDIA V100 datasheet: FP32 15.7, FP16 125 (no BF16/TF32).
+#   T4: NVIDIA T4 datasheet: FP32 8.1, FP16 65.
+# Memory bandwidth in GB/s from the same datasheets.
+_PEAKS: tuple[tuple[str, str, int | None, dict[str, float], float | None], ...] = (
+    # (substring of the device name, label, SM count, TFLOP/s per dtype, memory GB/s); first match wins
+    (
+        "H200",
+        "H200 SXM",
+        132,
+        {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        4800.0,
+    ),
+    (
+        "H100 PCIe",
+        "H100 PCIe",
+        114,
+        {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
+        2000.0,
+    ),
+    (
+        "H100",
+        "H100 SXM",
+        132,
+        {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        3350.0,
+    ),
+    ("A100", "A100", 108, {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, 2039.0),
+    ("L40S", "L40S", 142, {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0, "fp8": 733.0}, 864.0),
+    ("L4", "L4", 58, {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5}, 300.0),
+    ("A10", "A10", 72, {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}, 600.0),
+    ("V100", "V100", 80, {"fp32": 15.7, "fp16": 125.0}, 900.0),
+    ("T4", "T4", 40, {"fp32": 8.1, "fp16": 65.0}, 320.0),
+)
+
+
+def gpu_peak_for(name: str | None, sm_count: int | None = None) -> GpuPeak | None:
+    """Look up a GPU by its device name (trace deviceProperties / environment.json); None if unknown.
+
+    `sm_count` (from the trace) overrides the table's when given: it is what this device really has.
+    """
+    if not name:
+        return None
+    for key, label, sms, tflops, bw in _PEAKS:
+        if key.lower() in name.lower():
+            return GpuPeak(
+                name=label, sm_count=sm_count or sms, tflops=dict(tflops), memory_bandwidth_gbps=bw
+            )
+    return None
+
+
+# ---- interval helpers (vectorized) -----------------------------------------------------------------
+
+_SYNC_RUNTIME = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",  # the blocking variant (cudaMemcpyAsync is not here)
+        "cudaStreamWaitEvent_host",  # never seen; harmless
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD_v2",
+    }
+)
+_SCALAR_READ_OP = "aten::_local_scalar_dense"
+_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+TINY_COPY_BYTES = 64  # a DtoH copy this small followed by a sync is a scalar read
+_HALF_TYPES = ("BFloat16", "Half", "Float8", "bfloat16", "float16")
+
+
+def union_intervals(starts: Any, ends: Any) -> tuple[Any, Any]:
+    """Merge intervals: sort by start, running max of ends, cut where a start exceeds it.
+
+    Returns (merged_starts, merged_ends) as float64 numpy arrays, sorted and disjoint.
+    """
+    import numpy as np
+
+    s = np.asarray(starts, dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    keep = ~(np.isnan(s) | np.isnan(e))
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum(e[order], s[order])
+    run_max = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_max[:-1]
+    idx = np.flatnonzero(new)
+    last = np.r_[idx[1:] - 1, len(s) - 1]
+    return s[idx], run_max[last]
+
+
+def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
+    """Length of [a, b) covered by the disjoint sorted intervals (ms, me); vectorized over a, b."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if len(ms) == 0:
+        return np.zeros(np.broadcast(a, b).shape)
+    cum = np.r_[0.0, np.cumsum(me - ms)]
+
+    def f(t: Any) -> Any:
+        i = np.searchsorted(ms, t, side="right") - 1
+        ic = np.clip(i, 0, len(ms) - 1)
+        part = np.clip(np.minimum(t, me[ic]) - ms[ic], 0.0, None)
+        return np.where(i < 0, 0.0, cum[ic] + part)
+
+    return np.clip(f(b) - f(a), 0.0, None)
+
+
+def _per_step_union(df: pd.DataFrame, mask: Any, starts: Any, ends: Any) -> Any:
+    import numpy as np
+
+    if len(df) == 0:
+        return np.zeros(len(starts))
+    sub = df[mask] if mask is not None else df
+    ms, me = union_intervals(sub["ts"].to_numpy(), sub["end"].to_numpy())
+    return covered(ms, me, starts, ends)
+
+
+def _count_in(ts: Any, starts: Any, ends: Any) -> Any:
+    import numpy as np
+
+    ts = np.sort(np.asarray(ts, dtype=np.float64))
+    return np.searchsorted(ts, ends, side="left") - np.searchsorted(ts, starts, side="left")
+
+
+def _sum_in(ts: Any, values: Any, starts: Any, ends: Any) -> Any:
+    import numpy as np
+
+    ts = np.asarray(ts, dtype=np.float64)
+    order = np.argsort(ts, kind="stable")
+    ts = ts[order]
+    cum = np.r_[0.0, np.cumsum(np.nan_to_num(np.asarray(values, dtype=np.float64)[order]))]
+    return cum[np.searchsorted(ts, ends, side="left")] - cum[np.searchsorted(ts, starts, side="left")]
+
+
+def _f(x: Any) -> float | None:
+    """JSON-safe float (None for NaN/inf/None)."""
+    import math
+
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _i(x: Any) -> int | None:
+    v = _f(x)
+    return int(v) if v is not None else None
+
+
+# ---- tensor cores ----------------------------------------------------------------------------------
+
+
+def _dtype_class(types: Any) -> str | None:
+    """'half' (bf16/fp16/fp8 inputs), 'float' (fp32 inputs), or None from an op's `Input type` text."""
+    if not isinstance(types, str) or not types:
+        return None
+    if any(h in types for h in _HALF_TYPES):
+        return "half"
+    if "float" in types and "double" not in types:
+        return "float"
+    return None
+
+
+def _tf32_allowed(settings: dict[str, Any], family: str) -> bool | None:
+    """Whether TF32 was allowed for this family per the captured settings; None when unknown."""
+    if not settings:
+        return None
+    if family == "conv":
+        v = settings.get("allow_tf32_cudnn")
+        return bool(v) if isinstance(v, bool) else None
+    prec = settings.get("float32_matmul_precision")
+    flag = settings.get("allow_tf32_matmul")
+    if isinstance(prec, str) and prec in ("high", "medium"):
+        return True
+    if isinstance(flag, bool):
+        return flag
+    return None
+
+
+def classify_tensor_core(
+    kernels_with_ops: pd.DataFrame, settings: dict[str, Any], fp32_peak_tflops: float | None
+) -> pd.DataFrame:
+    """Per distinct matmul/conv/attention kernel name: columns name, tensor_core (True/False/None), basis.
+
+    Order of evidence: (1) the kernel name (`trace.kernels.tensor_core_from_name`; FP32 patterns such as
+    `simt`, `sgemm`, `ffma` win over `xmma`); (2) when the name says nothing, the launching op's input
+    dtypes: bf16/fp16/fp8 -> tensor core; fp32 -> tensor core only when the captured settings allow TF32;
+    (3) achieved FLOP/s: a kernel whose op FLOPs over its time beat 1.1x the FP32 non-tensor peak must
+    use tensor cores, whatever (1) said.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from gpuadvisor.trace.kernels import MATMUL_FAMILIES, tensor_core_from_name
+
+    k = kernels_with_ops[kernels_with_ops["family"].astype(str).isin(MATMUL_FAMILIES)]
+    rows: list[tuple[str, bool | None, str]] = []
+    if len(k) == 0:
+        return _empty(("name", "tensor_core", "basis"))
+    k = k.assign(_name=k["name"].astype(str), _fam=k["family"].astype(str))
+    for name, g in k.groupby("_name", sort=True):
+        verdict = tensor_core_from_name(str(name))
+        basis = "name" if verdict is not None else "unknown"
+        if verdict is None:
+            classes = {c for c in (_dtype_class(t) for t in g["op_input_types"]) if c is not None}
+            if classes == {"half"}:
+                verdict, basis = True, "dtype"
+            elif classes == {"float"}:
+                allowed = _tf32_allowed(settings, str(g["_fam"].iloc[0]))
+                if allowed is not None:
+                    verdict, basis = allowed, "dtype+settings"
+        if fp32_peak_tflops:
+            per_op = g.dropna(subset=["op_flops"]).drop_duplicates("external_id")
+            dur = float(g["dur"].sum())
+            if len(per_op) and dur > 0:
+                tflops = float(np.nansum(per_op["op_flops"].to_numpy())) / (dur * 1e-6) / 1e12
+                if tflops > 1.1 * fp32_peak_tflops and verdict is not True:
+                    verdict, basis = True, "flops"
+        rows.append((str(name), verdict, basis))
+    out: pd.DataFrame = pd.DataFrame.from_records(rows, columns=["name", "tensor_core", "basis"]).astype(
+        object
+    )
+    return out
+
+
+# ---- compute_metrics -------------------------------------------------------------------------------
+
+
+def _empty(cols: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
+    df: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in cols})
+    return df
+
+
+_MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+
+
+def _dims_flops(name: str, dims_text: Any) -> float:
+    """2*M*K*N (times batch) from an op's `Input Dims` text; NaN when the shapes do not fit."""
+    import ast
+
+    if not isinstance(dims_text, str):
+        return float("nan")
+    try:
+        dims = ast.literal_eval(dims_text)
+    except (ValueError, SyntaxError):
+        return float("nan")
+    if not isinstance(dims, (list, tuple)):
+        return float("nan")
+    shapes = [d for d in dims if isinstance(d, (list, tuple))]
+    # addmm/baddbmm inputs are (bias, mat1, mat2)
+    shapes = shapes[1:3] if name in ("aten::addmm", "aten::baddbmm") else shapes[:2]
+    if len(shapes) != 2:
+        return float("nan")
+    a, b = shapes
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        return float(2.0 * a[0] * a[1] * b[1])
+    if len(a) == 3 and len(b) == 3 and a[2] == b[1]:
+        return float(2.0 * a[0] * a[1] * a[2] * b[2])
+    return float("nan")
+
+
+def matmul_flops(ops: pd.DataFrame) -> Any:
+    """FLOPs per cpu op: the trace's `flops` arg when present, else 2*M*K*N from `Input Dims` for
+    aten::mm / addmm / bmm / baddbmm (torch 2.11 traces recorded with with_flops=True carry no `flops`
+    arg). Other ops: 0. Leaf ops only, so aten::linear / aten::matmul are not counted twice."""
+    import numpy as np
+
+    f = ops["flops"].to_numpy(dtype=np.float64).copy()
+    names = ops["name"].astype(str).to_numpy()
+    need = np.isnan(f) & np.isin(names, list(_MATMUL_OPS))
+    if need.any():
+        dims = ops["input_dims"].to_numpy()
+        cache: dict[tuple[str, Any], float] = {}
+        for i in np.flatnonzero(need).tolist():
+            key = (str(names[i]), dims[i])
+            if key not in cache:
+                cache[key] = _dims_flops(key[0], key[1])
+            f[i] = cache[key]
+    return np.nan_to_num(f, nan=0.0)
+
+
+def _op_self_times(ops: pd.DataFrame) -> Any:
+    """Self time of each cpu op: its duration minus its direct children's (same thread, nested)."""
+    import numpy as np
+
+    n = len(ops)
+    self_t = ops["dur"].to_numpy(dtype=np.float64).copy()
+    if n == 0:
+        return self_t
+    order = np.lexsort((-ops["dur"].to_numpy(), ops["ts"].to_numpy(), ops["tid"].fillna(-1).to_numpy()))
+    ts = ops["ts"].to_numpy()[order].tolist()
+    en = ops["end"].to_numpy()[order].tolist()
+    du = ops["dur"].to_numpy()[order].tolist()
+    tid = ops["tid"].fillna(-1).to_numpy()[order].tolist()
+    pos = order.tolist()
+    stack: list[int] = []  # indices into the sorted arrays
+    cur_tid: Any = None
+    for j in range(n):
+        if tid[j] != cur_tid:
+            stack.clear()
+            cur_tid = tid[j]
+        while stack and en[stack[-1]] <= ts[j]:
+            stack.pop()
+        if stack:
+            self_t[pos[stack[-1]]] -= du[j]
+        stack.append(j)
+    return np.clip(self_t, 0.0, None)
+
+
+def _mode(series: pd.Series) -> Any:
+    s = series.dropna()
+    if len(s) == 0:
+        return None
+    return s.value_counts(sort=True).index[0]
+
+
+def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
+    """Compute every metric of docs/metrics.md. Never raises for missing inputs: values become None."""
+    import numpy as np
+    import pandas as pd
+
+    from gpuadvisor.trace.kernels import MATMUL_FAMILIES
+
+    notes: list[str] = []
+    settings = run.settings if run is not None else {}
+    num_sms = trace.meta.num_sms
+    gpu_name = trace.meta.gpu_name
+    if gpu_name is None and run is not None:
+        g = run.gpu(0)
+        gpu_name = str(g.get("name")) if g and g.get("name") else None
+        if num_sms is None and g and isinstance(g.get("sm_count"), int):
+            num_sms = int(g["sm_count"])
+    peak = gpu_peak_for(gpu_name, num_sms)
+    if num_sms is None and peak is not None:
+        num_sms = peak.sm_count
+
+    steps = trace.steps
+    S = steps["start"].to_numpy(dtype=np.float64)
+    E = steps["end"].to_numpy(dtype=np.float64)
+    outlier = steps["outlier"].to_numpy(dtype=bool)
+    analyzed = ~outlier if (~outlier).any() else np.ones(len(S), dtype=bool)
+    dur = E - S
+
+    k, c, m, rt, ops, ann = (
+        trace.kernels,
+        trace.copies,
+        trace.memsets,
+        trace.runtime,
+        trace.cpu_ops,
+        trace.annotations,
+    )
+    # --- GPU busy and time by kind
+    gpu_all = (
+        pd.concat([df[["ts", "end"]] for df in (k, c, m) if len(df)], ignore_index=True)
+        if trace.has_gpu_activity
+        else pd.DataFrame({"ts": [], "end": []})
+    )
+    bs, be = union_intervals(gpu_all["ts"].to_numpy(), gpu_all["end"].to_numpy())
+    busy = covered(bs, be, S, E)
+    coll = k["is_collective"].to_numpy(dtype=bool) if len(k) else None
+    compute_us = _per_step_union(k, ~coll if coll is not None else None, S, E)
+    collective_us = _per_step_union(k, coll, S, E)
+    memset_us = _per_step_union(m, None, S, E)
+    cdir = c["direction"].astype(str) if len(c) else pd.Series([], dtype=object)
+    csrc = c["src_kind"].astype(str) if len(c) else pd.Series([], dtype=object)
+    cdst = c["dst_kind"].astype(str) if len(c) else pd.Series([], dtype=object)
+    copy_us = _per_step_union(c, None, S, E)
+    htod_us = _per_step_union(c, (cdir == "HtoD").to_numpy(), S, E)
+    dtoh_us = _per_step_union(c, (cdir == "DtoH").to_numpy(), S, E)
+    dtod_us = _per_step_union(c, (cdir == "DtoD").to_numpy(), S, E)
+    pageable_us = _per_step_union(c, ((csrc == "Pageable") | (cdst == "Pageable")).to_numpy(), S, E)
+    pinned_us = _per_step_union(c, ((csrc == "Pinned") | (cdst == "Pinned")).to_numpy(), S, E)
+
+    # --- CPU-side interval sets
+    ann_names = ann["name"].astype(str) if len(ann) else pd.Series([], dtype=object)
+    dl_mask = (
+        (~ann["on_gpu"].to_numpy(dtype=bool))
+        & ann_names.str.contains(r"DataLoader.*__next__").to_numpy(dtype=bool)
+        if len(ann)
+        else np.zeros(0, dtype=bool)
+    )
+    dls, dle = (
+        union_intervals(ann["ts"].to_numpy()[dl_mask], ann["end"].to_numpy()[dl_mask])
+        if len(ann)
+        else (
+            np.zeros(0),
+            np.zeros(0),
+        )
+    )
+    rt_names = rt["name"].astype(str) if len(rt) else pd.Series([], dtype=object)
+    sync_mask = rt_names.isin(_SYNC_RUNTIME).to_numpy(dtype=bool) if len(rt) else np.zeros(0, dtype=bool)
+    op_names = ops["name"].astype(str) if len(ops) else pd.Series([], dtype=object)
+    scalar_mask = (op_names == _SCALAR_READ_OP).to_numpy(dtype=bool) if len(ops) else np.zeros(0, dtype=bool)
+    if scalar_mask.any():
+        # Only reads of a GPU value block: `.item()` on a CPU tensor (AdamW's step counter) also runs
+        # aten::_local_scalar_dense, without any CUDA call inside it. Keep the ones that hold a copy/sync.
+        cuda_io = rt_names.isin(_SYNC_RUNTIME | {"cudaMemcpyAsync"}).to_numpy(dtype=bool) if len(rt) else None
+        if cuda_io is not None and cuda_io.any():
+            cs_, ce_ = union_intervals(rt["ts"].to_numpy()[cuda_io], rt["end"].to_numpy()[cuda_io])
+            hit = covered(cs_, ce_, ops["ts"].to_numpy()[scalar_mask], ops["end"].to_numpy()[scalar_mask]) > 0
+            scalar_mask = scalar_mask.copy()
+            scalar_mask[np.flatnonzero(scalar_mask)[~hit]] = False
+        else:
+            scalar_mask = np.zeros(len(ops), dtype=bool)
+    sync_s = np.r_[
+        rt["ts"].to_numpy()[sync_mask] if len(rt) else [],
+        ops["ts"].to_numpy()[scalar_mask] if len(ops) else [],
+    ]
+    sync_e = np.r_[
+        rt["end"].to_numpy()[sync_mask] if len(rt) else [],
+        ops["end"].to_numpy()[scalar_mask] if len(ops) else [],
+    ]
+    ss, se = union_intervals(sync_s, sync_e)
+    sync_blocked = covered(ss, se, S, E)
+    dataloader_wait = covered(dls, dle, S, E)
+
+    # --- scalar reads: _local_scalar_dense ops, plus tiny DtoH copies followed by a sync outside them
+    scalar_reads = (
+        _count_in(ops["ts"].to_numpy()[scalar_mask], S, E) if len(ops) else np.zeros(len(S), dtype=int)
+    )
+    if len(c):
+        cl = trace.copy_launches()
+        tiny = ((cl["direction"].astype(str) == "DtoH") & (cl["bytes"] <= TINY_COPY_BYTES)).to_numpy(
+            dtype=bool
+        )
+        tiny = tiny & cl["launch_ts"].notna().to_numpy(dtype=bool)
+        if tiny.any():
+            lts = cl["launch_ts"].to_numpy(dtype=np.float64)[tiny]
+            lend = lts + cl["launch_dur"].to_numpy(dtype=np.float64)[tiny]
+            in_op = np.zeros(len(lts), dtype=bool)
+            if scalar_mask.any():
+                os_, oe_ = union_intervals(
+                    ops["ts"].to_numpy()[scalar_mask], ops["end"].to_numpy()[scalar_mask]
+                )
+                in_op = covered(os_, oe_, lts, lend) > 0
+            sync_starts = np.sort(rt["ts"].to_numpy()[sync_mask]) if len(rt) else np.zeros(0)
+            nxt = np.searchsorted(sync_starts, lts, side="left")
+            has_sync = nxt < len(sync_starts)
+            gap = (
+                np.where(has_sync, sync_starts[np.clip(nxt, 0, max(len(sync_starts) - 1, 0))] - lend, np.inf)
+                if len(sync_starts)
+                else np.full(len(lts), np.inf)
+            )
+            extra = (~in_op) & (gap < 100.0)
+            scalar_reads = scalar_reads + _count_in(lts[extra], S, E)
+
+    # --- idle gaps and their causes
+    gaps = _idle_gaps(trace, bs, be, S, E, dls, dle, ss, se)
+    idle_by: dict[str, Any] = {cause: np.zeros(len(S)) for cause in GAP_CAUSES}
+    if len(gaps):
+        for cause in GAP_CAUSES:
+            sel = gaps["cause"].to_numpy() == cause
+            idle_by[cause] = 1.0 * np.bincount(
+                gaps["_i"].to_numpy()[sel], weights=gaps["dur"].to_numpy()[sel], minlength=len(S)
+            )
+        gaps = gaps.drop(columns=["_i"])
+    else:
+        gaps = _empty(GAP_COLUMNS)
+
+    # --- kernels per step, flops
+    kts = k["ts"].to_numpy() if len(k) else np.zeros(0)
+    kernels_n = _count_in(kts, S, E)
+    kmed = np.full(len(S), np.nan)
+    if len(k):
+        sidx = np.searchsorted(S, kts, side="right") - 1
+        valid = (
+            (sidx >= 0) & (kts < E[np.clip(sidx, 0, len(E) - 1)])
+            if len(S)
+            else np.zeros(len(kts), dtype=bool)
+        )
+        if valid.any():
+            med = pd.Series(k["dur"].to_numpy()[valid]).groupby(sidx[valid]).median()
+            kmed[med.index.to_numpy()] = med.to_numpy()
+    op_flops = matmul_flops(ops) if len(ops) else np.zeros(0)
+    flops = _sum_in(ops["ts"].to_numpy(), op_flops, S, E) if len(ops) else np.zeros(len(S))
+
+    per_step = pd.DataFrame(
+        {
+            "step": steps["step"].to_numpy(),
+            "start": S,
+            "end": E,
+            "outlier": outlier,
+            "step_time_us": dur,
+            "gpu_busy_us": busy,
+            "gpu_idle_us": np.clip(dur - busy, 0.0, None),
+            "compute_us": compute_us,
+            "collective_us": collective_us,
+            "memset_us": memset_us,
+            "copy_us": copy_us,
+            "copy_htod_us": htod_us,
+            "copy_dtoh_us": dtoh_us,
+            "copy_dtod_us": dtod_us,
+            "copy_pageable_us": pageable_us,
+            "copy_pinned_us": pinned_us,
+            "idle_data_loading_us": idle_by["data_loading"],
+            "idle_host_sync_us": idle_by["host_sync"],
+            "idle_launch_overhead_us": idle_by["launch_overhead"],
+            "idle_other_us": idle_by["other"],
+            "dataloader_wait_us": dataloader_wait,
+            "sync_blocked_us": sync_blocked,
+            "scalar_reads": np.asarray(scalar_reads, dtype=np.int64),
+            "kernels": np.asarray(kernels_n, dtype=np.int64),
+            "kernel_median_us": kmed,
+            "flops": flops,
+        }
+    )[list(PER_STEP_COLUMNS)]
+
+    # --- window aggregates
+    w: dict[str, WindowValue] = {key: None for key in WINDOW_KEYS}
+    A = per_step[analyzed]
+    total_t = float(A["step_time_us"].sum())
+    w["step_source"] = trace.step_source
+    w["steps_total"] = len(per_step)
+    w["steps_analyzed"] = len(A)
+    w["gpu_name"] = gpu_name
+    w["num_sms"] = num_sms
+    w["kernels_total"] = len(k)
+    w["trace_span_ms"] = _f(trace.meta.trace_span_us / 1e3)
+    if len(A) and total_t > 0:
+        st = A["step_time_us"].to_numpy()
+        med = float(np.median(st))
+        w["step_time_ms"] = _f(med / 1e3)
+        w["step_time_mean_ms"] = _f(st.mean() / 1e3)
+        w["step_time_p90_ms"] = _f(np.percentile(st, 90) / 1e3)
+        w["step_time_spread"] = _f((np.percentile(st, 90) - np.percentile(st, 10)) / med) if med > 0 else None
+
+        def frac(col: str) -> float | None:
+            return _f(float(A[col].sum()) / total_t)
+
+        if trace.has_gpu_activity:
+            w["gpu_busy_ms"] = _f(float(A["gpu_busy_us"].median()) / 1e3)
+            w["gpu_busy_fraction"] = frac("gpu_busy_us")
+            w["gpu_idle_fraction"] = frac("gpu_idle_us")
+            for key, col in (
+                ("compute_fraction", "compute_us"),
+                ("collective_fraction", "collective_us"),
+                ("memset_fraction", "memset_us"),
+                ("copy_fraction", "copy_us"),
+                ("copy_htod_fraction", "copy_htod_us"),
+                ("copy_dtoh_fraction", "copy_dtoh_us"),
+                ("copy_dtod_fraction", "copy_dtod_us"),
+                ("copy_pageable_fraction", "copy_pageable_us"),
+                ("copy_pinned_fraction", "copy_pinned_us"),
+                ("idle_data_loading_fraction", "idle_data_loading_us"),
+                ("idle_host_sync_fraction", "idle_host_sync_us"),
+                ("idle_launch_overhead_fraction", "idle_launch_overhead_us"),
+                ("idle_other_fraction", "idle_other_us"),
+            ):
+                w[key] = frac(col)
+            w["kernels_per_step"] = _f(float(A["kernels"].median()))
+        w["dataloader_wait_ms"] = _f(float(A["dataloader_wait_us"].median()) / 1e3)
+        w["dataloader_wait_fraction"] = frac("dataloader_wait_us")
+        w["sync_blocked_ms"] = _f(float(A["sync_blocked_us"].median()) / 1e3)
+        w["sync_blocked_fraction"] = frac("sync_blocked_us")
+        w["scalar_reads_per_step"] = _f(float(A["scalar_reads"].mean()))
+        if np.nansum(op_flops) > 0:
+            w["achieved_tflops"] = _f(float(A["flops"].sum()) / (total_t * 1e-6) / 1e12)
+
+    # --- kernels in the analyzed window: aggregate, SM use, occupancy, tensor cores
+    if len(S) and analyzed.any():
+        lo, hi = float(S[analyzed].min()), float(E[analyzed].max())
+    else:
+        lo, hi = -np.inf, np.inf
+    kw = trace.kernel_ops()
+    kw = kw[(kw["ts"] >= lo) & (kw["ts"] < hi)] if len(kw) else kw
+    fp32_peak = peak.peak("fp32") if peak else None
+    tc = (
+        classify_tensor_core(kw, settings, fp32_peak) if len(kw) else _empty(("name", "tensor_core", "basis"))
+    )
+    tc_map = dict(zip(tc["name"], tc["tensor_core"], strict=True))
+    kagg = _kernel_agg(kw, tc_map)
+    if len(kw):
+        d = kw["dur"].to_numpy(dtype=np.float64)
+        if num_sms:
+            frac_sm = np.minimum(kw["blocks"].to_numpy(dtype=np.float64) / num_sms, 1.0)
+        else:
+            frac_sm = np.minimum(kw["blocks_per_sm"].to_numpy(dtype=np.float64), 1.0)
+        ok = ~np.isnan(frac_sm)
+        if ok.any() and d[ok].sum() > 0:
+            w["sm_use"] = _f(float((frac_sm[ok] * d[ok]).sum() / d[ok].sum()))
+        occ = kw["occupancy_pct"].to_numpy(dtype=np.float64)
+        fam = kw["family"].astype(str).to_numpy()
+        # Persistent Hopper GEMMs / attention kernels report 0 by design (FIELD_NOTES): leave them out.
+        persistent = (occ == 0) & np.isin(fam, list(MATMUL_FAMILIES))
+        okc = ~np.isnan(occ) & ~persistent
+        if okc.any() and d[okc].sum() > 0:
+            w["occupancy_weighted_pct"] = _f(float((occ[okc] * d[okc]).sum() / d[okc].sum()))
+        names = kw["name"].astype(str)
+        mm = np.isin(fam, list(MATMUL_FAMILIES))
+        total_k = float(d.sum())
+        mm_t = float(d[mm].sum())
+        w["matmul_fraction"] = _f(mm_t / total_k) if total_k > 0 else None
+        if mm_t > 0:
+            verdict = names.map(tc_map).to_numpy(dtype=object)
+            w["tensor_core_fraction"] = _f(float(d[mm & (verdict == True)].sum()) / mm_t)  # noqa: E712
+            w["fp32_matmul_fraction"] = _f(float(d[mm & (verdict == False)].sum()) / mm_t)  # noqa: E712
+        w["kernel_median_us"] = _f(float(np.median(d)))
+
+    # --- MFU: the peak of the dtype the matmul ops ran in
+    if peak is not None and w["achieved_tflops"] is not None:
+        dtype_settings = settings
+        if not settings and w["tensor_core_fraction"] is not None:
+            # raw trace: no captured TF32 flag; FP32 ops whose GEMMs ran on tensor cores ran in TF32
+            dtype_settings = {"allow_tf32_matmul": float(w["tensor_core_fraction"]) > 0.5}
+        dtype = _dominant_dtype(ops.assign(flops=op_flops), dtype_settings)
+        w["peak_dtype"] = dtype
+        pk = peak.peak(dtype) if dtype else None
+        w["peak_tflops"] = pk
+        if pk:
+            w["mfu"] = _f(float(w["achieved_tflops"]) / pk)  # type: ignore[arg-type]
+
+    # --- memory
+    if run is not None:
+        mem = run.environment.get("memory") if isinstance(run.environment.get("memory"), dict) else {}
+        assert isinstance(mem, dict)
+        w["peak_memory_bytes"] = _i(mem.get("peak_reserved_bytes", mem.get("peak_allocated_bytes")))
+        cap = mem.get("total_bytes")
+        if cap is None:
+            g = run.gpu(0)
+            cap = g.get("total_memory_bytes") if g else None
+        w["memory_capacity_bytes"] = _i(cap)
+    if w["memory_capacity_bytes"] is None:
+        dev = trace.meta.device(0)
+        w["memory_capacity_bytes"] = _i(dev.get("totalGlobalMem")) if dev else None
+    if w["peak_memory_bytes"] is not None and w["memory_capacity_bytes"]:
+        w["peak_memory_fraction"] = _f(float(w["peak_memory_bytes"]) / float(w["memory_capacity_bytes"]))
+
+    if run is not None and run.nvml is not None:
+        _nvml_metrics(run, w)
+
+    ops_agg = _ops_agg(ops, lo, hi)
+    if not trace.has_gpu_kernels:
+        notes.append("No GPU kernels in the trace: GPU metrics are None.")
+    return Metrics(
+        window=w, per_step=per_step, kernels=kagg, ops=ops_agg, gaps=gaps, gpu_peak=peak, notes=notes
+    )
+
+
+def _idle_gaps(
+    trace: TraceModel, bs: Any, be: Any, S: Any, E: Any, dls: Any, dle: Any, ss: Any, se: Any
+) -> pd.DataFrame:
+    """Idle GPU gaps inside the steps, with a cause (first match wins):
+
+    data_loading: the gap overlaps a DataLoader `__next__` CPU span;
+    host_sync: it overlaps a sync runtime call or an `aten::_local_scalar_dense` op (the host drained
+      the queue and waited; the gap runs from the GPU going idle to the next work after the sync);
+    launch_overhead: the GPU work that ends the gap was launched (its runtime call started) after the
+      gap began: the GPU waited for the host to issue work;
+    other: anything else (e.g. the next work was queued but waited on another stream or event).
+    """
+    import numpy as np
+    import pandas as pd
+
+    if len(S) == 0 or len(bs) == 0:
+        return _empty((*GAP_COLUMNS, "_i"))
+    lo, hi = float(S.min()), float(E.max())
+    pts = np.unique(np.clip(np.concatenate([bs, be, S, E]), lo, hi))
+    a, b = pts[:-1], pts[1:]
+    idle = covered(bs, be, a, b) <= 0
+    a, b = a[idle], b[idle]
+    sidx = np.searchsorted(S, a, side="right") - 1
+    ok = (sidx >= 0) & (a < E[np.clip(sidx, 0, len(E) - 1)])
+    a, b, sidx = a[ok], b[ok], sidx[ok]
+    if len(a) == 0:
+        return _empty((*GAP_COLUMNS, "_i"))
+    # merge idle pieces that touch inside the same step
+    new = np.r_[True, (a[1:] != b[:-1]) | (sidx[1:] != sidx[:-1])]
+    grp = np.cumsum(new) - 1
+    g0 = a[new]
+    g1 = np.maximum.reduceat(b, np.flatnonzero(new))
+    gi = sidx[new]
+    cause = np.full(len(g0), "other", dtype=object)
+    # launch overhead: launch time of the first GPU activity starting at or after the gap's end
+    acts = []
+    for launched in (trace.kernel_launches(), trace.copy_launches()):
+        if len(launched):
+            acts.append(launched[["ts", "launch_ts"]])
+    if len(trace.memsets):
+        acts.append(_memset_launches(trace))
+    if acts:
+        act = pd.concat(acts, ignore_index=True).sort_values("ts")
+        ats = act["ts"].to_numpy(dtype=np.float64)
+        alt = act["launch_ts"].to_numpy(dtype=np.float64)
+        j = np.searchsorted(ats, g1, side="left")
+        has = j < len(ats)
+        lt = np.where(has, alt[np.clip(j, 0, len(ats) - 1)], np.nan)
+        cause[has & (lt >= g0)] = "launch_overhead"
+    cause[covered(ss, se, g0, g1) > 0] = "host_sync"
+    cause[covered(dls, dle, g0, g1) > 0] = "data_loading"
+    del grp
+    result: pd.DataFrame = pd.DataFrame(
+        {
+            "step": trace.steps["step"].to_numpy()[gi],
+            "start": g0,
+            "end": g1,
+            "dur": g1 - g0,
+            "cause": cause,
+            "_i": gi,
+        }
+    )
+    return result
+
+
+def _memset_launches(trace: TraceModel) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
+    m = trace.memsets
+    rt = trace.runtime
+    out: pd.DataFrame
+    if len(rt) == 0:
+        out = pd.DataFrame({"ts": m["ts"].to_numpy(), "launch_ts": np.full(len(m), np.nan)})
+        return out
+    r = rt[rt["correlation"].notna()].drop_duplicates("correlation").set_index("correlation")
+    out = pd.DataFrame(
+        {"ts": m["ts"].to_numpy(), "launch_ts": m["correlation"].map(r["ts"]).astype("float64").to_numpy()}
+    )
+    return out
+
+
+def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
+    if len(kw) == 0:
+        return _empty(KERNEL_AGG_COLUMNS)
+    total = float(kw["dur"].sum())
+    df = kw.assign(
+        _name=kw["name"].astype(str),
+        _grid=kw["grid_x"].astype("Int64").astype(str)
+        + ","
+        + kw["grid_y"].astype("Int64").astype(str)
+        + ","
+        + kw["grid_z"].astype("Int64").astype(str),
+        _block=kw["block_x"].astype("Int64").astype(str)
+        + ","
+        + kw["block_y"].astype("Int64").astype(str)
+        + ","
+        + kw["block_z"].astype("Int64").astype(str),
+        _fam=kw["family"].astype(str),
+    )
+    g = df.groupby("_name", sort=True)
+    out = pd.DataFrame(
+        {
+            "name": list(g.groups.keys()),
+        }
+    )
+    agg = g.agg(
+        family=("_fam", "first"),
+        count=("dur", "size"),
+        total_us=("dur", "sum"),
+        mean_us=("dur", "mean"),
+        median_us=("dur", "median"),
+        blocks=("blocks", "median"),
+        blocks_per_sm=("blocks_per_sm", "median"),
+        occupancy_pct=("occupancy_pct", "median"),
+    )
+    out = agg.reset_index().rename(columns={"_name": "name"})
+    out["share"] = out["total_us"] / total if total > 0 else np.nan
+    out["grid"] = g["_grid"].agg(lambda s: s.value_counts().index[0]).to_numpy()
+    out["block"] = g["_block"].agg(lambda s: s.value_counts().index[0]).to_numpy()
+    out["tensor_core"] = out["name"].map(lambda n: tc_map.get(n)).astype(object)
+    out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    result: pd.DataFrame = out[list(KERNEL_AGG_COLUMNS)]
+    return result
+
+
+def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:
+    """The matmul dtype that carried most FLOPs: bf16, fp16, fp8, tf32 (fp32 inputs, TF32 allowed) or fp32."""
+    import numpy as np
+
+    if len(ops) == 0:
+        return None
+    f = ops[ops["flops"].notna() & (ops["flops"] > 0)]
+    if len(f) == 0:
+        return None
+    weights: dict[str, float] = {}
+    for types, fl in zip(
+        f["input_types"].tolist(), f["flops"].to_numpy(dtype=np.float64).tolist(), strict=True
+    ):
+        t = types if isinstance(types, str) else ""
+        if "Float8" in t:
+            key = "fp8"
+        elif "BFloat16" in t:
+            key = "bf16"
+        elif "Half" in t:
+            key = "fp16"
+        elif "float" in t:
+            key = "tf32" if _tf32_allowed(settings, "gemm") else "fp32"
+        else:
+            continue
+        weights[key] = weights.get(key, 0.0) + fl
+    if not weights:
+        return None
+    return max(sorted(weights), key=lambda k: weights[k])
+
+
+def _ops_agg(ops: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    if len(ops) == 0:
+        return _empty(OP_AGG_COLUMNS)
+    self_t = _op_self_times(ops)
+    df = ops.assign(_self=self_t, _name=ops["name"].astype(str))
+    df = df[(df["ts"] >= lo) & (df["ts"] < hi)]
+    if len(df) == 0:
+        return _empty(OP_AGG_COLUMNS)
+    g = df.groupby("_name", sort=True)
+    out = g.agg(
+        count=("dur", "size"),
+        total_us=("dur", "sum"),
+        self_us=("_self", "sum"),
+        flops=("flops", lambda s: s.sum(min_count=1)),
+    ).reset_index()
+    out = out.rename(columns={"_name": "name"})
+    out["input_dims"] = g["input_dims"].agg(_mode).to_numpy()
+    out["input_types"] = g["input_types"].agg(_mode).to_numpy()
+    out = out.sort_values(["self_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    result: pd.DataFrame = out[list(OP_AGG_COLUMNS)]
+    return result
+
+
+# NVML clocks event reasons (nvmlClocksEventReason*, nvml.h)
+_THROTTLE_BITS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+
+def throttle_reason_names(mask: int) -> list[str]:
+    return [name for bit, name in _THROTTLE_BITS if mask & bit]
+
+
+def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
+    import numpy as np
+
+    df = run.nvml
+    if df is None or len(df) == 0:
+        return
+    g = run.gpu(0)
+    uuid = g.get("uuid") if g else None
+    if uuid is not None and (df["gpu_uuid"] == uuid).any():
+        d = df[df["gpu_uuid"] == uuid]
+    else:
+        d = df[df["gpu_index"] == df["gpu_index"].min()]
+    cap = run.manifest.get("capture") if isinstance(run.manifest.get("capture"), dict) else {}
+    assert isinstance(cap, dict)
+    ws, we = _f(cap.get("window_start_unix_s")), _f(cap.get("window_end_unix_s"))
+    win = (
+        d[(d["t_unix_s"] >= ws) & (d["t_unix_s"] <= we)] if ws is not None and we is not None else d.iloc[0:0]
+    )
+    view = win if len(win) else d
+
+    def mean(frame: Any, col: str) -> float | None:
+        v = frame[col].to_numpy(dtype=np.float64)
+        v = v[~np.isnan(v)]
+        return _f(v.mean()) if len(v) else None
+
+    def mx(frame: Any, col: str) -> float | None:
+        v = frame[col].to_numpy(dtype=np.float64)
+        v = v[~np.isnan(v)]
+        return _f(v.max()) if len(v) else None
+
+    w["nvml_util_mean_pct"] = mean(d, "util_gpu_pct")
+    w["nvml_util_window_mean_pct"] = mean(win, "util_gpu_pct") if len(win) else None
+    w["nvml_sm_clock_mean_mhz"] = mean(view, "sm_clock_mhz")
+    w["nvml_sm_clock_max_mhz"] = mx(d, "sm_clock_max_mhz")
+    if w["nvml_sm_clock_mean_mhz"] is not None and w["nvml_sm_clock_max_mhz"]:
+        w["nvml_sm_clock_ratio"] = _f(float(w["nvml_sm_clock_mean_mhz"]) / float(w["nvml_sm_clock_max_mhz"]))
+    w["nvml_power_mean_w"] = mean(view, "power_w")
+    w["nvml_power_limit_w"] = mx(d, "power_limit_w")
+    if w["nvml_power_mean_w"] is not None and w["nvml_power_limit_w"]:
+        w["nvml_power_fraction"] = _f(float(w["nvml_power_mean_w"]) / float(w["nvml_power_limit_w"]))
+    tr = view["throttle_reasons"].to_numpy(dtype=np.float64)
+    tr = tr[~np.isnan(tr)]
+    if len(tr):
+        mask = 0
+        for v in np.unique(tr.astype(np.int64)).tolist():
+            mask |= int(v)
+        w["nvml_throttle_reasons"] = ",".join(throttle_reason_names(mask & ~0x1))  # idle is not a throttle
+    for key, col in (("nvml_pcie_rx_mbps", "pcie_rx_kbps"), ("nvml_pcie_tx_mbps", "pcie_tx_kbps")):
+        v = mean(view, col)
+        w[key] = _f(v / 1e3) if v is not None else None
+    for key, col in (("nvml_pcie_gen", "pcie_gen"), ("nvml_pcie_width", "pcie_width")):
+        v = view[col].to_numpy(dtype=np.float64)
+        v = v[~np.isnan(v)]
+        w[key] = _i(v.min()) if len(v) else None
+    for key, col in (("nvml_pcie_gen_max", "pcie_gen_max"), ("nvml_pcie_width_max", "pcie_width_max")):
+        w[key] = _i(mx(d, col))

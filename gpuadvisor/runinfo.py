@@ -1,0 +1,201 @@
+"""Reading a run directory (docs/run-directory.md) into a `RunInfo`, and classifying an input path.
+
+Every reader here is tolerant: a run killed early has only some files, a newer writer may add keys.
+Missing or unreadable optional files become empty dicts / None with a reason in `RunInfo.notes`;
+only a path that is neither a run directory, a trace file nor a folder of traces is an `InputError`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpuadvisor import rundir
+from gpuadvisor.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+InputKind = Literal["run", "trace", "folder"]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class RunInfo:
+    """What a run directory holds besides the trace.
+
+    Attributes:
+      run_dir: the directory.
+      manifest, environment: the parsed JSON objects ({} when missing or unreadable).
+      callsites: callsites.json "callsites" list ([] when missing).
+      steps_counted: callsites.json "steps_counted" (else manifest "steps_seen", else None).
+      nvml: DataFrame with rundir.NVML_COLUMNS (numeric columns float64, empty cell = NaN), or None.
+      nvml_reason: why nvml is None (manifest nvml.reason, "nvml.csv.gz missing", ...), else None.
+      trace_paths: the trace files of the run (manifest "traces", else trace/rank*.json[.gz]).
+      notes: human sentences about missing/unreadable files.
+    """
+
+    run_dir: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    callsites: list[dict[str, Any]] = field(default_factory=list)
+    steps_counted: int | None = None
+    nvml: pd.DataFrame | None = None
+    nvml_reason: str | None = None
+    trace_paths: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """environment.json "settings" ({} when absent)."""
+        value = self.environment.get("settings")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def degraded(self) -> list[str]:
+        value = self.manifest.get("degraded")
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    def gpu(self, cuda_index: int = 0) -> dict[str, Any] | None:
+        """environment.json gpus entry for a CUDA ordinal (or the first one), else None."""
+        gpus = self.environment.get("gpus")
+        if not isinstance(gpus, list) or not gpus:
+            return None
+        for g in gpus:
+            if isinstance(g, dict) and g.get("cuda_index") == cuda_index:
+                return g
+        first = gpus[0]
+        return first if isinstance(first, dict) else None
+
+
+def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
+    if not path.is_file():
+        notes.append(f"{path.name} is missing.")
+        return {}
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        notes.append(f"{path.name} could not be read ({type(exc).__name__}); it was ignored.")
+        return {}
+    if not isinstance(data, dict):
+        notes.append(f"{path.name} is not a JSON object; it was ignored.")
+        return {}
+    return data
+
+
+def _read_nvml(path: Path) -> tuple[pd.DataFrame | None, str | None]:
+    import pandas as pd
+
+    if not path.is_file():
+        return None, f"{path.name} is missing"
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
+            df = pd.read_csv(fh, dtype={"gpu_uuid": str})
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
+        # A sampler killed mid-write leaves a truncated gzip: keep the rows pandas could read? gzip
+        # streams cannot be resumed, so report it instead of guessing.
+        return None, f"{path.name} could not be read ({type(exc).__name__})"
+    for col in rundir.NVML_COLUMNS:
+        if col not in df.columns:
+            df[col] = pd.NA if col == "gpu_uuid" else float("nan")
+    for col in rundir.NVML_COLUMNS:
+        if col != "gpu_uuid":
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    df = df[list(rundir.NVML_COLUMNS)].sort_values(["t_unix_s", "gpu_index"], kind="stable")
+    df = df.reset_index(drop=True)
+    if len(df) == 0:
+        return None, f"{path.name} holds no samples"
+    return df, None
+
+
+def _find_traces(run_dir: Path, manifest: dict[str, Any]) -> list[Path]:
+    listed = manifest.get("traces")
+    paths: list[Path] = []
+    if isinstance(listed, list):
+        paths = [run_dir / str(p) for p in listed if isinstance(p, str) and (run_dir / p).is_file()]
+    if not paths:
+        tdir = run_dir / rundir.TRACE_DIR
+        if tdir.is_dir():
+            paths = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
+    return paths
+
+
+def _is_trace_name(path: Path) -> bool:
+    return path.name.endswith(TRACE_SUFFIXES)
+
+
+def load_run_info(run_dir: Path) -> RunInfo:
+    """Read manifest.json, environment.json, callsites.json and nvml.csv.gz of a run directory.
+
+    Raises InputError only when `run_dir` is not a directory.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not a run directory")
+    notes: list[str] = []
+    manifest = _read_json(run_dir / rundir.MANIFEST, notes)
+    environment = _read_json(run_dir / rundir.ENVIRONMENT, notes)
+    cs = _read_json(run_dir / rundir.CALLSITES, notes)
+    callsites_raw = cs.get("callsites")
+    callsites = [c for c in callsites_raw if isinstance(c, dict)] if isinstance(callsites_raw, list) else []
+    steps_counted: int | None = None
+    for value in (cs.get("steps_counted"), manifest.get("steps_seen")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            steps_counted = value
+            break
+    nvml_meta = manifest.get("nvml") if isinstance(manifest.get("nvml"), dict) else {}
+    assert isinstance(nvml_meta, dict)
+    nvml: pd.DataFrame | None = None
+    reason: str | None = None
+    if nvml_meta.get("available") is False:
+        reason = str(nvml_meta.get("reason") or "NVML was not available during the run")
+    else:
+        nvml, reason = _read_nvml(run_dir / rundir.NVML)
+    return RunInfo(
+        run_dir=run_dir,
+        manifest=manifest,
+        environment=environment,
+        callsites=callsites,
+        steps_counted=steps_counted,
+        nvml=nvml,
+        nvml_reason=reason,
+        trace_paths=_find_traces(run_dir, manifest),
+        notes=notes,
+    )
+
+
+def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
+    """Classify an analyze/report/diff input.
+
+    Returns (kind, run_dir, trace_paths):
+      ("run", RUN, traces of the run)      a directory holding manifest.json
+      ("trace", None, [file])               a .json / .json.gz file
+      ("folder", None, [files...])          a directory of .json / .json.gz traces (sorted by name)
+    Raises InputError (one line) for a missing path, another file type, or a folder without traces.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if rundir.is_run_dir(path):
+        manifest = _read_json(path / rundir.MANIFEST, [])
+        return "run", path, _find_traces(path, manifest)
+    if path.is_file():
+        if not _is_trace_name(path):
+            raise InputError(
+                f"{path}: not a trace (expected a .json or .json.gz Kineto trace or a run directory)"
+            )
+        return "trace", None, [path]
+    if path.is_dir():
+        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p))
+        if not traces:
+            tdir = path / rundir.TRACE_DIR
+            if tdir.is_dir():
+                traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
+        if not traces:
+            raise InputError(f"{path}: no run directory (manifest.json) and no .json/.json.gz traces in it")
+        return "folder", None, traces
+    raise InputError(f"{path}: not a file or directory")
