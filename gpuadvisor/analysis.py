@@ -1,0 +1,268 @@
+"""The analysis pipeline: input path -> traces (+ run info) -> metrics -> rules -> AnalysisResult.
+
+`analyze()` is what `gpuadvisor analyze`, `gpuadvisor report`, `gpuadvisor diff` and the Python API
+call; `analyze_run_and_write()` is what `gpuadvisor profile` calls at the end of a capture.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from gpuadvisor import rundir
+from gpuadvisor.errors import InputError, OutputLostError
+from gpuadvisor.model import sort_findings
+from gpuadvisor.result import AnalysisResult, SourceInfo
+
+if TYPE_CHECKING:
+    from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.trace.model import TraceModel
+
+__all__ = ["analyze", "analyze_run_and_write", "environment_of", "notes_of", "write_findings_json"]
+
+NOTE_RAW_TRACE = "raw trace: NVML, settings and call sites unavailable"
+NOTE_CPU_ONLY = "CPU-only trace: GPU rules not applicable"
+
+# Loading progress is shown only for traces bigger than this (small ones load in well under a second).
+_PROGRESS_MIN_BYTES = 50 * 1024 * 1024
+
+
+def _progress_printer(label: str, stream: IO[str]) -> Callable[[int, int], None]:
+    """A load_trace progress callback printing "loading X: NN%" to stderr at most every 10%."""
+    state = {"last": -10}
+
+    def show(done: int, total: int) -> None:
+        if total <= 0:
+            return
+        pct = int(100 * done / total)
+        if pct >= state["last"] + 10 or done >= total:
+            state["last"] = pct
+            stream.write(f"\rgpuadvisor: loading {label}: {min(pct, 100):3d}%")
+            if done >= total:
+                stream.write("\n")
+            stream.flush()
+
+    return show
+
+
+def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
+    from gpuadvisor.trace.load import load_trace
+
+    traces: list[TraceModel] = []
+    for path in paths:
+        callback = None
+        try:
+            big = path.stat().st_size >= _PROGRESS_MIN_BYTES
+        except OSError:
+            big = False
+        if progress and big:
+            callback = _progress_printer(path.name, sys.stderr)
+        # The loader takes the rank from distributedInfo.rank, else from the file name (rankN).
+        traces.append(load_trace(path, progress=callback))
+    # Rank 0 first (rules see the lowest rank as ctx.trace); ties keep file-name order.
+    traces.sort(key=lambda t: t.rank)
+    return traces
+
+
+def _empty_trace(path: Path) -> TraceModel:
+    """A trace with every table empty: a run whose trace was never exported still gets a report."""
+    import pandas as pd
+
+    from gpuadvisor.trace import model as tm
+
+    def table(columns: tuple[str, ...]) -> pd.DataFrame:
+        frame: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype="float64") for c in columns})
+        return frame
+
+    return tm.TraceModel(
+        path=path,
+        rank=0,
+        meta=tm.TraceMeta(),
+        kernels=table(tm.KERNEL_COLUMNS),
+        copies=table(tm.COPY_COLUMNS),
+        memsets=table(tm.MEMSET_COLUMNS),
+        runtime=table(tm.RUNTIME_COLUMNS),
+        cpu_ops=table(tm.CPU_OP_COLUMNS),
+        annotations=table(tm.ANNOTATION_COLUMNS),
+        steps=table(tm.STEP_COLUMNS),
+        step_source=tm.STEP_SOURCE_NONE,
+        warnings=["no trace file: the run's trace was not exported"],
+    )
+
+
+def environment_of(trace: TraceModel, run: RunInfo | None) -> dict[str, Any]:
+    """The `environment` object of the JSON: environment.json for a run (plus a `gpu` name), else
+    what the trace says (deviceProperties, CUDA versions, distributedInfo)."""
+    meta = trace.meta
+    env: dict[str, Any] = {}
+    if run is not None and run.environment:
+        env = {k: v for k, v in run.environment.items() if k != "schema_version"}
+        gpu = run.gpu(0)
+        if gpu and gpu.get("name"):
+            env.setdefault("gpu", gpu.get("name"))
+    env.setdefault("source", "environment.json" if run is not None and run.environment else "trace")
+    props = meta.device(0)
+    if props:
+        env.setdefault("gpu", props.get("name"))
+        major, minor = props.get("computeMajor"), props.get("computeMinor")
+        if major is not None:
+            env.setdefault("compute_capability", f"{major}.{minor if minor is not None else 0}")
+        if props.get("numSms") is not None:
+            env.setdefault("sm_count", props.get("numSms"))
+        if props.get("totalGlobalMem") is not None:
+            env.setdefault("total_memory_bytes", props.get("totalGlobalMem"))
+        env.setdefault("gpu_count_in_trace", len(meta.device_properties))
+    if meta.cuda_driver_version is not None:
+        env.setdefault("cuda_driver_version", meta.cuda_driver_version)
+    if meta.cuda_runtime_version is not None:
+        env.setdefault("cuda_runtime_version", meta.cuda_runtime_version)
+    if meta.torch_version:
+        env.setdefault("torch", meta.torch_version)
+    if meta.distributed_info:
+        for key in ("world_size", "backend"):
+            if key in meta.distributed_info:
+                env.setdefault(f"distributed_{key}", meta.distributed_info[key])
+    return env
+
+
+def notes_of(trace: TraceModel, run: RunInfo | None, extra: Iterable[str] = ()) -> list[str]:
+    """Human notes on degraded inputs, de-duplicated, in a stable order."""
+    notes: list[str] = []
+    if run is None:
+        notes.append(NOTE_RAW_TRACE)
+    else:
+        for flag in run.degraded:
+            notes.append(f"degraded: {flag}")
+        messages = run.manifest.get("messages")
+        if isinstance(messages, list):
+            notes.extend(str(m) for m in messages)
+        notes.extend(run.notes)
+    if not trace.has_gpu_kernels:
+        notes.append(NOTE_CPU_ONLY)
+    if trace.is_synthetic:
+        notes.append("synthetic trace (built by the test suite)")
+    notes.extend(trace.warnings)
+    notes.extend(extra)
+    seen: set[str] = set()
+    out: list[str] = []
+    for note in notes:
+        if note and note not in seen:
+            seen.add(note)
+            out.append(note)
+    return out
+
+
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    progress: bool = False,
+) -> AnalysisResult:
+    """Analyze a run directory, a Kineto trace file (.json / .json.gz) or a folder of per-rank traces.
+
+    `select`/`ignore` take rule ids, id prefixes ("GA2"), names, aliases or categories; `thresholds`
+    maps a rule id or name to {threshold: value}; `rules_dirs` adds folders of user rules. Raises
+    InputError / ConfigError (exit code 2) for unreadable input or bad options; a rule that raises
+    becomes an internal-error finding and the other rules still run."""
+    from gpuadvisor import engine
+    from gpuadvisor.runinfo import load_run_info, resolve_input
+
+    started = time.monotonic()
+    source_path = Path(path)
+    # Rules first: a broken --rules folder or a bad selector is reported before a long trace load.
+    loaded = engine.load_rules([Path(d) for d in rules_dirs])
+    rule_classes = [r.cls for r in loaded]
+    select_t, ignore_t = tuple(select), tuple(ignore)
+    engine.select_rules(rule_classes, select_t, ignore_t)
+    engine.resolve_thresholds(rule_classes, thresholds)
+
+    kind, run_dir, trace_paths = resolve_input(source_path)
+    run = load_run_info(run_dir) if run_dir is not None else None
+    extra_notes: list[str] = []
+    if trace_paths:
+        traces = _load_traces(list(trace_paths), progress=progress)
+    elif run is not None:
+        traces = [_empty_trace(source_path / rundir.TRACE_DIR / "rank0.json.gz")]
+        extra_notes.append("the run directory holds no trace: only capture information is analyzed")
+    else:  # resolve_input never returns a trace kind without files; keep the error explicit anyway
+        raise InputError(f"{source_path}: no trace to analyze")
+    trace = traces[0]
+
+    metrics, _, factory = engine.make_context(trace, run, traces=traces if len(traces) > 1 else ())
+    findings, statuses = engine.run_rules(
+        factory, rule_classes, select=select_t, ignore=ignore_t, thresholds=thresholds
+    )
+    if progress and time.monotonic() - started > 2.0:
+        sys.stderr.write(f"gpuadvisor: analyzed {source_path} in {time.monotonic() - started:.1f} s\n")
+    return AnalysisResult(
+        source=SourceInfo(
+            path=str(source_path),
+            kind="run" if kind == "run" else "trace",
+            ranks=tuple(t.rank for t in traces),
+        ),
+        environment=environment_of(trace, run),
+        metrics=dict(metrics.window),
+        findings=sort_findings(findings),
+        rules=statuses,
+        notes=notes_of(trace, run, [*metrics.notes, *extra_notes]),
+        trace=trace,
+        metrics_detail=metrics,
+        run=run,
+    )
+
+
+def write_findings_json(result: AnalysisResult, path: Path) -> Path:
+    """Write `result` as the JSON contract, atomically (temporary file in the same folder, then rename)."""
+    from gpuadvisor.render.json_out import render as render_json
+
+    text = render_json(result)
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise OutputLostError(f"cannot write {path}: {err.strerror or err}") from None
+    return path
+
+
+def analyze_run_and_write(
+    run_dir: str | os.PathLike[str], *, stream: IO[str] | None = None
+) -> AnalysisResult:
+    """Analyze a fresh run directory, write RUN/findings.json and print the terminal summary
+    (to `stream`, default stderr, so that the script's own stdout stays clean). Used by `profile`.
+    Configuration ([tool.gpuadvisor] of the nearest pyproject.toml) applies when it can be read."""
+    from gpuadvisor.render.text import render as render_text
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    thresholds: Mapping[str, Mapping[str, float]] | None = None
+    dirs: tuple[Path, ...] = ()
+    try:
+        from gpuadvisor.config import load_config
+
+        config = load_config()
+        select, ignore, thresholds, dirs = config.select, config.ignore, config.thresholds, config.rules_dirs
+    except ImportError:
+        pass
+    result = analyze(
+        run_dir, select=select, ignore=ignore, thresholds=thresholds, rules_dirs=dirs, progress=True
+    )
+    write_findings_json(result, Path(run_dir) / rundir.FINDINGS)
+    out = stream if stream is not None else sys.stderr
+    out.write(render_text(result))
+    out.flush()
+    return result

@@ -1,0 +1,1 @@
+"""Helpers shared by rule files (computations a rule needs that are not window metrics)."""

@@ -1,0 +1,169 @@
+"""GA501 launch-bound and GA502 unfused-optimizer cases. All traces are SYNTHETIC (tests/synth.py)."""
+
+from __future__ import annotations
+
+from tests.rules.harness import Expect, RuleCase
+from tests.synth import K_ADAM, K_ELEMENTWISE, SyntheticTrace
+
+
+def _tiny_kernels(
+    gap_us: float, launch_early: bool, kernel_us: float = 3.0, per_step: int = 200
+) -> SyntheticTrace:
+    """5 steps, `per_step` full-grid kernels each, `gap_us` apart. launch_early=False: each launch call
+    starts after the previous kernel ended (the GPU waits for the host); True: launched long before."""
+    st = SyntheticTrace()
+    margin = 10.0 if launch_early else 100.0  # a queued (graph-like) step keeps the GPU busy to its end
+    step_us = per_step * (kernel_us + gap_us) + margin
+    for n in range(5):
+        t0 = n * step_us
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=step_us, gpu_dur=step_us)
+        t = t0 + margin / 2
+        for _ in range(per_step):
+            launch = t0 + 0.5 if launch_early else t - 2.0
+            st.add_kernel(
+                K_ELEMENTWISE, ts=t, dur=kernel_us, grid=(264, 1, 1), launch_ts=launch, launch_dur=1.0
+            )
+            t += kernel_us + gap_us
+    return st
+
+
+def launch_bound() -> SyntheticTrace:
+    return _tiny_kernels(gap_us=5.0, launch_early=False)
+
+
+def back_to_back() -> SyntheticTrace:
+    return _tiny_kernels(gap_us=0.0, launch_early=True)
+
+
+def gaps_inside_sync() -> SyntheticTrace:
+    # Same gaps, but the host sits in cudaStreamSynchronize over the whole step: not launch cost.
+    st = _tiny_kernels(gap_us=5.0, launch_early=False)
+    step_us = 200 * 8.0 + 100.0
+    for n in range(5):
+        st.add_sync(n * step_us + 40.0, step_us - 50.0)
+    return st
+
+
+def _optimizer(per_tensor: bool) -> SyntheticTrace:
+    """5 steps of 2 ms: 600 us of forward/backward, then the optimizer span."""
+    st = SyntheticTrace()
+    for n in range(5):
+        t0 = n * 2000.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=2000.0, gpu_dur=2000.0)
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 20.0, dur=600.0, grid=(1024, 1, 1))
+        opt_start = t0 + 700.0
+        if per_tensor:
+            st.add_optimizer_step(opt_start, 1200.0)
+            t = opt_start + 10.0
+            for _ in range(150):  # 3 kernels for each of 50 parameter tensors
+                st.add_kernel(K_ELEMENTWISE, ts=t + 3.0, dur=3.0, grid=(8, 1, 1), launch_ts=t, launch_dur=2.0)
+                t += 7.5
+        else:
+            st.add_optimizer_step(opt_start, 60.0)
+            st.add_kernel(K_ADAM, ts=opt_start + 15.0, dur=40.0, grid=(320, 1, 1), launch_ts=opt_start + 5.0)
+    return st
+
+
+def per_tensor_optimizer() -> SyntheticTrace:
+    return _optimizer(True)
+
+
+def fused_optimizer() -> SyntheticTrace:
+    return _optimizer(False)
+
+
+def _env(foreach: object, fused: object, compiled: bool = False) -> dict[str, object]:
+    return {
+        "optimizers": [
+            {
+                "id": 0,
+                "class": "AdamW",
+                "file": "train.py",
+                "line": 31,
+                "code": "opt = torch.optim.AdamW(model.parameters(), foreach=False)",
+                "foreach": foreach,
+                "fused": fused,
+                "param_tensors": 50,
+                "steps": 100,
+            }
+        ],
+        "settings": {
+            "torch_compile": {"used": compiled, "count": int(compiled)},
+            "cuda_graphs": {"used": compiled, "count": int(compiled)},
+        },
+    }
+
+
+CASES = [
+    RuleCase(
+        "GA501-fires-when-gpu-waits-for-each-launch",
+        "GA501",
+        launch_bound,
+        expect=Expect(
+            fires=True,
+            min_severity="high",
+            recommendation_contains=("torch.compile", "reduce-overhead"),
+            evidence_keys=("launch_idle_fraction", "kernels_per_step"),
+        ),
+    ),
+    RuleCase(
+        "GA501-fires-with-compile-advice-when-compiled-but-launch-bound",
+        "GA501",
+        launch_bound,
+        environment=_env(None, None, compiled=True),
+        expect=Expect(
+            fires=True,
+            message_contains=("yet launches still dominate",),
+            recommendation_contains=("graph breaks",),
+        ),
+    ),
+    RuleCase(
+        "GA501-quiet-on-back-to-back-kernels-with-cuda-graphs",
+        "GA501",
+        back_to_back,
+        environment=_env(None, None, compiled=True),
+        expect=Expect(fires=False),
+    ),
+    RuleCase("GA501-quiet-when-gaps-are-host-sync", "GA501", gaps_inside_sync, expect=Expect(fires=False)),
+    RuleCase(
+        "GA501-quiet-below-kernel-count-threshold",
+        "GA501",
+        launch_bound,
+        thresholds={"min_kernels_per_step": 500},
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA502-fires-on-per-tensor-optimizer",
+        "GA502",
+        per_tensor_optimizer,
+        environment=_env(False, None),
+        expect=Expect(
+            fires=True,
+            min_severity="high",
+            recommendation_contains=("fused=True",),
+            location_contains=("train.py:31",),
+            message_contains=("foreach=False",),
+            evidence_keys=("optimizer_fraction", "kernels_per_param_tensor"),
+        ),
+    ),
+    RuleCase(
+        "GA502-fires-on-raw-trace-without-settings",
+        "GA502",
+        per_tensor_optimizer,
+        expect=Expect(fires=True, title_contains=("Per-tensor optimizer",)),
+    ),
+    RuleCase(
+        "GA502-quiet-on-fused-multi-tensor-optimizer",
+        "GA502",
+        fused_optimizer,
+        environment=_env(None, True),
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA502-quiet-on-foreach-multi-tensor-small-share",
+        "GA502",
+        fused_optimizer,
+        environment=_env(None, None),
+        expect=Expect(fires=False),
+    ),
+]
