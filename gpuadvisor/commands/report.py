@@ -1,0 +1,138 @@
+"""`gpuadvisor report PATH`: write the self-contained HTML report of a run directory or trace(s)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError, UsageError
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"gpuadvisor: error: {message}", err=True)
+    sys.exit(code)
+
+
+def default_output(path: Path) -> Path:
+    """Where the report goes without -o: RUN/report.html for a run directory, FOLDER/report.html for
+    a folder of traces, and NAME.report.html next to a trace file NAME.json[.gz]."""
+    from gpuadvisor import rundir
+
+    if path.is_dir():
+        return path / rundir.REPORT
+    name = path.name
+    for suffix in (".json.gz", ".json", ".gz"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return path.with_name(f"{name or 'trace'}.report.html")
+
+
+@click.command("report")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the report here (default: RUN/report.html for a run directory, FOLDER/report.html "
+    "for a folder of traces, NAME.report.html next to a trace file).",
+)
+@click.option(
+    "--cdn",
+    is_flag=True,
+    default=False,
+    help="Link plotly.js from cdn.plot.ly instead of inlining it (a ~4.8 MB smaller file that needs "
+    "network access to show its charts).",
+)
+@click.option("--open", "open_browser", is_flag=True, default=False, help="Open the report in a web browser.")
+@click.option(
+    "--select",
+    multiple=True,
+    metavar="RULE",
+    help="Run only these rules: id, id prefix (GA2), name or category. Repeatable.",
+)
+@click.option("--ignore", multiple=True, metavar="RULE", help="Skip these rules (same forms). Repeatable.")
+@click.option(
+    "--rules",
+    "rules_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Also load rules from the *.py files of DIR. Repeatable.",
+)
+@click.option(
+    "--threshold",
+    "threshold_opts",
+    multiple=True,
+    metavar="RULE.KEY=VALUE",
+    help="Override a rule threshold, e.g. GA201.min_impact=0.03. Repeatable.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read [tool.gpuadvisor] from this file instead of the nearest pyproject.toml.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="Show loading progress on stderr for large traces.",
+)
+def report(
+    path: Path,
+    output: Path | None,
+    cdn: bool,
+    open_browser: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    rules_dirs: tuple[Path, ...],
+    threshold_opts: tuple[str, ...],
+    config_file: Path | None,
+    progress: bool,
+) -> None:
+    """Analyze PATH (a run directory, a .json/.json.gz Kineto trace, or a folder of per-rank traces)
+    and write one self-contained HTML report that works offline.
+
+    Prints the path of the written report on stdout.
+
+    \b
+    Exit codes: 0 report written; 2 usage error, bad configuration or unreadable input;
+    70 internal error; 74 the report could not be written.
+    """
+    try:
+        from gpuadvisor.analysis import analyze as run_analysis
+        from gpuadvisor.commands.analyze import _options
+        from gpuadvisor.render.html import default_rule_docs, write_report
+
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or directory")
+        select_f, ignore_f, dirs, thresholds, _gate = _options(
+            select, ignore, rules_dirs, threshold_opts, config_file, None
+        )
+        result = run_analysis(
+            path, select=select_f, ignore=ignore_f, thresholds=thresholds, rules_dirs=dirs, progress=progress
+        )
+        target = output if output is not None else default_output(path)
+        written = write_report(result, target, cdn=cdn, rule_docs=default_rule_docs(dirs))
+        click.echo(str(written))
+        if open_browser:
+            import webbrowser
+
+            if not webbrowser.open(written.resolve().as_uri()):
+                click.echo("gpuadvisor: could not open a web browser; open the file yourself.", err=True)
+        sys.exit(0)
+    except GpuAdvisorError as err:
+        _fail(str(err), err.exit_code)
+    except SystemExit:
+        raise
+    except Exception as err:  # a bug in gpuadvisor: one line plus the traceback for the bug report
+        import traceback
+
+        traceback.print_exc()
+        _fail(f"internal error: {type(err).__name__}: {err}", EXIT_INTERNAL)

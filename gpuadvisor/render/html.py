@@ -1,0 +1,865 @@
+"""The self-contained HTML report (`gpuadvisor report`, `AnalysisResult.write_html`).
+
+One file that works offline: plotly.js inlined once (or linked with `cdn=True`), figures built by the
+pure functions of `gpuadvisor.render.figures`, text rendered by Jinja2 with autoescaping, and the
+machine-readable result (`result.to_dict()`, the `analyze --format json` content) embedded as
+`<script type="application/json" id="gpuadvisor-data">`. The raw trace is never embedded; the page
+is bounded in size (timeline: a few steps with tiny events merged; NVML: bucket means) and the same
+result gives the same bytes except for the generation timestamp.
+
+Hostile strings (kernel names, paths, argv) are escaped by Jinja; JSON inside `<script>` elements
+has `<`, `>`, `&`, U+2028 and U+2029 written as `\\uXXXX` escapes so no data can close the element.
+No environment variable is read into the page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import inspect
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor import __version__
+from gpuadvisor.errors import OutputLostError
+from gpuadvisor.model import Finding, Location, jsonable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpuadvisor.result import AnalysisResult
+
+MAX_REPORT_BYTES = 6 * 1024 * 1024
+# (timeline bars, NVML points per series) tried in order until the page fits MAX_REPORT_BYTES.
+_BUDGETS: tuple[tuple[int, int], ...] = ((2500, 600), (1000, 300), (300, 120))
+TOP_KERNELS = 25
+TOP_OPS = 25
+TIMELINE_STEPS = 3
+
+# Step-time breakdown: label -> derived per-step column (see `breakdown_frame`).
+BREAKDOWN_COMPONENTS: dict[str, str] = {
+    "compute": "bd_compute_us",
+    "copies": "bd_copies_us",
+    "sync wait": "bd_sync_us",
+    "data wait": "bd_data_us",
+    "launch-bound idle": "bd_launch_us",
+    "other": "bd_other_us",
+}
+
+_SEVERITY_ORDER = ("high", "medium", "low", "info")
+
+
+# ---- public API -------------------------------------------------------------------------------------
+
+
+def write_report(
+    result: AnalysisResult,
+    path: Path,
+    *,
+    cdn: bool = False,
+    rule_docs: Mapping[str, str] | None = None,
+    generated_at: str | None = None,
+) -> Path:
+    """Render the report of `result` and write it to `path` atomically (temporary file + rename).
+
+    Returns the path written. Raises OutputLostError (exit 74) when the file cannot be written."""
+    html = render_html(result, cdn=cdn, rule_docs=rule_docs, generated_at=generated_at)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(html.encode("utf-8"))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OutputLostError(f"could not write the report to {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def render_html(
+    result: AnalysisResult,
+    *,
+    cdn: bool = False,
+    generated_at: str | None = None,
+    rule_docs: Mapping[str, str] | None = None,
+) -> str:
+    """The report of `result` as one HTML string.
+
+    `generated_at` (shown in the header; default: now, UTC) is the only part that varies between two
+    renders of the same result. `rule_docs` maps rule id -> docstring; default: the docstrings of the
+    built-in and entry-point rules (rules from `--rules DIR` folders need it passed in)."""
+    if generated_at is None:
+        generated_at = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    docs = dict(rule_docs) if rule_docs is not None else default_rule_docs()
+    html = ""
+    for max_events, max_points in _BUDGETS:
+        context = build_context(
+            result, generated_at=generated_at, rule_docs=docs, max_events=max_events, max_points=max_points
+        )
+        html = _render(context, cdn=cdn)
+        if len(html.encode("utf-8")) <= MAX_REPORT_BYTES:
+            break
+    return html
+
+
+def default_rule_docs(rules_dirs: Sequence[str | Path] = ()) -> dict[str, str]:
+    """Rule id -> docstring from the rule registry; {} when the rules cannot be loaded (the report then
+    simply has no documentation links rather than failing)."""
+    try:
+        from gpuadvisor.engine import load_rules
+
+        loaded = load_rules(rules_dirs)
+    except Exception:  # a broken rule folder must not cost the user the report
+        return {}
+    return {r.id: inspect.cleandoc(r.cls.__doc__ or "") for r in loaded if r.cls.__doc__}
+
+
+def script_json(value: Any) -> str:
+    """JSON for a `<script type="application/json">` element: sorted keys, and `<`, `>`, `&`, U+2028,
+    U+2029 as \\u escapes, so `</script>` or `<!--` inside a string cannot end the element."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+# ---- context ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chart:
+    id: str
+    title: str
+    figure_json: str
+    caption: str
+
+
+def build_context(
+    result: AnalysisResult,
+    *,
+    generated_at: str,
+    rule_docs: Mapping[str, str],
+    max_events: int = 2500,
+    max_points: int = 600,
+) -> dict[str, Any]:
+    """Everything the template shows, as plain values (strings are escaped by the template)."""
+    from gpuadvisor.render import figures
+
+    data = result.to_dict()
+    metrics = result.metrics
+    run = result.run
+    trace = result.trace
+    detail = result.metrics_detail
+    unavailable: list[str] = []
+    charts: list[Chart] = []
+
+    # Step breakdown
+    per_step = getattr(detail, "per_step", None)
+    if per_step is not None and len(per_step):
+        frame = breakdown_frame(per_step)
+        charts.append(
+            Chart(
+                "ga-fig-breakdown",
+                "Step-time breakdown",
+                script_json(figures.step_breakdown_figure(frame, BREAKDOWN_COMPONENTS)),
+                "Each recorded step split into GPU compute, copies, and GPU idle time by cause (the "
+                "host waiting on a sync, on the DataLoader, busy launching kernels, or other). "
+                "Faded steps are outliers left out of the medians.",
+            )
+        )
+    else:
+        unavailable.append("Step-time breakdown: no training steps were segmented in the trace.")
+
+    # Timeline
+    if trace is not None:
+        window = figures.select_timeline_window(trace.steps, TIMELINE_STEPS)
+        if window is None:
+            unavailable.append("Timeline: the trace has no step with a usable time span.")
+        else:
+            events = figures.timeline_events(
+                window=window,
+                kernels=trace.kernels,
+                copies=trace.copies,
+                memsets=trace.memsets,
+                annotations=trace.annotations,
+                runtime=trace.runtime,
+                cpu_ops=trace.cpu_ops,
+            )
+            fig = figures.timeline_figure(events, window, max_events=max_events)
+            shown = ", ".join(str(s[0]) for s in window.steps)
+            charts.append(
+                Chart(
+                    "ga-fig-timeline",
+                    "Timeline",
+                    script_json(fig),
+                    f"Steps {shown}: CPU lanes on top, GPU lanes below; red gaps are GPU idle time. "
+                    "Drag to zoom, double-click to reset. Runs of tiny events are merged into one bar "
+                    "(hover says how many).",
+                )
+            )
+    else:
+        unavailable.append("Timeline: no trace was loaded.")
+
+    # NVML
+    nvml = getattr(run, "nvml", None) if run is not None else None
+    if run is None:
+        unavailable.append(
+            "NVML, settings and call sites: this is a raw trace, so none were captured "
+            "(run the script under `gpuadvisor profile` to get them)."
+        )
+    elif nvml is None or len(nvml) == 0:
+        reason = run.nvml_reason or _get(run.manifest, "nvml", "reason") or "no samples were recorded"
+        unavailable.append(f"NVML unavailable: {reason}.")
+    else:
+        _shown_panels, missing_panels = figures.nvml_available_panels(nvml)
+        t0 = _num(run.manifest.get("started_unix_s"))
+        cap = run.manifest.get("capture") if isinstance(run.manifest.get("capture"), dict) else {}
+        w0, w1 = _num(_get(cap, "window_start_unix_s")), _num(_get(cap, "window_end_unix_s"))
+        window_s = (w0, w1) if w0 is not None and w1 is not None else None
+        fig = figures.nvml_figure(nvml, t0=t0, window=window_s, max_points=max_points)
+        charts.append(
+            Chart(
+                "ga-fig-nvml",
+                "GPU samples (NVML) over the whole run",
+                script_json(fig),
+                "Sampled by the parent process; the shaded band is the capture window. NVML utilization "
+                "means 'a kernel was running', not how much of the GPU it used.",
+            )
+        )
+        if missing_panels:
+            unavailable.append(
+                "NVML did not report: " + ", ".join(missing_panels) + " (empty cells in nvml.csv.gz)."
+            )
+        if window_s is None:
+            unavailable.append(
+                "Capture window times are missing from manifest.json: the NVML chart is not shaded."
+            )
+
+    if trace is not None and not trace.has_gpu_kernels:
+        unavailable.append(
+            "GPU kernels: none were recorded in the trace (CPU-only trace or CUPTI unavailable)."
+        )
+
+    unavailable.extend(_run_unavailable(run))
+
+    return {
+        "tool_version": __version__,
+        "generated_at": generated_at,
+        "source": data["source"],
+        "verdict": _verdict(result),
+        "key_metrics": _key_metrics(metrics),
+        "findings": [_finding_view(f, i, result, rule_docs) for i, f in enumerate(result.findings)],
+        "severity_counts": _severity_counts(result.findings),
+        "charts": charts,
+        "kernels": _kernel_rows(getattr(detail, "kernels", None)),
+        "ops": _op_rows(getattr(detail, "ops", None)),
+        "environment": _environment_view(result),
+        "notes": list(result.notes),
+        "unavailable": unavailable,
+        "rules": _rules_view(result),
+        "data_json": script_json(data),
+        "synthetic": bool(trace is not None and trace.is_synthetic),
+    }
+
+
+def breakdown_frame(per_step: pd.DataFrame) -> pd.DataFrame:
+    """Per-step breakdown columns (us) that add up to the step time.
+
+    copies = copy time; compute = the rest of GPU busy time (kernels, memsets, collectives; copies that
+    overlap kernels are counted once, as copies); idle split by cause as the metrics attributed it, and
+    whatever the causes do not cover goes to `other`."""
+
+    def col(name: str):  # type: ignore[no-untyped-def]
+        return (
+            per_step[name].astype(float).fillna(0.0) if name in per_step else 0.0 * per_step.index.to_series()
+        )
+
+    out: pd.DataFrame = per_step[[c for c in ("step", "outlier") if c in per_step]].copy()
+    busy = col("gpu_busy_us")
+    copies = col("copy_us").clip(upper=busy)
+    out["bd_copies_us"] = copies.to_numpy()
+    out["bd_compute_us"] = (busy - copies).clip(lower=0.0).to_numpy()
+    out["bd_sync_us"] = col("idle_host_sync_us").to_numpy()
+    out["bd_data_us"] = col("idle_data_loading_us").to_numpy()
+    out["bd_launch_us"] = col("idle_launch_overhead_us").to_numpy()
+    attributed = col("idle_host_sync_us") + col("idle_data_loading_us") + col("idle_launch_overhead_us")
+    rest = (col("step_time_us") - busy - attributed).clip(lower=0.0)
+    out["bd_other_us"] = rest.to_numpy()
+    return out
+
+
+# ---- pieces of the context ------------------------------------------------------------------------------
+
+
+def _get(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def fmt_value(value: Any) -> str:
+    """Compact human formatting of a JSON-able value."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "—"
+        if value == 0:
+            return "0"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in value):
+            return ", ".join(fmt_value(v) for v in value) if value else "[]"
+        return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+def _pct(value: Any) -> str:
+    f = _num(value)
+    return "—" if f is None else f"{f * 100:.1f}%"
+
+
+def _ms(value: Any) -> str:
+    f = _num(value)
+    return "—" if f is None else (f"{f:.2f} ms" if f < 100 else f"{f:,.0f} ms")
+
+
+def _verdict(result: AnalysisResult) -> dict[str, Any]:
+    m = result.metrics
+    env = result.environment
+    gpu = env.get("gpu") or m.get("gpu_name")
+    if not gpu and isinstance(env.get("gpus"), list) and env["gpus"]:
+        gpu = _get(env["gpus"][0], "name")
+    mfu = _num(m.get("mfu"))
+    actionable = [f for f in result.findings if f.category.value not in ("internal", "capture")]
+    top = [f for f in actionable if f.impact is not None and f.impact > 0][:2] or actionable[:1]
+    busy = _num(m.get("gpu_busy_fraction"))
+    if not result.findings:
+        headline = "No problem found by the rules that could run on this input."
+    elif top and top[0].impact is not None:
+        headline = f"Biggest opportunity: {top[0].title} (up to {top[0].impact * 100:.0f}% of step time)."
+    elif top:
+        headline = f"First thing to look at: {top[0].title}."
+    else:
+        headline = "Only capture notes or internal errors were reported; see below."
+    return {
+        "gpu": str(gpu) if gpu else "unknown GPU",
+        "step_time": _ms(m.get("step_time_ms")),
+        "gpu_busy": _pct(busy),
+        "gpu_busy_value": busy,
+        "mfu": _pct(mfu) if mfu is not None else None,
+        "mfu_dtype": m.get("peak_dtype"),
+        "headline": headline,
+        "actions": [
+            {
+                "anchor": f"finding-{result.findings.index(f)}",
+                "rule": f.rule,
+                "title": f.title,
+                "severity": f.severity.value,
+                "gain": (
+                    f"up to {f.impact * 100:.0f}% of step time"
+                    if f.impact is not None
+                    else "gain not measured"
+                ),
+                "first_line": inline_code(_first_sentence(f.recommendation)),
+            }
+            for f in top
+        ],
+    }
+
+
+def _first_sentence(text: str) -> str:
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    return line if len(line) <= 220 else line[:219] + "…"
+
+
+_KEY_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("step_time_ms", "Step time (median)", "ms"),
+    ("step_time_p90_ms", "Step time p90", "ms"),
+    ("gpu_busy_fraction", "GPU busy", "pct"),
+    ("idle_host_sync_fraction", "GPU idle: host syncs", "pct"),
+    ("idle_data_loading_fraction", "GPU idle: data loading", "pct"),
+    ("idle_launch_overhead_fraction", "GPU idle: launch-bound", "pct"),
+    ("copy_fraction", "Copies", "pct"),
+    ("kernels_per_step", "Kernels per step", "num"),
+    ("kernel_median_us", "Median kernel", "us"),
+    ("tensor_core_fraction", "Tensor-core share of matmul time", "pct"),
+    ("mfu", "MFU", "pct"),
+    ("peak_memory_fraction", "Peak memory / capacity", "pct"),
+    ("steps_analyzed", "Steps analyzed", "num"),
+)
+
+
+def _key_metrics(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for key, label, unit in _KEY_METRICS:
+        value = metrics.get(key)
+        if value is None:
+            continue
+        if unit == "pct":
+            text = _pct(value)
+        elif unit == "ms":
+            text = _ms(value)
+        elif unit == "us":
+            text = f"{fmt_value(_num(value))} µs"
+        else:
+            text = fmt_value(value)
+        rows.append({"key": key, "label": label, "value": text})
+    return rows
+
+
+def _severity_counts(findings: Sequence[Finding]) -> list[tuple[str, int]]:
+    counts = {s: 0 for s in _SEVERITY_ORDER}
+    for f in findings:
+        counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
+    return [(s, counts[s]) for s in _SEVERITY_ORDER if counts[s]]
+
+
+def _finding_view(
+    f: Finding, index: int, result: AnalysisResult, rule_docs: Mapping[str, str]
+) -> dict[str, Any]:
+    doc = rule_docs.get(f.rule, "")
+    sections = parse_doc(doc) if doc else []
+    fix_code = [
+        block["text"]
+        for sec in sections
+        if sec["heading"].lower().startswith("how to fix")
+        for block in sec["blocks"]
+        if block["kind"] == "code"
+    ]
+    evidence = jsonable(f.evidence)
+    return {
+        "anchor": f"finding-{index}",
+        "rule": f.rule,
+        "name": f.name,
+        "category": f.category.value,
+        "severity": f.severity.value,
+        "impact": f.impact,
+        "impact_text": f"{f.impact * 100:.1f}% of step time" if f.impact is not None else "not measured",
+        "impact_width": 0.0 if f.impact is None else round(max(0.0, min(1.0, f.impact)) * 100, 1),
+        "impact_explanation": f.impact_explanation,
+        "title": f.title,
+        "message": f.message,
+        "evidence": [_evidence_row(str(k), v) for k, v in evidence.items()]
+        if isinstance(evidence, dict)
+        else [],
+        "locations": [_location_view(loc, result) for loc in f.locations],
+        "recommendation": text_blocks(f.recommendation),
+        "fix_code": fix_code,
+        "doc_sections": sections,
+        "doc_summary": doc.splitlines()[0] if doc else "",
+        "references": [
+            {"text": ref, "href": ref if ref.startswith(("https://", "http://")) else None}
+            for ref in f.references
+        ],
+    }
+
+
+_LONG_VALUE = 160
+
+
+def _evidence_row(key: str, value: Any) -> tuple[str, str, str | None]:
+    """(key, shown text, full pretty-printed text when the value is too long to show inline)."""
+    text = fmt_value(value)
+    if len(text) <= _LONG_VALUE:
+        return key, text, None
+    full = (
+        json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False)
+        if isinstance(value, (dict, list))
+        else text
+    )
+    return key, text[: _LONG_VALUE - 1] + "…", full
+
+
+def short_name(name: str, limit: int = 110) -> str:
+    """A long C++ kernel name cut to `limit` characters (the full name stays in a tooltip)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
+    lines: list[dict[str, Any]] = []
+    if loc.file and loc.line:
+        lines = _source_lines(loc.file, int(loc.line), result)
+        if not lines and loc.code:
+            lines = [{"no": loc.line, "text": loc.code, "target": True}]
+    elif loc.code:
+        lines = [{"no": loc.line or "", "text": loc.code, "target": True}]
+    what = []
+    if loc.function:
+        what.append(("function", loc.function))
+    if loc.op:
+        what.append(("op", loc.op))
+    if loc.kernel:
+        what.append(("kernel", loc.kernel))
+    detail = jsonable(dict(loc.detail)) if loc.detail else {}
+    return {
+        "label": loc.label(),
+        "is_source": bool(loc.file),
+        "lines": lines,
+        "what": what,
+        "detail": [(str(k), fmt_value(v)) for k, v in detail.items()],
+    }
+
+
+_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx", ".ipynb")
+_MAX_SOURCE_BYTES = 2 * 1024 * 1024
+
+
+def _source_lines(file: str, line: int, result: AnalysisResult, context: int = 2) -> list[dict[str, Any]]:
+    """The line (and `context` lines around it) from the user's source file, when it can be found:
+    relative paths are tried against the run's cwd, the run directory's parent and the current
+    directory. Only Python sources are read (never arbitrary files named in a trace)."""
+    if not file.endswith(_SOURCE_SUFFIXES) or line < 1:
+        return []
+    candidates: list[Path] = []
+    path = Path(file)
+    if path.is_absolute():
+        candidates.append(path)
+    else:
+        run = result.run
+        if run is not None:
+            cwd = run.manifest.get("cwd")
+            if isinstance(cwd, str) and cwd:
+                candidates.append(Path(cwd) / path)
+            candidates.append(run.run_dir.parent / path)
+        candidates.append(Path.cwd() / path)
+    for candidate in candidates:
+        try:
+            if not candidate.is_file() or candidate.stat().st_size > _MAX_SOURCE_BYTES:
+                continue
+            text = candidate.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        if line > len(text):
+            continue
+        lo, hi = max(1, line - context), min(len(text), line + context)
+        return [{"no": n, "text": text[n - 1], "target": n == line} for n in range(lo, hi + 1)]
+    return []
+
+
+_HEADING_RULE = re.compile(r"^\s*([-=~^])\1{2,}\s*$")
+_FENCE = re.compile(r"^\s*```")
+
+
+def text_blocks(text: str) -> list[dict[str, Any]]:
+    """Split prose into paragraphs and code blocks: fenced (```) blocks and blocks indented by 4+
+    spaces relative to the text are code. The template escapes both."""
+    # dedent, not cleandoc: a code block indented under an unindented first paragraph must stay code
+    lines = _dedent(text.expandtabs(4)).splitlines() if text else []
+    blocks: list[dict[str, Any]] = []
+    para: list[str] = []
+    i = 0
+
+    def flush_para() -> None:
+        if para:
+            joined = " ".join(s.strip() for s in para)
+            blocks.append({"kind": "p", "text": joined, "segments": inline_code(joined)})
+            para.clear()
+
+    while i < len(lines):
+        line = lines[i]
+        if _FENCE.match(line):
+            flush_para()
+            j = i + 1
+            body = []
+            while j < len(lines) and not _FENCE.match(lines[j]):
+                body.append(lines[j])
+                j += 1
+            blocks.append({"kind": "code", "text": _dedent("\n".join(body))})
+            i = j + 1
+            continue
+        if line.startswith(("    ", "\t")) and line.strip():
+            flush_para()
+            j = i
+            body = []
+            while j < len(lines) and (lines[j].startswith(("    ", "\t")) or not lines[j].strip()):
+                body.append(lines[j])
+                j += 1
+            while body and not body[-1].strip():
+                body.pop()
+            blocks.append({"kind": "code", "text": _dedent("\n".join(body))})
+            i = j
+            continue
+        if not line.strip():
+            flush_para()
+        elif line.lstrip().startswith(("- ", "* ")) and para:
+            flush_para()
+            para.append(line)
+        else:
+            para.append(line)
+        i += 1
+    flush_para()
+    return blocks
+
+
+def inline_code(text: str) -> list[tuple[bool, str]]:
+    """Split `text` on single backticks: [(is_code, piece)]. An unmatched last backtick stays text."""
+    parts = text.split("`")
+    tail = ""
+    if len(parts) % 2 == 0:  # an unmatched last backtick (e.g. text cut short): keep it as text
+        tail = "`" + parts.pop()
+    out = [(i % 2 == 1, part) for i, part in enumerate(parts) if part]
+    if tail:
+        out.append((False, tail))
+    return out
+
+
+def _dedent(text: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(text).strip("\n")
+
+
+def parse_doc(doc: str) -> list[dict[str, Any]]:
+    """A rule docstring -> [{heading, blocks}] (first section: the summary, heading "").
+    Sections are underlined headings (`Why it matters` over `-----`)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    i = 0
+    while i < len(lines):
+        if i + 1 < len(lines) and lines[i].strip() and _HEADING_RULE.match(lines[i + 1]):
+            sections.append((lines[i].strip(), []))
+            i += 2
+            continue
+        sections[-1][1].append(lines[i])
+        i += 1
+    out = []
+    for heading, body in sections:
+        blocks = text_blocks("\n".join(body))
+        if heading or blocks:
+            out.append({"heading": heading, "blocks": blocks})
+    return out
+
+
+def _records(df: pd.DataFrame | None, limit: int) -> list[dict[str, Any]]:
+    if df is None or len(df) == 0:
+        return []
+    rows: list[dict[str, Any]] = df.head(limit).to_dict(orient="records")
+    return rows
+
+
+def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, str]]:
+    out = []
+    for r in _records(kernels, TOP_KERNELS):
+        tc = r.get("tensor_core")
+        out.append(
+            {
+                "name": str(r.get("name", "")),
+                "short": short_name(str(r.get("name", ""))),
+                "family": fmt_value(r.get("family")),
+                "total": _ms((_num(r.get("total_us")) or 0.0) / 1000.0),
+                "share": _pct(r.get("share")),
+                "count": fmt_value(_int(r.get("count"))),
+                "mean": f"{fmt_value(_num(r.get('mean_us')))} µs",
+                "grid": fmt_value(r.get("grid")),
+                "block": fmt_value(r.get("block")),
+                "blocks_per_sm": fmt_value(_num(r.get("blocks_per_sm"))),
+                "occupancy": (
+                    f"{fmt_value(_num(r.get('occupancy_pct')))}%"
+                    if _num(r.get("occupancy_pct")) is not None
+                    else "—"
+                ),
+                "tensor_core": "yes" if tc is True else ("no" if tc is False else "—"),
+            }
+        )
+    return out
+
+
+def _int(value: Any) -> int | None:
+    f = _num(value)
+    return None if f is None else int(f)
+
+
+def _op_rows(ops: pd.DataFrame | None) -> list[dict[str, str]]:
+    out = []
+    for r in _records(ops, TOP_OPS):
+        flops = _num(r.get("flops"))
+        out.append(
+            {
+                "name": str(r.get("name", "")),
+                "short": short_name(str(r.get("name", ""))),
+                "self": _ms((_num(r.get("self_us")) or 0.0) / 1000.0),
+                "total": _ms((_num(r.get("total_us")) or 0.0) / 1000.0),
+                "count": fmt_value(_int(r.get("count"))),
+                "dims": fmt_value(r.get("input_dims")) if r.get("input_dims") is not None else "—",
+                "types": fmt_value(r.get("input_types")) if r.get("input_types") is not None else "—",
+                "gflop": f"{flops / 1e9:,.2f}" if flops else "—",
+            }
+        )
+    return out
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        rows: list[tuple[str, str]] = []
+        for key in sorted(value, key=str):
+            rows.extend(_flatten(value[key], f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
+        return rows
+    return [(prefix, fmt_value(jsonable(value)))]
+
+
+def _environment_view(result: AnalysisResult) -> dict[str, Any]:
+    run = result.run
+    env_json = run.environment if run is not None else {}
+    manifest = run.manifest if run is not None else {}
+    settings = env_json.get("settings") if isinstance(env_json.get("settings"), dict) else None
+    summary = {
+        k: v for k, v in result.environment.items() if k not in ("settings", "dataloaders", "optimizers")
+    }
+    loaders = [d for d in env_json.get("dataloaders", []) or [] if isinstance(d, dict)]
+    optims = [d for d in env_json.get("optimizers", []) or [] if isinstance(d, dict)]
+
+    def with_site(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        views = []
+        for item in items:
+            site = f"{item.get('file')}:{item.get('line')}" if item.get("file") else "call site unknown"
+            fields = [
+                (k, fmt_value(jsonable(v)))
+                for k, v in sorted(item.items())
+                if k not in ("file", "line", "code", "id")
+            ]
+            views.append({"site": site, "code": item.get("code"), "fields": fields})
+        return views
+
+    run_rows: list[tuple[str, str]] = []
+    if manifest:
+        target = manifest.get("target") if isinstance(manifest.get("target"), dict) else {}
+        argv = target.get("argv") if isinstance(target, dict) else None
+        for label, value in (
+            ("command", " ".join(str(a) for a in manifest.get("command", []) or [])),
+            ("script", _get(target, "path_or_name")),
+            ("script argv", " ".join(str(a) for a in argv) if isinstance(argv, list) else None),
+            ("started", manifest.get("started_at")),
+            ("ended", manifest.get("ended_at")),
+            ("exit status", manifest.get("exit_status")),
+            ("exit reason", manifest.get("exit_reason")),
+            ("steps seen", manifest.get("steps_seen")),
+            ("step detection", manifest.get("step_detection")),
+        ):
+            if value not in (None, ""):
+                run_rows.append((label, fmt_value(value)))
+        cap = manifest.get("capture")
+        if isinstance(cap, dict):
+            run_rows.extend(_flatten({k: v for k, v in cap.items()}, "capture"))
+        degraded = manifest.get("degraded")
+        if isinstance(degraded, list) and degraded:
+            run_rows.append(("degraded", ", ".join(str(d) for d in degraded)))
+    return {
+        "summary": _flatten(summary),
+        "settings": _flatten(settings) if settings else [],
+        "dataloaders": with_site(loaders),
+        "optimizers": with_site(optims),
+        "run": run_rows,
+        "memory": _flatten(env_json.get("memory")) if isinstance(env_json.get("memory"), dict) else [],
+        "has_run": run is not None,
+    }
+
+
+def _run_unavailable(run: Any) -> list[str]:
+    if run is None:
+        return []
+    out: list[str] = []
+    if not run.environment:
+        out.append(
+            "Settings: environment.json is missing, so TF32/AMP/cudnn.benchmark, DataLoader and optimizer settings are unknown."
+        )
+    if not run.callsites:
+        out.append(
+            "Call sites: none recorded (callsites.json missing or empty): findings cannot point at source lines."
+        )
+    messages = run.manifest.get("messages")
+    if isinstance(messages, list):
+        out.extend(str(m) for m in messages)
+    out.extend(str(n) for n in getattr(run, "notes", []) or [])
+    return out
+
+
+def _rules_view(result: AnalysisResult) -> dict[str, Any]:
+    groups: dict[str, list[dict[str, str]]] = {}
+    for status in sorted(result.rules, key=lambda r: r.rule):
+        groups.setdefault(status.status, []).append(
+            {"rule": status.rule, "name": status.name, "detail": status.detail}
+        )
+    return {
+        "groups": [(k, groups[k]) for k in ("ran", "not_applicable", "error", "deselected") if k in groups]
+    }
+
+
+# ---- rendering -------------------------------------------------------------------------------------------
+
+
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gpuadvisor", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env
+
+
+def _render(context: Mapping[str, Any], *, cdn: bool) -> str:
+    import markupsafe
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    env = _environment()
+    template = env.get_template("report.html.j2")
+    static = Path(__file__).resolve().parent.parent / "templates"
+    css = (static / "report.css").read_text(encoding="utf-8")
+    js = (static / "report.js").read_text(encoding="utf-8")
+    if cdn:
+        plotly_tag = markupsafe.Markup(
+            '<script src="https://cdn.plot.ly/plotly-{}.min.js" charset="utf-8"></script>'
+        ).format(get_plotlyjs_version())
+    else:
+        plotly_tag = (
+            markupsafe.Markup("<script>") + markupsafe.Markup(get_plotlyjs()) + markupsafe.Markup("</script>")
+        )
+    charts = [
+        {"id": c.id, "title": c.title, "caption": c.caption, "figure_json": markupsafe.Markup(c.figure_json)}
+        for c in context["charts"]
+    ]
+    rendered: str = template.render(
+        **{**context, "charts": charts, "data_json": markupsafe.Markup(context["data_json"])},
+        css=markupsafe.Markup(css),
+        report_js=markupsafe.Markup(js),
+        plotly_tag=plotly_tag,
+    )
+    return rendered

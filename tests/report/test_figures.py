@@ -1,0 +1,211 @@
+"""Unit tests of the pure figure functions (plain DataFrames in, plotly dicts out). Data is synthetic."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from gpuadvisor import rundir
+from gpuadvisor.render import figures
+from gpuadvisor.render.html import BREAKDOWN_COMPONENTS, breakdown_frame
+
+
+def _per_step() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "step": [1, 2, 3],
+            "outlier": [True, False, False],
+            "step_time_us": [12000.0, 10000.0, 10000.0],
+            "gpu_busy_us": [5000.0, 4000.0, 4000.0],
+            "copy_us": [900.0, 900.0, 6000.0],  # step 3: more copy than busy (overlap) -> clipped
+            "idle_host_sync_us": [800.0, 800.0, 800.0],
+            "idle_data_loading_us": [1500.0, 1500.0, 1500.0],
+            "idle_launch_overhead_us": [900.0, 900.0, 900.0],
+            "idle_other_us": [100.0, 100.0, 100.0],
+        }
+    )
+
+
+def test_breakdown_components_add_up_to_step_time() -> None:
+    frame = breakdown_frame(_per_step())
+    cols = list(BREAKDOWN_COMPONENTS.values())
+    totals = frame[cols].sum(axis=1).tolist()
+    assert totals == pytest.approx([12000.0, 10000.0, 10000.0])
+    assert frame["bd_copies_us"].tolist() == pytest.approx([900.0, 900.0, 4000.0])
+    assert frame["bd_compute_us"].tolist() == pytest.approx([4100.0, 3100.0, 0.0])
+    # other = step - busy - attributed idle
+    assert frame["bd_other_us"].tolist() == pytest.approx(
+        [12000 - 5000 - 3200, 10000 - 4000 - 3200, 10000 - 4000 - 3200]
+    )
+
+
+def test_step_breakdown_figure_stacks_in_ms_and_marks_outliers() -> None:
+    fig = figures.step_breakdown_figure(breakdown_frame(_per_step()), BREAKDOWN_COMPONENTS)
+    assert fig["layout"]["barmode"] == "stack"
+    names = [t["name"] for t in fig["data"]]
+    assert names == list(BREAKDOWN_COMPONENTS)
+    compute = fig["data"][0]
+    assert compute["x"] == ["step 1", "step 2", "step 3"]
+    assert compute["y"] == [4.1, 3.1, 0.0]
+    assert compute["marker"]["opacity"] == [0.35, 1.0, 1.0]
+    assert "outlier" in compute["hovertext"][0] and "outlier" not in compute["hovertext"][1]
+    json.dumps(fig, allow_nan=False)  # JSON-safe
+
+
+def test_step_breakdown_skips_missing_columns() -> None:
+    frame = pd.DataFrame({"step": [1], "bd_compute_us": [1000.0]})
+    fig = figures.step_breakdown_figure(frame, BREAKDOWN_COMPONENTS)
+    assert [t["name"] for t in fig["data"]] == ["compute"]
+
+
+def _steps(n: int, outlier_first: bool = True) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "step": list(range(1, n + 1)),
+            "start": [i * 100.0 for i in range(n)],
+            "end": [(i + 1) * 100.0 for i in range(n)],
+            "outlier": [outlier_first and i == 0 for i in range(n)],
+        }
+    )
+
+
+def test_timeline_window_skips_outlier_and_bounds_steps() -> None:
+    w = figures.select_timeline_window(_steps(6), max_steps=3)
+    assert w is not None
+    assert [s[0] for s in w.steps] == [2, 3, 4]
+    assert (w.start, w.end) == (100.0, 400.0)
+    only = figures.select_timeline_window(_steps(1), max_steps=3)
+    assert only is not None and [s[0] for s in only.steps] == [1]  # an outlier is better than nothing
+    assert figures.select_timeline_window(_steps(0)) is None
+
+
+def _table(rows: list[tuple[float, float, str]], **extra: list[object]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=["ts", "dur", "name"])
+    df["end"] = df["ts"] + df["dur"]
+    for key, values in extra.items():
+        df[key] = values
+    return df
+
+
+def test_timeline_events_lanes_and_idle_gaps() -> None:
+    window = figures.TimelineWindow(0.0, 100.0, ((1, 0.0, 100.0),))
+    kernels = _table(
+        [(10.0, 20.0, "k1"), (25.0, 10.0, "k2"), (60.0, 10.0, "k3"), (150.0, 5.0, "outside")],
+        family=["gemm", "gemm", "elementwise", "gemm"],
+    )
+    copies = _table([(80.0, 10.0, "Memcpy HtoD (Pageable -> Device)")], direction=["HtoD"])
+    annotations = _table(
+        [
+            (0.0, 100.0, "ProfilerStep#1"),
+            (0.0, 9.0, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
+            (0.0, 100.0, "ProfilerStep#1"),
+            (40.0, 5.0, "Optimizer.step#AdamW.step"),
+        ],
+        on_gpu=[False, False, True, False],
+    )
+    runtime = _table([(45.0, 10.0, "cudaStreamSynchronize"), (5.0, 2.0, "cudaLaunchKernel")])
+    events = figures.timeline_events(
+        window=window, kernels=kernels, copies=copies, annotations=annotations, runtime=runtime
+    )
+    by_lane: dict[str, list[tuple[float, float, str]]] = {}
+    for e in events:
+        by_lane.setdefault(e.lane, []).append((e.start, e.end, e.label))
+    assert [x[2] for x in by_lane["GPU · kernels"]] == ["k1", "k2", "k3"]  # "outside" clipped away
+    assert by_lane["CPU · steps"] == [(0.0, 100.0, "ProfilerStep#1")]  # the GPU-side span is not a CPU lane
+    assert next(x[2] for x in by_lane["CPU · data loading"]).startswith("enumerate(DataLoader)")
+    assert by_lane["CPU · annotations"] == [(40.0, 45.0, "Optimizer.step#AdamW.step")]
+    assert by_lane["CPU · syncs"] == [(45.0, 55.0, "cudaStreamSynchronize")]
+    # GPU busy: [10,35) [60,70) [80,90) -> idle [0,10) [35,60) [70,80) [90,100)
+    assert [(s, e) for s, e, _ in by_lane["GPU · idle"]] == [
+        (0.0, 10.0),
+        (35.0, 60.0),
+        (70.0, 80.0),
+        (90.0, 100.0),
+    ]
+
+
+def test_merge_small_events_keeps_wide_and_counts_merged() -> None:
+    tiny = [
+        figures.TimelineEvent("GPU · kernels", "elementwise", float(i * 2), float(i * 2 + 1), f"k{i % 2}")
+        for i in range(10)
+    ]
+    wide = figures.TimelineEvent("GPU · kernels", "gemm", 100.0, 200.0, "big")
+    out = figures.merge_small_events([*tiny, wide], min_width=5.0)
+    assert len(out) == 2
+    merged = out[0]
+    assert merged.count == 10 and merged.start == 0.0 and merged.end == 19.0
+    assert merged.busy_us == pytest.approx(10.0)
+    assert "10 events merged" in merged.label
+    assert out[1] == wide
+    # merging again keeps the original event count
+    again = figures.merge_small_events([merged, *tiny[:0]], min_width=50.0)
+    assert again[0].count == 10
+
+
+def test_bound_events_caps_the_number_of_bars() -> None:
+    events = [
+        figures.TimelineEvent("GPU · kernels", "elementwise", i * 3.0, i * 3.0 + 2.0, "k")
+        for i in range(20000)
+    ]
+    bars, passes = figures.bound_events(events, span_us=2000.0, max_events=500)  # 2 us events start "wide"
+    assert len(bars) <= 500
+    assert passes > 1
+    assert sum(b.count for b in bars) == 20000  # nothing dropped, only merged
+
+
+def test_timeline_figure_is_deterministic_and_bounded() -> None:
+    window = figures.TimelineWindow(
+        0.0, 30000.0, ((1, 0.0, 10000.0), (2, 10000.0, 20000.0), (3, 20000.0, 30000.0))
+    )
+    n = 30000
+    kernels = _table([(i * 1.0, 0.5, f"kernel{i % 7}") for i in range(n)], family=["elementwise"] * n)
+    events = figures.timeline_events(window=window, kernels=kernels)
+    fig1 = figures.timeline_figure(events, window, max_events=400)
+    fig2 = figures.timeline_figure(list(reversed(events)), window, max_events=400)
+    assert json.dumps(fig1, sort_keys=True) == json.dumps(fig2, sort_keys=True)
+    assert sum(len(t["x"]) for t in fig1["data"]) <= 400
+    assert [a["text"] for a in fig1["layout"]["annotations"]] == ["step 1", "step 2", "step 3"]
+    assert fig1["layout"]["yaxis"]["fixedrange"] is True
+
+
+def _nvml(n: int, *, util: bool = True) -> pd.DataFrame:
+    rows = []
+    for i in range(n):
+        row = {c: float("nan") for c in rundir.NVML_COLUMNS}
+        row.update(
+            t_unix_s=1000.0 + i * 0.1,
+            gpu_index=0.0,
+            mem_used_bytes=2.0**30 * 4,
+            mem_total_bytes=2.0**30 * 80,
+            power_w=300.0,
+            power_limit_w=700.0,
+            sm_clock_mhz=1980.0,
+            sm_clock_max_mhz=1980.0,
+            pcie_rx_kbps=1000.0,
+            pcie_tx_kbps=500.0,
+        )
+        if util:
+            row["util_gpu_pct"] = 50.0
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_nvml_figure_shades_window_and_downsamples() -> None:
+    fig = figures.nvml_figure(_nvml(5000), t0=1000.0, window=(1003.0, 1004.5), max_points=200)
+    rect = fig["layout"]["shapes"][0]
+    assert (rect["x0"], rect["x1"]) == (3.0, 4.5)
+    assert all(len(t["x"]) <= 200 for t in fig["data"])
+    mem = next(t for t in fig["data"] if t["name"] == "used")
+    assert mem["y"][0] == 4.0  # GiB
+    assert {t["yaxis"] for t in fig["data"]} == {"y", "y2", "y3", "y4", "y5"}
+
+
+def test_nvml_missing_utilization_is_left_out_not_zero() -> None:
+    df = _nvml(10, util=False)  # MIG: utilization cells empty
+    shown, missing = figures.nvml_available_panels(df)
+    assert "GPU utilization" in missing and "GPU utilization" not in shown
+    fig = figures.nvml_figure(df)
+    assert all(t["name"] != "kernel running %" for t in fig["data"])
+    assert len({t["yaxis"] for t in fig["data"]}) == 4
