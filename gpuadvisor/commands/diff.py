@@ -1,0 +1,204 @@
+"""`gpuadvisor diff BASE NEW`: compare two runs (or traces) and gate CI on step-time regressions."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from gpuadvisor.errors import (
+    EXIT_FINDINGS,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    GpuAdvisorError,
+    OutputLostError,
+)
+
+if TYPE_CHECKING:
+    from gpuadvisor.diff import DiffResult
+
+FORMATS = ("text", "json", "markdown")
+
+
+def _fmt_ms(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def render_text(result: DiffResult, fail_on_regression: float | None = None) -> str:
+    """The terminal form of a diff."""
+    from gpuadvisor.diff import verdict
+    from gpuadvisor.render._ci import fmt_impact
+
+    lines = [f"gpuadvisor diff: {result.base_source} -> {result.new_source}"]
+    if not result.compatible:
+        lines.append("WARNING: environments differ, timings are not comparable:")
+        lines += [f"  - {m}" for m in result.mismatches]
+    lines.append(f"verdict: {verdict(result, fail_on_regression)}")
+    st = result.step_time
+    if st is not None:
+        pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
+        noise = "unknown" if st.noise_ms is None else f"+/-{st.noise_ms:.2f} ms"
+        lines.append(
+            f"step time (median): {st.base_ms:.2f} ms -> {st.new_ms:.2f} ms ({st.delta_ms:+.2f} ms, {pct}); "
+            f"noise {noise}; steps {st.base_steps} / {st.new_steps}"
+        )
+    if result.categories:
+        width = max(len(c.label) for c in result.categories)
+        lines.append("")
+        lines.append(f"{'per step (ms)'.ljust(width)}  {'base':>9}  {'new':>9}  {'delta':>9}")
+        for c in result.categories:
+            lines.append(
+                f"{c.label.ljust(width)}  {_fmt_ms(c.base_ms):>9}  {_fmt_ms(c.new_ms):>9}  "
+                f"{_fmt_ms(c.delta_ms, True):>9}"
+            )
+    lines.append("")
+    lines.append(
+        f"findings: {len(result.new_findings)} new, {len(result.resolved_findings)} resolved, "
+        f"{len(result.persisting_findings)} persisting"
+    )
+    marks = {"new": "+", "resolved": "-", "persisting": "="}
+    for f in result.findings:
+        where = f" at {f.location}" if f.location else ""
+        lines.append(
+            f"  {marks[f.status]} {f.rule} {f.name}{where}: {f.title} "
+            f"[{f.severity}, {fmt_impact(f.base_impact)} -> {fmt_impact(f.new_impact)}]"
+        )
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"gpuadvisor: error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.command("diff")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help="Output format."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the output to FILE instead of stdout.",
+)
+@click.option(
+    "--fail-on-regression",
+    type=float,
+    default=None,
+    metavar="PCT",
+    help="Exit 1 when the median step time grew by more than PCT percent AND by more than "
+    "the measured step-time noise.",
+)
+@click.option(
+    "--allow-mismatch",
+    is_flag=True,
+    default=False,
+    help="Compare runs from different GPUs, drivers, CUDA or torch versions (warns loudly).",
+)
+@click.option(
+    "--select", multiple=True, metavar="RULE", help="Run only these rules on both runs. Repeatable."
+)
+@click.option("--ignore", multiple=True, metavar="RULE", help="Skip these rules on both runs. Repeatable.")
+@click.option(
+    "--rules",
+    "rules_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Also load rules from DIR. Repeatable.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read [tool.gpuadvisor] from this file instead of the nearest pyproject.toml.",
+)
+def diff(
+    base: Path,
+    new: Path,
+    fmt: str,
+    output: Path | None,
+    fail_on_regression: float | None,
+    allow_mismatch: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    rules_dirs: tuple[Path, ...],
+    config_file: Path | None,
+) -> None:
+    """Compare BASE and NEW (run directories or Kineto traces): median step time against the measured
+    noise, per-category time per step, new and resolved findings.
+
+    \b
+    Exit codes: 0 no regression (or no gate); 1 step time regressed by more than
+    --fail-on-regression percent and beyond the noise; 2 usage error, unreadable input, or
+    different GPU/driver/CUDA/torch without --allow-mismatch; 70 internal error.
+    """
+    try:
+        from gpuadvisor.config import load_config, merge
+        from gpuadvisor.diff import diff_results, parse_regression_pct
+        from gpuadvisor.render.markdown import render_diff
+
+        pct = parse_regression_pct(fail_on_regression)
+        config = merge(
+            load_config(explicit=config_file) if config_file else load_config(),
+            select=select,
+            ignore=ignore,
+            rules_dirs=rules_dirs,
+        )
+        from gpuadvisor.api import analyze
+
+        options: dict[str, Any] = {
+            "select": config.select,
+            "ignore": config.ignore,
+            "thresholds": {rule: dict(values) for rule, values in config.thresholds.items()} or None,
+            "rules": config.rules_dirs,
+        }
+        result = diff_results(analyze(base, **options), analyze(new, **options))
+        if not result.compatible and not allow_mismatch:
+            reasons = "; ".join(result.mismatches)
+            _fail(f"runs are not comparable ({reasons}); pass --allow-mismatch to compare anyway", EXIT_USAGE)
+        if not result.compatible:
+            click.echo(
+                "gpuadvisor: WARNING: comparing runs from different environments "
+                f"({'; '.join(result.mismatches)}): step-time changes may come from the environment, "
+                "not the code.",
+                err=True,
+            )
+        if fmt == "json":
+            data = result.to_dict()
+            data["fail_on_regression"] = pct
+            data["regressed"] = None if pct is None else result.regressed(pct)
+            text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+        elif fmt == "markdown":
+            text = render_diff(result, fail_on_regression=pct)
+        else:
+            text = render_text(result, pct)
+        if output is not None:
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as err:
+                raise OutputLostError(f"cannot write {output}: {err.strerror or err}") from None
+        else:
+            click.echo(text, nl=False)
+        sys.exit(EXIT_FINDINGS if result.exit_code(pct) else EXIT_OK)
+    except GpuAdvisorError as err:
+        _fail(str(err), err.exit_code)
+    except SystemExit:
+        raise
+    except Exception as err:  # a bug in gpuadvisor: one line plus the traceback for the bug report
+        import traceback
+
+        traceback.print_exc()
+        _fail(f"internal error: {type(err).__name__}: {err}", EXIT_INTERNAL)

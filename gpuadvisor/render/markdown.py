@@ -1,0 +1,187 @@
+"""Markdown summary for a CI job summary (`$GITHUB_STEP_SUMMARY`) or a pull-request comment.
+
+Short by design: a verdict line, a findings table (severity, rule, title, impact, location), the top
+recommendation, one metrics line, and how many rules could not run. Every cell that comes from the
+trace or the user's code (kernel names, file paths, source lines) is escaped: `|` cannot break the
+table and HTML/Markdown in it renders as text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from gpuadvisor.model import Finding, Severity
+from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
+from gpuadvisor.result import AnalysisResult
+
+if TYPE_CHECKING:
+    from gpuadvisor.diff import DiffResult
+
+__all__ = ["escape", "render", "render_diff"]
+
+MAX_ROWS = 20
+MAX_CELL = 120
+
+# The metrics line, in this order, when present (keys of Metrics.window, docs/metrics.md).
+_METRICS_LINE = (
+    ("step_time_ms", "step time (median)"),
+    ("steps_analyzed", "steps analyzed"),
+    ("gpu_busy_fraction", "GPU busy"),
+    ("copy_fraction", "copies"),
+    ("sync_blocked_fraction", "host blocked in syncs"),
+    ("dataloader_wait_fraction", "data wait"),
+    ("mfu", "MFU"),
+    ("gpu_name", "GPU"),
+)
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
+
+
+def escape(text: str, limit: int = MAX_CELL) -> str:
+    """One table-cell-safe line: HTML entities for & < >, backslash escapes for Markdown syntax and `|`."""
+    flat = " ".join(str(text).split())
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", flat)
+
+
+def _location(finding: Finding) -> str:
+    if not finding.locations:
+        return ""
+    label = finding.locations[0].label()
+    more = len(finding.locations) - 1
+    return escape(label) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _verdict(result: AnalysisResult, threshold: Severity | None) -> str:
+    perf = [f for f in result.findings if not is_internal(f)]
+    counts = {s: sum(1 for f in perf if f.severity is s) for s in Severity}
+    breakdown = ", ".join(f"{counts[s]} {s.value}" for s in Severity if counts[s])
+    summary = f"{len(perf)} finding{'s' if len(perf) != 1 else ''}" + (f" ({breakdown})" if breakdown else "")
+    if threshold is None:
+        return f"**gpuadvisor:** {summary}."
+    failing = sum(1 for f in perf if fails(f, threshold))
+    if failing:
+        return (
+            f"❌ **gpuadvisor: FAIL**: {failing} finding{'s' if failing != 1 else ''} at or above "
+            f"`{threshold.value}`; {summary}."
+        )
+    return f"✅ **gpuadvisor: PASS**: nothing at or above `{threshold.value}`; {summary}."
+
+
+def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
+    """The Markdown summary. `fail_on` (high/medium/low) adds a PASS/FAIL verdict; None: counts only."""
+    threshold = gate(fail_on, None)
+    lines: list[str] = ["## gpuadvisor", "", _verdict(result, threshold), ""]
+
+    source = f"Source: {escape(result.source.path, 200)} ({result.source.kind}"
+    if len(result.source.ranks) > 1:
+        source += f", ranks {', '.join(str(r) for r in result.source.ranks)}"
+    lines += [source + ")", ""]
+
+    if result.findings:
+        lines += ["| Severity | Rule | Title | Impact | Location |", "|---|---|---|---:|---|"]
+        for f in result.findings[:MAX_ROWS]:
+            severity = "internal error" if is_internal(f) else f.severity.value
+            if fails(f, threshold):
+                severity = f"**{severity}**"
+            rule = f"{escape(f.rule)} {escape(f.name)}"
+            lines.append(
+                f"| {severity} | {rule} | {escape(f.title)} | {fmt_impact(f.impact)} | {_location(f)} |"
+            )
+        if len(result.findings) > MAX_ROWS:
+            lines.append(f"\n_…and {len(result.findings) - MAX_ROWS} more findings (see the full report)._")
+        lines.append("")
+        top = next((f for f in result.findings if not is_internal(f)), None)
+        if top is not None and top.recommendation:
+            lines += [
+                f"**Top recommendation** ({escape(top.rule)} {escape(top.name)}): "
+                f"{escape(top.recommendation, 600)}",
+                "",
+            ]
+    else:
+        lines += ["No findings.", ""]
+
+    metrics = [
+        f"{label} {escape(fmt_metric(key, result.metrics.get(key)))}"
+        for key, label in _METRICS_LINE
+        if result.metrics.get(key) is not None
+    ]
+    if metrics:
+        lines += ["**Metrics:** " + " · ".join(metrics), ""]
+
+    not_applicable = sorted(s.rule for s in result.rules if s.status == "not_applicable")
+    errors = sorted(s.rule for s in result.rules if s.status == "error")
+    tail: list[str] = []
+    if not_applicable:
+        tail.append(f"{len(not_applicable)} rule{'s' if len(not_applicable) != 1 else ''} not applicable")
+    if errors:
+        tail.append(
+            f"{len(errors)} rule{'s' if len(errors) != 1 else ''} failed internally ({escape(', '.join(errors))})"
+        )
+    if tail:
+        lines += ["_" + "; ".join(tail) + "._", ""]
+    for note in result.notes:
+        lines.append(f"> {escape(note, 300)}")
+    if result.notes:
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _ms(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:+.2f} ms" if signed else f"{value:.2f} ms"
+
+
+def render_diff(result: DiffResult, *, fail_on_regression: float | None = None) -> str:
+    """Markdown of a `gpuadvisor diff`: verdict, step time vs noise, per-category table, finding changes."""
+    from gpuadvisor.diff import verdict
+
+    lines = ["## gpuadvisor diff", ""]
+    lines += [f"{escape(result.base_source, 200)} → {escape(result.new_source, 200)}", ""]
+    if not result.compatible:
+        lines += [
+            "> ⚠️ **Environments differ; timings are not comparable:** "
+            + escape("; ".join(result.mismatches), 600),
+            "",
+        ]
+    lines += [f"**Verdict:** {escape(verdict(result, fail_on_regression))}", ""]
+    st = result.step_time
+    if st is not None:
+        pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
+        noise = "unknown" if st.noise_ms is None else f"±{st.noise_ms:.2f} ms"
+        lines += [
+            f"**Step time (median):** {_ms(st.base_ms)} → {_ms(st.new_ms)} ({_ms(st.delta_ms, True)}, {pct}); "
+            f"noise {noise} ({st.base_steps} / {st.new_steps} steps)",
+            "",
+        ]
+    if result.categories:
+        lines += ["| Per step | Base | New | Δ |", "|---|---:|---:|---:|"]
+        for c in result.categories:
+            lines.append(
+                f"| {escape(c.label)} | {_ms(c.base_ms)} | {_ms(c.new_ms)} | {_ms(c.delta_ms, True)} |"
+            )
+        lines.append("")
+    changes = [f for f in result.findings if f.status != "persisting"]
+    lines.append(
+        f"**Findings:** {len(result.new_findings)} new, {len(result.resolved_findings)} resolved, "
+        f"{len(result.persisting_findings)} persisting"
+    )
+    lines.append("")
+    if changes:
+        lines += [
+            "| Change | Severity | Rule | Title | Location | Impact (base → new) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for f in changes:
+            lines.append(
+                f"| {f.status} | {f.severity} | {escape(f.rule)} {escape(f.name)} | {escape(f.title)} | "
+                f"{escape(f.location)} | {fmt_impact(f.base_impact)} → {fmt_impact(f.new_impact)} |"
+            )
+        lines.append("")
+    for note in result.notes:
+        lines.append(f"> {escape(note, 300)}")
+    return "\n".join(lines).rstrip("\n") + "\n"

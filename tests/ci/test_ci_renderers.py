@@ -1,0 +1,236 @@
+"""Markdown, JUnit and SARIF renderers on synthetic AnalysisResults (tests/ci/results.py)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from gpuadvisor.errors import ConfigError
+from gpuadvisor.render import junit, markdown, sarif
+
+from .results import HOSTILE, clean_result, sample_result
+
+pytestmark = pytest.mark.usefixtures("no_builtin_catalog")
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Split GFM table rows on unescaped pipes (what a Markdown renderer does)."""
+    import re
+
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+            rows.append([c.strip() for c in cells])
+    return rows
+
+
+def test_markdown_verdict_table_and_escaping() -> None:
+    text = markdown.render(sample_result(), fail_on="high")
+    assert text.splitlines()[0] == "## gpuadvisor"
+    assert "FAIL**: 1 finding at or above `high`" in text
+    rows = table_rows(text)
+    assert rows[0] == ["Severity", "Rule", "Title", "Impact", "Location"]
+    # every row has exactly five cells even with '|' in kernel names and titles
+    assert all(len(r) == 5 for r in rows), rows
+    body = rows[1:]
+    assert [r[0] for r in body] == ["**high**", "medium", "low", "internal error"]
+    assert body[0][3] == "31.0%" and body[0][4] == "train.py:36"
+    # hostile title: no raw HTML, pipes escaped
+    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert "a\\|b" in text
+    assert "Top recommendation** (GA201 blocking-scalar-reads): synthetic fix for GA201" in text
+    assert "**Metrics:** step time (median) 6.70 ms · steps analyzed 8 · GPU busy 41.0%" in text
+    assert "MFU" not in text  # None metrics are left out, never shown as 0
+    assert "1 rule not applicable" in text and "1 rule failed internally (GA999)" in text
+    assert text.endswith("\n") and not text.endswith("\n\n")
+
+
+def test_markdown_gate_levels_and_no_gate() -> None:
+    assert "PASS**: nothing at or above `high`" in markdown.render(clean_result(), fail_on="high")
+    assert "FAIL**: 1 finding at or above `low`" in markdown.render(clean_result(), fail_on="low")
+    text = markdown.render(sample_result())
+    assert "PASS" not in text and "FAIL" not in text
+    assert "3 findings (1 high, 1 medium, 1 low)" in text
+
+
+def test_markdown_deterministic_and_empty() -> None:
+    assert markdown.render(sample_result(), fail_on="medium") == markdown.render(
+        sample_result(), fail_on="medium"
+    )
+    empty = clean_result()
+    empty.findings = []
+    text = markdown.render(empty, fail_on="high")
+    assert "No findings." in text and "0 findings" in text
+
+
+def test_markdown_escape_unit() -> None:
+    assert markdown.escape("a|b<c>&d") == "a\\|b&lt;c&gt;&amp;d"
+    assert markdown.escape("x\ny   z") == "x y z"
+    assert len(markdown.escape("k" * 500)) == markdown.MAX_CELL
+
+
+# ---------------------------------------------------------------------------------------------- junit
+
+
+def parse_junit(text: str) -> ET.Element:
+    assert text.startswith('<?xml version="1.0" encoding="utf-8"?>')
+    return ET.fromstring(text.encode("utf-8"))
+
+
+def test_junit_structure_and_counts() -> None:
+    root = parse_junit(junit.render(sample_result()))
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    suite = suites[0]
+    cases = suite.findall("testcase")
+    by_name = {c.get("name"): c for c in cases}
+    assert sorted(by_name) == [
+        "GA201 blocking-scalar-reads",
+        "GA301 pageable-copies",
+        "GA401 dataloader-starvation",
+        "GA701 clock-throttling",
+        "GA801 memory-headroom",
+        "GA999 broken-rule",
+    ]
+    # counts in the suite and the root match the elements
+    for element in (suite, root):
+        assert element.get("tests") == str(len(cases))
+        assert element.get("failures") == str(sum(1 for c in cases if c.find("failure") is not None))
+        assert element.get("errors") == str(sum(1 for c in cases if c.find("error") is not None))
+        assert element.get("skipped") == str(sum(1 for c in cases if c.find("skipped") is not None))
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("1", "1", "2")
+
+    ga201 = by_name["GA201 blocking-scalar-reads"]
+    assert ga201.get("classname") == "gpuadvisor.host_sync"
+    failure = ga201.find("failure")
+    assert failure is not None and failure.get("message") == "loss.item() blocks every step"
+    assert failure.get("type") == "high"
+    assert "train.py:36: hist.append(loss.item())" in (failure.text or "")
+    assert '"per_step_ms": 1.5' in (failure.text or "")  # evidence in the body
+    # medium finding is below the default high gate: reported, not failed
+    ga301 = by_name["GA301 pageable-copies"]
+    assert ga301.find("failure") is None and HOSTILE in (ga301.findtext("system-out") or "")
+    assert ga301.get("classname") == "gpuadvisor.host_device_transfer"
+    skipped = by_name["GA701 clock-throttling"].find("skipped")
+    assert skipped is not None and "needs NVML samples" in (skipped.get("message") or "")
+    assert by_name["GA801 memory-headroom"].find("skipped") is not None
+    error = by_name["GA999 broken-rule"].find("error")
+    assert error is not None and "ZeroDivisionError" in (error.get("message") or "")
+    ga401 = by_name["GA401 dataloader-starvation"]
+    assert len(list(ga401)) == 0  # ran clean: a passing test case
+
+
+def test_junit_fail_on_threshold_moves_failures() -> None:
+    medium = parse_junit(junit.render(sample_result(), fail_on="medium")).find("testsuite")
+    assert medium is not None and medium.get("failures") == "2"
+    low = parse_junit(junit.render(sample_result(), fail_on="low")).find("testsuite")
+    assert low is not None
+    ga301 = next(c for c in low.findall("testcase") if c.get("name", "").startswith("GA301"))
+    failure = ga301.find("failure")
+    assert failure is not None and "(+1 more)" in (failure.get("message") or "")
+    none = parse_junit(junit.render(sample_result(), fail_on="none")).find("testsuite")
+    assert none is not None and none.get("failures") == "0"
+    with pytest.raises(ConfigError):
+        junit.render(sample_result(), fail_on="bogus")
+
+
+def test_junit_control_characters_stay_valid_xml() -> None:
+    result = clean_result()
+    from dataclasses import replace
+
+    result.findings = [replace(result.findings[0], title="bad \x00\x1b char & <tag>")]
+    root = parse_junit(junit.render(result, fail_on="low"))
+    failure = root.find("testsuite/testcase/failure")
+    assert failure is not None and failure.get("message") == "bad \ufffd\ufffd char & <tag>"
+
+
+def test_junit_deterministic() -> None:
+    assert junit.render(sample_result()) == junit.render(sample_result())
+
+
+# ---------------------------------------------------------------------------------------------- sarif
+
+
+def check_sarif_structure(log: dict[str, object]) -> None:
+    """The parts of the SARIF 2.1.0 schema that consumers (GitHub code scanning) rely on; the official
+    JSON schema is not shipped by any PyPI package we can install offline, so these checks mirror its
+    `required` lists and enums: sarifLog{version, runs}, run{tool}, tool{driver}, toolComponent{name},
+    reportingDescriptor{id}, result{message}, message{text}, level enum, region.startLine >= 1."""
+    assert log["version"] == "2.1.0"
+    assert isinstance(log["$schema"], str) and "sarif" in log["$schema"]
+    runs = log["runs"]
+    assert isinstance(runs, list) and len(runs) == 1
+    run = runs[0]
+    driver = run["tool"]["driver"]
+    assert (
+        driver["name"] == "gpuadvisor"
+        and driver["version"]
+        and driver["informationUri"].startswith("https://")
+    )
+    ids = [r["id"] for r in driver["rules"]]
+    assert len(ids) == len(set(ids))
+    for rule in driver["rules"]:
+        for key in ("shortDescription", "fullDescription", "help"):
+            assert isinstance(rule[key]["text"], str) and rule[key]["text"]
+        assert rule["defaultConfiguration"]["level"] in {"none", "note", "warning", "error"}
+        assert rule["name"]
+    for res in run["results"]:
+        assert res["level"] in {"none", "note", "warning", "error"}
+        assert isinstance(res["message"]["text"], str) and res["message"]["text"]
+        assert ids[res["ruleIndex"]] == res["ruleId"]
+        for loc in res.get("locations", []):
+            assert ("physicalLocation" in loc) != ("logicalLocations" in loc)
+            if "physicalLocation" in loc:
+                phys = loc["physicalLocation"]
+                assert phys["artifactLocation"]["uri"]
+                if "region" in phys:
+                    assert isinstance(phys["region"]["startLine"], int) and phys["region"]["startLine"] >= 1
+    for inv in run.get("invocations", []):
+        assert isinstance(inv["executionSuccessful"], bool)
+
+
+def test_sarif_structure_levels_locations() -> None:
+    text = sarif.render(sample_result(), fail_on="high")
+    log = json.loads(text)
+    check_sarif_structure(log)
+    run = log["runs"][0]
+    results = run["results"]
+    assert [r["ruleId"] for r in results] == ["GA201", "GA301", "GA301"]  # internal error is not a result
+    assert [r["level"] for r in results] == ["error", "warning", "note"]
+    phys = results[0]["locations"][0]["physicalLocation"]
+    assert phys["artifactLocation"] == {"uri": "train.py", "uriBaseId": "%SRCROOT%"}
+    assert phys["region"]["startLine"] == 36
+    logical = results[1]["locations"][0]["logicalLocations"][0]
+    assert logical["name"].startswith("void at::native::_kernel_<float|int>")
+    absolute = results[2]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert absolute == {"uri": "file:///abs/path/data.py"}
+    notes = run["invocations"][0]["toolExecutionNotifications"]
+    assert len(notes) == 1 and "ZeroDivisionError" in notes[0]["message"]["text"]
+    assert run["properties"]["notApplicableRules"] == ["GA701"]
+    assert results[0]["properties"]["impact"] == 0.31
+    assert results[0]["properties"]["evidence"]["nan"] is None  # NaN never reaches JSON
+    assert text == sarif.render(sample_result(), fail_on="high")
+
+
+def test_sarif_finding_without_location_and_paths() -> None:
+    result = clean_result()
+    log = json.loads(sarif.render(result))
+    check_sarif_structure(log)
+    assert "locations" not in log["runs"][0]["results"][0]
+    assert sarif._artifact_uri("./src/my file.py") == ("src/my%20file.py", "%SRCROOT%")
+    assert sarif._artifact_uri("C:\\work\\train.py") == ("file:///C:/work/train.py", None)
+
+
+def test_sarif_check_catches_broken_structure() -> None:
+    """The structural check itself must be able to fail."""
+    log = json.loads(sarif.render(sample_result()))
+    log["runs"][0]["results"][0]["level"] = "fatal"
+    with pytest.raises(AssertionError):
+        check_sarif_structure(log)
