@@ -35,8 +35,8 @@ class SmallBatch(Rule):
     conservative). This differs from launch-overhead (GA501): there the kernels fill the GPU but are
     too many and too short; here the kernels themselves are under-filled.
 
-    Impact = (GPU idle share of the step, minus idle spent waiting for the DataLoader, which a larger
-    batch does not fix) + (GPU busy share x (1 - SM use)): the share of step time in which the GPU
+    Impact = (GPU idle share of the step, minus idle spent waiting for the DataLoader or in host
+    syncs, which a larger batch does not fix) + (compute-kernel share x (1 - SM use)): the share of step time in which the GPU
     does nothing or leaves SMs empty, an upper bound on the per-sample time a larger batch recovers.
 
     How to fix
@@ -109,8 +109,14 @@ class SmallBatch(Rule):
             return
         idle = 1.0 - busy
         idle_dataloader = gw.window_metric(ctx, "idle_data_loading_fraction") or 0.0
-        idle_fixable = max(0.0, idle - idle_dataloader)
-        underfill = busy * (1.0 - sm_use)
+        # Idle time spent waiting for the DataLoader or in host syncs is not per-step launch cost: a
+        # larger batch does not remove it (GA301 / GA2xx own it).
+        idle_sync = gw.window_metric(ctx, "idle_host_sync_fraction") or 0.0
+        idle_fixable = max(0.0, idle - idle_dataloader - idle_sync)
+        # Under-filled SMs only matter while kernels run: copies and memsets do not use SMs.
+        compute = gw.window_metric(ctx, "compute_fraction")
+        kernel_busy = min(busy, compute) if compute is not None else busy
+        underfill = kernel_busy * (1.0 - sm_use)
         impact = min(1.0, idle_fixable + underfill)
         if impact < ctx.threshold("min_impact"):
             return
@@ -143,6 +149,8 @@ class SmallBatch(Rule):
             "gpu_busy_fraction": busy,
             "gpu_idle_fraction": idle,
             "idle_data_loading_fraction": idle_dataloader,
+            "idle_host_sync_fraction": idle_sync,
+            "compute_fraction": kernel_busy,
             "peak_allocated_bytes": mem.peak_allocated,
             "peak_reserved_bytes": mem.peak_reserved,
             "memory_capacity_bytes": mem.capacity,
@@ -206,8 +214,8 @@ class SmallBatch(Rule):
             recommendation=rec,
             locations=locations,
             impact_explanation=(
-                f"GPU idle share not caused by the DataLoader ({gw.pct(idle_fixable)}) plus busy share x "
-                f"unused SMs ({gw.pct(busy)} x {gw.pct(1.0 - sm_use)}): the step time a GPU kept full "
+                f"GPU idle share not caused by the DataLoader or host syncs ({gw.pct(idle_fixable)}) plus "
+                f"compute-kernel share x unused SMs ({gw.pct(kernel_busy)} x {gw.pct(1.0 - sm_use)}): the step time a GPU kept full "
                 "by a larger batch would recover per sample (upper bound)."
             ),
         )

@@ -1,0 +1,30 @@
+"""Capture: run a training script under torch.profiler + NVML and write a run directory.
+
+`run_profile(...)` (parent/child, what `gpuadvisor profile` uses) and `Capture` (in-process, for
+notebooks and tests) are imported lazily: importing this package imports neither torch nor pynvml.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuadvisor.capture.inprocess import Capture
+    from gpuadvisor.capture.runner import ProfileOutcome, run_profile
+
+__all__ = ["Capture", "ProfileOutcome", "run_profile"]
+
+_LAZY = {
+    "run_profile": "gpuadvisor.capture.runner",
+    "ProfileOutcome": "gpuadvisor.capture.runner",
+    "Capture": "gpuadvisor.capture.inprocess",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'gpuadvisor.capture' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(mod), name)

@@ -1,0 +1,186 @@
+"""The training process: `python -m gpuadvisor.capture.child CONFIG.json`.
+
+Runs the user's script as `python SCRIPT ARGS` would, under a `CaptureSession`, then exits with the
+status python would have exited with (re-raising the terminating signal itself for Ctrl-C/SIGTERM,
+so the parent sees 128+N exactly as a shell would).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+DEBOUNCE_S = 0.3
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwind the user's code so the capture can be flushed."""
+
+
+def _unblock_signals() -> None:
+    # The parent blocks SIGINT/SIGTERM in its thread to collect them with sigtimedwait; the mask is
+    # inherited across exec, and the script must see the signals as under plain python.
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _system_exit_status(code: Any) -> int:
+    """What python exits with for `SystemExit(code)` (printing a non-int message on stderr)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF  # what the OS keeps of the status: exit(256) -> 0, exit(-1) -> 255
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    from gpuadvisor.capture.execfile import strip_own_frames
+
+    tb = strip_own_frames(exc.__traceback__)
+    exc.__traceback__ = tb  # the default excepthook prints the exception's own traceback
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except Exception:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, tb)
+
+
+def _die_by_signal(sig: int) -> None:
+    """Exit the way python does after an uncaught KeyboardInterrupt: by the signal itself."""
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(sig, signal.SIG_DFL)
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+    os.kill(os.getpid(), sig)
+    time.sleep(5)
+    os._exit(128 + sig)
+
+
+def _exit_now(status: int) -> None:
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def main() -> None:
+    _unblock_signals()
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        cfg: dict[str, Any] = json.load(fh)
+    target = cfg.pop("target")
+
+    from gpuadvisor.capture.execfile import run_module, run_script
+    from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
+
+    session = CaptureSession(SessionConfig(**cfg))
+    terminated = {"count": 0}
+
+    def on_term(signum: int, frame: Any) -> None:
+        terminated["count"] += 1
+        if terminated["count"] == 1:
+            raise _Terminated()
+
+    # Ctrl-C from a terminal reaches the whole process group, and `kill -INT -PGID` too: the parent
+    # may forward a copy. Copies arriving within DEBOUNCE_S of the first are the same Ctrl-C.
+    last_int = {"t": -1e9}
+
+    def on_int(signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if now - last_int["t"] < DEBOUNCE_S:
+            return
+        last_int["t"] = now
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, on_int)
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGTERM, on_term)
+    session.start()
+
+    status = 0
+    reason = "completed"
+    sig: int | None = None
+    try:
+        if target["kind"] == "module":
+            run_module(target["path_or_name"], list(target["argv"]))
+        else:
+            run_script(target["path_or_name"], list(target["argv"]))
+    except CaptureWindowComplete:
+        reason = "stopped_after_window"
+    except SystemExit as exc:
+        status = _system_exit_status(exc.code)
+        reason = "sys_exit"
+    except KeyboardInterrupt as exc:
+        if session.is_origin():
+            _print_user_traceback(exc)
+        reason, sig = "signal", signal.SIGINT
+    except _Terminated:
+        reason, sig = "signal", signal.SIGTERM
+    except BaseException as exc:
+        if not session.is_origin():
+            raise
+        _print_user_traceback(exc)
+        status, reason = 1, "exception"
+        session.failed_at_step = session.steps_seen
+        session.degrade(
+            f"script_failed_at_step_{session.steps_seen}",
+            f"the script raised {type(exc).__name__} at step {session.steps_seen}.",
+        )
+    if not session.is_origin():
+        # A fork of the training process that returned here: it writes nothing of ours. It skips
+        # interpreter finalisation: a profiler copied mid-recording can hang tearing down threads
+        # that do not exist in the fork. atexit handlers and stdio flushing still happen.
+        if sig is not None:
+            _die_by_signal(sig)
+        _exit_now(status)
+
+    session.exit_reason = reason
+    session.exit_status = 128 + sig if sig is not None else status
+    session.signal = sig
+    if sig == signal.SIGINT:
+        session.degrade("interrupted", "the run was interrupted (Ctrl-C); the capture was flushed.")
+    elif sig == signal.SIGTERM:
+        session.degrade("interrupted", "the run was terminated (SIGTERM); the capture was flushed.")
+
+    if sig == signal.SIGINT:
+        # A second Ctrl-C while the trace is exported skips the export, keeps everything else.
+        from gpuadvisor.capture import session as session_mod
+
+        def second_interrupt(signum: int, frame: Any) -> None:
+            if time.monotonic() - last_int["t"] < DEBOUNCE_S:
+                return
+            raise session_mod._SkipExport()
+
+        signal.signal(signal.SIGINT, second_interrupt)
+    try:
+        session.finish()
+    except BaseException as exc:  # _SkipExport outside the export proper, or a bug: keep the rest
+        session.log(f"finish interrupted: {type(exc).__name__}: {exc}")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        session.finish(skip_export=True)
+    if sig is not None:
+        _die_by_signal(sig)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    # Run from the importable module, not from this `__main__` copy: the script's module replaces
+    # sys.modules["__main__"], and our globals must stay alive.
+    import gpuadvisor.capture.child as _child
+
+    _child.main()

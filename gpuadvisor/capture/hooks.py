@@ -1,0 +1,570 @@
+"""Recording wrappers installed in the training process.
+
+Every wrapper calls the original first-class function with the same arguments and returns its result
+unchanged; what it records goes into a `Recorder`. A failure inside a wrapper's own bookkeeping is
+logged once and that hook is switched off: it never reaches user code. Imported only by the child
+(and the in-process `Capture`), after torch is importable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import linecache
+import os
+import sys
+import sysconfig
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import CodeType, FrameType
+from typing import Any
+
+
+def _default_is_device_tensor(t: Any) -> bool:
+    return bool(t.is_cuda)
+
+
+# Which tensors count as "on the device". Tests on a CPU-only machine swap this for a synthetic
+# predicate to exercise the recording machinery; in real runs it is `tensor.is_cuda`.
+is_device_tensor: Callable[[Any], bool] = _default_is_device_tensor
+
+
+def _internal_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(torch and gpuadvisor folders, stdlib folders): code under them is not user code."""
+    import torch
+
+    always = (
+        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # gpuadvisor/
+    )
+    stdlib = set()
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            stdlib.add(os.path.abspath(p) + os.sep)
+    return always, tuple(sorted(stdlib))
+
+
+@dataclass
+class CallsiteStat:
+    """Aggregated calls of one kind from one line of user code."""
+
+    kind: str
+    call: str
+    file: str
+    line: int
+    function: str
+    count: int = 0
+    pinned: bool | None = None
+    non_blocking: bool | None = None
+    dtype: str | None = None
+    total_bytes: int = 0
+
+
+@dataclass
+class SettingsSeen:
+    autocast_count: int = 0
+    autocast_dtypes: set[str] = field(default_factory=set)
+    autocast_device_types: set[str] = field(default_factory=set)
+    compile_count: int = 0
+    compile_modes: set[str] = field(default_factory=set)
+    compile_backends: set[str] = field(default_factory=set)
+    graph_captures: int = 0
+    graph_replays: int = 0
+    graphed_callables: int = 0
+    grad_scaler_count: int = 0
+    grad_scaler_enabled: bool | None = None
+
+
+class Recorder:
+    """Installs the wrappers and holds what they saw.
+
+    Callbacks: `on_optimizer_step(optimizer)` after every optimizer step, `on_dataloader_next()` at
+    the entry of every DataLoader iterator `__next__`, `on_user_profiler()` just before a profiler
+    that is not ours prepares (only one profiler may run per process).
+    """
+
+    def __init__(
+        self,
+        log: Callable[[str], None],
+        on_optimizer_step: Callable[[Any], None],
+        on_dataloader_next: Callable[[], None],
+        on_user_profiler: Callable[[Any], None],
+        cwd: str | None = None,
+    ) -> None:
+        self._log = log
+        self._on_optimizer_step = on_optimizer_step
+        self._on_dataloader_next = on_dataloader_next
+        self._on_user_profiler = on_user_profiler
+        self._cwd = os.path.abspath(cwd or os.getcwd()) + os.sep
+        self._always_internal, self._stdlib = _internal_prefixes()
+        self._code_internal: dict[CodeType, bool] = {}
+        self._disabled: set[str] = set()
+        self._patches: list[tuple[Any, str, Any, bool]] = []
+        self._tls = threading.local()
+        self._hook_handles: list[Any] = []
+        self.callsites: dict[tuple[Any, ...], CallsiteStat] = {}
+        self.dataloaders: list[dict[str, Any]] = []
+        self.optimizers: list[dict[str, Any]] = []
+        self._dl_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._iter_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._opt_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self.settings = SettingsSeen()
+        self.hook_errors: list[str] = []
+        self.own_profiler_inner: Any = None  # set by the session while our profiler prepares
+        self.recording_callsites = True
+
+    # ---------------------------------------------------------------- failure isolation
+    def _failed(self, name: str, err: BaseException) -> None:
+        if name in self._disabled:
+            return
+        self._disabled.add(name)
+        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+        msg = f"hook {name} failed and was disabled: {detail}"
+        self.hook_errors.append(msg)
+        with contextlib.suppress(Exception):  # the log itself must not break user code either
+            self._log(msg)
+
+    # ---------------------------------------------------------------- user frames
+    def _is_internal(self, code: CodeType) -> bool:
+        cached = self._code_internal.get(code)
+        if cached is not None:
+            return cached
+        fn = code.co_filename
+        if fn.startswith("<"):
+            internal = fn.startswith("<frozen")
+        else:
+            path = os.path.abspath(fn)
+            # Without a venv, third-party packages live under the stdlib folder
+            # (.../lib/python3.X/site-packages): those count as user code, torch does not.
+            internal = path.startswith(self._always_internal) or (
+                path.startswith(self._stdlib) and "site-packages" not in path and "dist-packages" not in path
+            )
+        self._code_internal[code] = internal
+        return internal
+
+    def user_frame(self, depth: int = 2) -> FrameType | None:
+        """The first frame, walking outwards, whose code is outside torch, gpuadvisor and the stdlib."""
+        f: FrameType | None = sys._getframe(depth)
+        while f is not None:
+            if not self._is_internal(f.f_code):
+                return f
+            f = f.f_back
+        return None
+
+    def location(self, frame: FrameType) -> tuple[str, int, str]:
+        path = os.path.abspath(frame.f_code.co_filename)
+        shown = path[len(self._cwd) :] if path.startswith(self._cwd) else frame.f_code.co_filename
+        if frame.f_code.co_filename.startswith("<"):
+            shown = frame.f_code.co_filename
+        return shown, frame.f_lineno, frame.f_code.co_name
+
+    @staticmethod
+    def source_line(frame_file: str, line: int) -> str:
+        return linecache.getline(frame_file, line).strip()
+
+    # ---------------------------------------------------------------- patching
+    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+        try:
+            had_own = attr in vars(owner)
+            raw = vars(owner)[attr] if had_own else None
+            wrapper = make(getattr(owner, attr))
+            setattr(owner, attr, wrapper)
+            self._patches.append((owner, attr, raw, had_own))
+        except Exception as err:
+            self._failed(f"patch {getattr(owner, '__name__', owner)}.{attr}", err)
+
+    def uninstall(self) -> None:
+        """Restore every patched attribute and remove the optimizer hook (idempotent)."""
+        for owner, attr, orig, had_own in reversed(self._patches):
+            try:
+                if had_own:
+                    setattr(owner, attr, orig)
+                else:
+                    delattr(owner, attr)
+            except Exception as err:
+                self._failed(f"unpatch {attr}", err)
+        self._patches.clear()
+        for handle in self._hook_handles:
+            try:
+                handle.remove()
+            except Exception as err:
+                self._failed("remove optimizer hook", err)
+        self._hook_handles.clear()
+
+    def install(self) -> None:
+        """Patch torch once. Call before the user's code runs."""
+        import torch
+
+        self._install_sync_hooks(torch)
+        self._install_h2d_hooks(torch)
+        self._install_dataloader_hooks()
+        self._install_optimizer_hooks()
+        self._install_settings_hooks(torch)
+        self._install_profiler_guard()
+
+    # ---------------------------------------------------------------- host syncs
+    def _nested(self) -> bool:
+        return bool(getattr(self._tls, "depth", 0))
+
+    def _record(self, key_extra: tuple[Any, ...], kind: str, call: str, frame: FrameType) -> CallsiteStat:
+        file, line, func = self.location(frame)
+        key = (kind, call, file, line, func, *key_extra)
+        stat = self.callsites.get(key)
+        if stat is None:
+            stat = CallsiteStat(kind=kind, call=call, file=file, line=line, function=func)
+            stat_file = frame.f_code.co_filename
+            stat.__dict__["_source_file"] = stat_file
+            self.callsites[key] = stat
+        stat.count += 1
+        return stat
+
+    def _sync_wrapper(self, call: str, orig: Any, needs_device: bool = True) -> Any:
+        name = f"host_sync {call}"
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self.recording_callsites and name not in self._disabled and not self._nested():
+                try:
+                    if not needs_device or (args and is_device_tensor(args[0])):
+                        frame = self.user_frame(2)
+                        if frame is not None:
+                            self._record((), "host_sync", call, frame)
+                except Exception as err:
+                    self._failed(name, err)
+            # Calls made by the original (print -> item) are not separate call sites.
+            self._tls.depth = getattr(self._tls, "depth", 0) + 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self._tls.depth -= 1
+
+        return wrapper
+
+    def _install_sync_hooks(self, torch: Any) -> None:
+        def sync_maker(call: str) -> Callable[[Any], Any]:
+            return lambda orig: self._sync_wrapper(call, orig)
+
+        for meth in ("item", "cpu", "tolist", "numpy", "__repr__", "__format__", "__bool__", "nonzero"):
+            self._patch(torch.Tensor, meth, sync_maker(f"Tensor.{meth}"))
+        self._patch(
+            torch.cuda, "synchronize", lambda orig: self._sync_wrapper("torch.cuda.synchronize", orig, False)
+        )
+
+    # ---------------------------------------------------------------- host -> device copies
+    def _h2d_record(self, call: str, src: Any, dst: Any, non_blocking: bool) -> None:
+        name = f"host_to_device {call}"
+        if not self.recording_callsites or name in self._disabled or self._nested():
+            return
+        try:
+            if dst is src or not is_device_tensor(dst) or is_device_tensor(src):
+                return
+            frame = self.user_frame(3)
+            if frame is None:
+                return
+            pinned = bool(src.is_pinned()) if src.device.type == "cpu" else False
+            dtype = str(src.dtype)
+            stat = self._record((pinned, non_blocking, dtype), "host_to_device", call, frame)
+            stat.pinned, stat.non_blocking, stat.dtype = pinned, non_blocking, dtype
+            stat.total_bytes += int(src.numel()) * int(src.element_size())
+        except Exception as err:
+            self._failed(name, err)
+
+    @staticmethod
+    def _non_blocking(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if "non_blocking" in kwargs:
+            return bool(kwargs["non_blocking"])
+        # Positional forms: to(device, dtype, non_blocking), to(dtype, non_blocking), to(tensor, non_blocking)
+        return any(type(a) is bool and a for a in args[1:3])
+
+    def _install_h2d_hooks(self, torch: Any) -> None:
+        def make_to(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def to(t: Any, *args: Any, **kwargs: Any) -> Any:
+                out = orig(t, *args, **kwargs)
+                self._h2d_record("Tensor.to", t, out, self._non_blocking((t, *args), kwargs))
+                return out
+
+            return to
+
+        def make_cuda(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def cuda(t: Any, *args: Any, **kwargs: Any) -> Any:
+                out = orig(t, *args, **kwargs)
+                nb = bool(kwargs.get("non_blocking", args[1] if len(args) > 1 else False))
+                self._h2d_record("Tensor.cuda", t, out, nb)
+                return out
+
+            return cuda
+
+        def make_copy(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def copy_(t: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
+                out = orig(t, src, *args, **kwargs)
+                nb = bool(kwargs.get("non_blocking", args[0] if args else False))
+                self._h2d_record("Tensor.copy_", src, t, nb)
+                return out
+
+            return copy_
+
+        self._patch(torch.Tensor, "to", make_to)
+        self._patch(torch.Tensor, "cuda", make_cuda)
+        self._patch(torch.Tensor, "copy_", make_copy)
+
+    # ---------------------------------------------------------------- DataLoader
+    def _install_dataloader_hooks(self) -> None:
+        from torch.utils.data import dataloader as dlmod
+
+        def make_init(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+                orig(loader, *args, **kwargs)
+                if "dataloader init" in self._disabled:
+                    return
+                try:
+                    self._record_dataloader(loader)
+                except Exception as err:
+                    self._failed("dataloader init", err)
+
+            return __init__
+
+        def make_iter(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def __iter__(loader: Any) -> Any:
+                it = orig(loader)
+                try:
+                    rec = self._dl_records.get(loader)
+                    if rec is not None:
+                        self._iter_records[it] = rec
+                except Exception as err:
+                    self._failed("dataloader iter", err)
+                return it
+
+            return __iter__
+
+        def make_next(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def __next__(it: Any) -> Any:
+                if "dataloader next" not in self._disabled:
+                    try:
+                        rec = self._iter_records.get(it)
+                        if rec is not None:
+                            rec["iterations"] += 1
+                        self._on_dataloader_next()
+                    except Exception as err:
+                        self._failed("dataloader next", err)
+                return orig(it)
+
+            return __next__
+
+        self._patch(dlmod.DataLoader, "__init__", make_init)
+        self._patch(dlmod.DataLoader, "__iter__", make_iter)
+        self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next)
+
+    def _record_dataloader(self, loader: Any) -> None:
+        frame = self.user_frame(3)
+        file, line, code = (None, None, None)
+        if frame is not None:
+            file, line, _ = self.location(frame)
+            code = self.source_line(frame.f_code.co_filename, frame.f_lineno)
+        try:
+            dataset_len: int | None = len(loader.dataset)
+        except Exception:  # IterableDataset or a dataset without __len__
+            dataset_len = None
+        ctx = loader.multiprocessing_context
+        collate = loader.collate_fn
+        rec: dict[str, Any] = {
+            "id": len(self.dataloaders),
+            "file": file,
+            "line": line,
+            "code": code,
+            "batch_size": loader.batch_size,
+            "num_workers": loader.num_workers,
+            "pin_memory": bool(loader.pin_memory),
+            "persistent_workers": bool(loader.persistent_workers),
+            "prefetch_factor": loader.prefetch_factor,
+            "drop_last": bool(loader.drop_last),
+            "multiprocessing_context": None
+            if ctx is None
+            else (ctx if isinstance(ctx, str) else ctx.get_start_method()),
+            "dataset_type": type(loader.dataset).__name__,
+            "dataset_len": dataset_len,
+            "sampler_type": type(loader.sampler).__name__,
+            "collate_fn": getattr(collate, "__name__", type(collate).__name__),
+            "iterations": 0,
+        }
+        self.dataloaders.append(rec)
+        self._dl_records[loader] = rec
+
+    # ---------------------------------------------------------------- optimizers
+    def _install_optimizer_hooks(self) -> None:
+        from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook
+
+        def make_init(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+                orig(opt, *args, **kwargs)
+                if "optimizer init" in self._disabled or opt in self._opt_records:
+                    return
+                try:
+                    self._record_optimizer(opt)
+                except Exception as err:
+                    self._failed("optimizer init", err)
+
+            return __init__
+
+        def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
+            if "optimizer step" in self._disabled:
+                return
+            try:
+                rec = self._opt_records.get(opt)
+                if rec is not None:
+                    rec["steps"] += 1
+                self._on_optimizer_step(opt)
+            except Exception as err:
+                self._failed("optimizer step", err)
+
+        self._patch(Optimizer, "__init__", make_init)
+        self._hook_handles.append(register_optimizer_step_post_hook(post_hook))
+
+    def _record_optimizer(self, opt: Any) -> None:
+        frame = self.user_frame(3)
+        file, line, code = (None, None, None)
+        if frame is not None:
+            file, line, _ = self.location(frame)
+            code = self.source_line(frame.f_code.co_filename, frame.f_lineno)
+        defaults = getattr(opt, "defaults", {}) or {}
+        params = [p for g in opt.param_groups for p in g.get("params", [])]
+        lr = opt.param_groups[0].get("lr") if opt.param_groups else None
+        try:
+            lr = float(lr) if lr is not None else None
+        except Exception:
+            lr = None
+        rec: dict[str, Any] = {
+            "id": len(self.optimizers),
+            "class": type(opt).__name__,
+            "file": file,
+            "line": line,
+            "code": code,
+            "foreach": defaults.get("foreach"),
+            "fused": defaults.get("fused"),
+            "capturable": defaults.get("capturable"),
+            "param_tensors": len(params),
+            "param_count": int(sum(int(p.numel()) for p in params)),
+            "lr": lr,
+            "steps": 0,
+        }
+        self.optimizers.append(rec)
+        self._opt_records[opt] = rec
+
+    # ---------------------------------------------------------------- settings
+    def _install_settings_hooks(self, torch: Any) -> None:
+        s = self.settings
+
+        def counting(name: str, orig: Any, note: Callable[..., None]) -> Any:
+            @functools.wraps(orig)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if name not in self._disabled:
+                    try:
+                        note(*args, **kwargs)
+                    except Exception as err:
+                        self._failed(name, err)
+                return orig(*args, **kwargs)
+
+            return wrapper
+
+        def note_autocast(ac: Any, *a: Any, **k: Any) -> None:
+            s.autocast_count += 1
+            if getattr(ac, "_enabled", True):
+                s.autocast_dtypes.add(str(ac.fast_dtype))
+                s.autocast_device_types.add(str(ac.device))
+
+        def note_compile(*args: Any, **kwargs: Any) -> None:
+            s.compile_count += 1
+            s.compile_modes.add(str(kwargs.get("mode") or "default"))
+            backend = kwargs.get("backend", "inductor")
+            s.compile_backends.add(
+                backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+            )
+
+        def note_graph(*a: Any, **k: Any) -> None:
+            s.graph_captures += 1
+
+        def note_replay(*a: Any, **k: Any) -> None:
+            s.graph_replays += 1
+
+        def note_graphed(*a: Any, **k: Any) -> None:
+            s.graphed_callables += 1
+
+        def note_scaler(scaler: Any, *args: Any, **kwargs: Any) -> None:
+            s.grad_scaler_count += 1
+            enabled = kwargs.get("enabled", True)
+            s.grad_scaler_enabled = bool(enabled) or bool(s.grad_scaler_enabled)
+
+        from torch.amp import autocast_mode
+
+        self._patch(autocast_mode.autocast, "__enter__", lambda o: counting("autocast", o, note_autocast))
+        self._patch(torch, "compile", lambda o: counting("torch.compile", o, note_compile))
+        try:
+            from torch.cuda import graphs
+
+            self._patch(graphs.graph, "__enter__", lambda o: counting("cuda graph", o, note_graph))
+            self._patch(graphs.CUDAGraph, "replay", lambda o: counting("cuda graph replay", o, note_replay))
+            for owner in (torch.cuda, graphs):
+                self._patch(
+                    owner,
+                    "make_graphed_callables",
+                    lambda o: counting("make_graphed_callables", o, note_graphed),
+                )
+        except Exception as err:  # builds without CUDA graph classes
+            self._failed("cuda graph hooks", err)
+        try:
+            self._patch(torch.amp.GradScaler, "__init__", lambda o: counting("GradScaler", o, note_scaler))
+        except Exception as err:
+            self._failed("GradScaler hook", err)
+
+    # ---------------------------------------------------------------- other profilers
+    def _install_profiler_guard(self) -> None:
+        from torch.autograd import profiler as aprof
+
+        def make(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def _prepare_trace(p: Any, *args: Any, **kwargs: Any) -> Any:
+                if p is not self.own_profiler_inner and "profiler guard" not in self._disabled:
+                    try:
+                        self._on_user_profiler(p)
+                    except Exception as err:
+                        self._failed("profiler guard", err)
+                return orig(p, *args, **kwargs)
+
+            return _prepare_trace
+
+        self._patch(aprof.profile, "_prepare_trace", make)
+
+    # ---------------------------------------------------------------- output
+    def callsites_json(self, steps_counted: int) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        for stat in self.callsites.values():
+            row: dict[str, Any] = {
+                "kind": stat.kind,
+                "call": stat.call,
+                "file": stat.file,
+                "line": stat.line,
+                "function": stat.function,
+                "code": self.source_line(stat.__dict__.get("_source_file", stat.file), stat.line),
+                "count": stat.count,
+                "per_step": round(stat.count / steps_counted, 4) if steps_counted else None,
+            }
+            if stat.kind == "host_to_device":
+                row.update(
+                    pinned=stat.pinned,
+                    non_blocking=stat.non_blocking,
+                    dtype=stat.dtype,
+                    bytes_per_call=stat.total_bytes // stat.count if stat.count else 0,
+                )
+            rows.append(row)
+        rows.sort(key=lambda r: (-r["count"], r["kind"], r["call"], str(r["file"]), r["line"]))
+        return {"schema_version": 1, "steps_counted": steps_counted, "callsites": rows}

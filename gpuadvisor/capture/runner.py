@@ -1,0 +1,419 @@
+"""The supervising process of `gpuadvisor profile`: validate, sample NVML, run the child, keep its status.
+
+Does not import torch: the training process (the child) does.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuadvisor import __version__, rundir
+from gpuadvisor.capture._io import read_json, utc_iso, write_json_atomic
+from gpuadvisor.errors import EXIT_OUTPUT_LOST, UsageError
+
+CONFIG_FILE = ".child_config.json"
+SI_KERNEL = (
+    0x80  # siginfo si_code of a signal the kernel sent (the terminal's Ctrl-C goes to the whole group)
+)
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """What `run_profile` returns: where the run is, the exit status, and the manifest written."""
+
+    run_dir: Path
+    exit_status: int
+    manifest: dict[str, Any]
+
+
+def validate_script(path: str) -> Path:
+    """Usage errors (exit 2) for a missing, non-file, non-Python or non-compiling script."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"script not found: {path}")
+    if not p.is_file():
+        raise UsageError(f"not a file: {path}")
+    try:
+        raw = p.read_bytes()
+    except OSError as err:
+        raise UsageError(f"cannot read script {path}: {err.strerror or err}") from err
+    if b"\x00" in raw[:8192]:
+        raise UsageError(f"not a Python script (binary file): {path}")
+    try:
+        ast.parse(raw, filename=str(p))
+    except SyntaxError as err:
+        where = f"{path}:{err.lineno}" if err.lineno else path
+        raise UsageError(f"not a valid Python script: {where}: {err.msg}") from err
+    except ValueError as err:
+        raise UsageError(f"not a Python script: {path}: {err}") from err
+    return p
+
+
+def validate_module(name: str) -> None:
+    """Usage error unless `name` resolves to a module spec (imports parent packages only)."""
+    if not name or any(not part.isidentifier() for part in name.split(".")):
+        raise UsageError(f"not a module name: {name!r}")
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())  # `python -m` looks in the cwd first
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as err:
+        raise UsageError(f"module not found: {name} ({err})") from err
+    finally:
+        sys.path[:] = saved
+    if spec is None:
+        raise UsageError(f"module not found: {name}")
+
+
+def default_out_dir(target: str, module: bool, now: float | None = None) -> Path:
+    """`gpuadvisor-runs/<script-stem>-<YYYYmmdd-HHMMSS>` (module: its last dotted part)."""
+    stem = target.rsplit(".", 1)[-1] if module else Path(target).stem
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    return Path("gpuadvisor-runs") / f"{stem}-{stamp}"
+
+
+def prepare_out_dir(out: Path, force: bool) -> None:
+    """Create `out`; refuse an existing run (or any non-empty folder) without `force`; check it is writable."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output path exists and is not a directory: {out}")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            what = "a previous run" if rundir.is_run_dir(out) else "a non-empty directory"
+            raise UsageError(f"output directory {out} already holds {what}; use --force to overwrite it")
+        for name in (
+            rundir.MANIFEST,
+            rundir.ENVIRONMENT,
+            rundir.CALLSITES,
+            rundir.NVML,
+            rundir.LOG,
+            rundir.FINDINGS,
+            rundir.REPORT,
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                (out / name).unlink()
+        tdir = out / rundir.TRACE_DIR
+        if tdir.is_dir():
+            for f in tdir.glob("rank*.json.gz"):
+                f.unlink()
+    try:
+        (out / rundir.TRACE_DIR).mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"output directory {out} is not writable: {err.strerror or err}") from err
+
+
+class _SignalRelay:
+    """Collects SIGINT/SIGTERM in the supervising thread with sigtimedwait and relays them.
+
+    A signal the terminal sent to the whole foreground group (si_code SI_KERNEL) already reached the
+    child: it is not sent twice. A signal sent to this process alone (kill PID) is forwarded.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.active = threading.current_thread() is threading.main_thread() and hasattr(
+            signal, "sigtimedwait"
+        )
+        self.interrupts = 0
+        self.terms = 0
+        self.kill_deadline: float | None = None
+
+    def __enter__(self) -> _SignalRelay:
+        if self.active:
+            signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            while signal.sigtimedwait(self.SIGNALS, 0) is not None:
+                pass  # drop what arrived while we were finishing: the child has handled it
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+
+    def wait(self, proc: subprocess.Popen[bytes], timeout: float, term_timeout: float) -> None:
+        if not self.active:
+            time.sleep(timeout)
+            return
+        info = signal.sigtimedwait(self.SIGNALS, timeout)
+        if info is not None:
+            from_terminal = info.si_code == SI_KERNEL
+            if info.si_signo == signal.SIGINT:
+                self.interrupts += 1
+                if self.interrupts >= 3:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                elif not from_terminal:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGINT)
+            else:
+                self.terms += 1
+                if not from_terminal:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+                if self.kill_deadline is None:
+                    self.kill_deadline = time.monotonic() + term_timeout
+        if self.kill_deadline is not None and time.monotonic() > self.kill_deadline and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+
+def run_profile(
+    target: str,
+    args: list[str] | tuple[str, ...] = (),
+    *,
+    out: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    full: bool = False,
+    skip_steps: int = 10,
+    warmup_steps: int = 2,
+    active_steps: int = 10,
+    with_stack: bool = False,
+    nvml_interval: float = 0.1,
+    quiet: bool = False,
+    module: bool = False,
+    time_step_seconds: float = 1.0,
+    time_fallback_after: float = 20.0,
+    term_timeout: float = 20.0,
+    analyze: bool = True,
+    command: list[str] | None = None,
+) -> ProfileOutcome:
+    """Run `target` (a script path, or a module name with `module=True`) under the capture.
+
+    Raises `UsageError` (exit 2) before any work for a bad target, bad numbers or an output directory
+    that exists (without `force`) or cannot be written. Otherwise always writes `manifest.json` and
+    returns the script's own exit status (128+N for signal N; 74 when the script succeeded but
+    outputs were lost).
+    """
+    args = list(args)
+    for name, value in (("--skip-steps", skip_steps), ("--warmup-steps", warmup_steps)):
+        if value < 0:
+            raise UsageError(f"{name} must be >= 0 (got {value})")
+    if active_steps < 1:
+        raise UsageError(f"--active-steps must be >= 1 (got {active_steps})")
+    if nvml_interval <= 0:
+        raise UsageError(f"--nvml-interval must be > 0 (got {nvml_interval})")
+    if time_step_seconds <= 0:
+        raise UsageError(f"--time-step-seconds must be > 0 (got {time_step_seconds})")
+    if module:
+        validate_module(target)
+    else:
+        validate_script(target)
+    run_dir = Path(out) if out is not None else default_out_dir(target, module)
+    prepare_out_dir(run_dir, force)
+
+    started = time.time()
+    manifest: dict[str, Any] = {
+        "schema_version": rundir.RUN_SCHEMA_VERSION,
+        "tool": {"name": "gpuadvisor", "version": __version__},
+        "command": list(command)
+        if command is not None
+        else [sys.argv[0], "profile", *(["-m"] if module else []), target, *args],
+        "target": {"kind": "module" if module else "script", "path_or_name": target, "argv": [target, *args]},
+        "cwd": os.getcwd(),
+        "python": sys.executable,
+        "started_at": utc_iso(started),
+        "started_unix_s": started,
+        "ended_at": None,
+        "ended_unix_s": None,
+        "exit_status": None,
+        "exit_reason": "not_started",
+        "signal": None,
+        "failed_at_step": None,
+        "step_detection": "none",
+        "steps_seen": 0,
+        "capture": {
+            "skip_steps": skip_steps,
+            "warmup_steps": warmup_steps,
+            "active_steps": active_steps,
+            "state": "not_reached",
+            "full": full,
+            "with_stack": with_stack,
+            "record_shapes": True,
+            "with_flops": True,
+        },
+        "traces": [],
+        "nvml": {
+            "available": False,
+            "reason": "not started",
+            "file": None,
+            "interval_s": nvml_interval,
+            "samples": 0,
+            "gpus": [],
+        },
+        "degraded": [],
+        "messages": [],
+    }
+    write_json_atomic(run_dir / rundir.MANIFEST, manifest)  # a parent killed outright still leaves one
+
+    from gpuadvisor.capture.session import STATE_FILE, SessionConfig
+
+    cfg = dataclasses.asdict(
+        SessionConfig(
+            out=str(run_dir.resolve()),
+            skip_steps=skip_steps,
+            warmup_steps=warmup_steps,
+            active_steps=active_steps,
+            full=full,
+            with_stack=with_stack,
+            quiet=quiet,
+            time_step_seconds=time_step_seconds,
+            time_fallback_after=time_fallback_after,
+        )
+    )
+    cfg["target"] = {"kind": "module" if module else "script", "path_or_name": target, "argv": args}
+    write_json_atomic(run_dir / CONFIG_FILE, cfg)
+
+    from gpuadvisor.capture.nvml import NvmlSampler
+
+    sampler = NvmlSampler(run_dir, nvml_interval)
+    child_cmd = [
+        sys.executable,
+        *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+        "-m",
+        "gpuadvisor.capture.child",
+        str((run_dir / CONFIG_FILE).resolve()),
+    ]
+    returncode: int
+    with _SignalRelay() as relay:
+        sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        proc = subprocess.Popen(child_cmd)
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                returncode = rc
+                break
+            relay.wait(proc, 0.2, term_timeout)
+        sampler.stop()
+    ended = time.time()
+
+    state = read_json(run_dir / STATE_FILE) or {}
+    degraded: list[str] = list(state.get("degraded") or [])
+    messages: list[str] = list(state.get("messages") or [])
+
+    def degrade(flag: str, msg: str) -> None:
+        if flag not in degraded:
+            degraded.append(flag)
+        if msg and msg not in messages:
+            messages.append(msg)
+
+    sig: int | None = None
+    if returncode < 0:
+        sig = -returncode
+        exit_status = 128 + sig
+        reason = "signal" if state.get("exit_reason") == "signal" else "killed"
+        if reason == "killed":
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            degrade(
+                rundir.DEGRADED_KILLED,
+                f"the training process was killed by {name}; only what it had written is kept.",
+            )
+            if state.get("capture", {}).get("state") != "complete":
+                degrade(rundir.DEGRADED_TRACE_NOT_EXPORTED, "")
+    else:
+        exit_status = returncode
+        reason = state.get("exit_reason") or ("not_started" if not state else "completed")
+        if not state:
+            degrade(
+                rundir.DEGRADED_KILLED,
+                f"the training process ended (status {returncode}) before gpuadvisor could start in it.",
+            )
+
+    if not sampler.available:
+        degrade(rundir.DEGRADED_NVML_UNAVAILABLE, f"GPU samples were not recorded: {sampler.reason}.")
+    elif sampler.write_error:
+        degrade(rundir.DEGRADED_OUTPUT_INCOMPLETE, sampler.write_error)
+
+    if exit_status_for(returncode, degraded) != exit_status:
+        exit_status = exit_status_for(returncode, degraded)
+        messages.append("exit status 74: the script succeeded but some outputs could not be written.")
+
+    capture = dict(manifest["capture"])
+    capture.update(state.get("capture") or {})
+    manifest.update(
+        ended_at=utc_iso(ended),
+        ended_unix_s=ended,
+        exit_status=exit_status,
+        exit_reason=reason,
+        signal=sig if sig is not None else state.get("signal"),
+        failed_at_step=state.get("failed_at_step"),
+        step_detection=state.get("step_detection") or "none",
+        steps_seen=int(state.get("steps_seen") or 0),
+        capture=capture,
+        traces=[t for t in (state.get("traces") or []) if (run_dir / t).is_file()],
+        nvml=sampler.describe(),
+        degraded=degraded,
+        messages=messages,
+    )
+    if state.get("python"):
+        manifest["python"] = state["python"]
+    _add_driver(run_dir, sampler.driver)
+    try:
+        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
+    except OSError as err:
+        sys.stderr.write(f"gpuadvisor: manifest.json could not be written: {err.strerror or err}\n")
+        if exit_status == 0:
+            exit_status = EXIT_OUTPUT_LOST
+    for name in (CONFIG_FILE, STATE_FILE):
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    if analyze:
+        _analyze(run_dir, quiet)
+    if not quiet:
+        sys.stderr.write(f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n")
+    return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest)
+
+
+def exit_status_for(returncode: int, degraded: list[str]) -> int:
+    """`gpuadvisor profile`'s status from the child's returncode: the script's own status, 128+N for
+    signal N, and 74 only when the script succeeded but some outputs were lost."""
+    if returncode < 0:
+        return 128 - returncode
+    if returncode == 0 and rundir.DEGRADED_OUTPUT_INCOMPLETE in degraded:
+        return EXIT_OUTPUT_LOST
+    return returncode
+
+
+def _add_driver(run_dir: Path, driver: str | None) -> None:
+    if driver is None:
+        return
+    env_path = run_dir / rundir.ENVIRONMENT
+    env = read_json(env_path)
+    if isinstance(env, dict):
+        env["driver"] = driver
+        with contextlib.suppress(OSError):
+            write_json_atomic(env_path, env)
+
+
+def _analyze(run_dir: Path, quiet: bool) -> None:
+    """Hand the run to the analysis when it is installed; never fail the profile because of it."""
+    log = run_dir / rundir.LOG
+    try:
+        from gpuadvisor.analysis import analyze_run_and_write  # type: ignore[attr-defined]
+    except ImportError as err:
+        _append_log(log, f"analysis not available: {err}")
+        return
+    try:
+        analyze_run_and_write(run_dir)
+    except Exception as err:
+        _append_log(log, f"analysis failed: {type(err).__name__}: {err}")
+        if not quiet:
+            sys.stderr.write(f"gpuadvisor: analysis failed ({type(err).__name__}: {err}); the run is kept\n")
+
+
+def _append_log(path: Path, msg: str) -> None:
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [parent {os.getpid()}] {msg}\n")

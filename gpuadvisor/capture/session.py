@@ -1,0 +1,793 @@
+"""The capture inside the training process: step counting, the profiler window, the child's files.
+
+Used by the child process (`gpuadvisor.capture.child`) and by the in-process `Capture` context
+manager. torch is imported only when a session starts.
+
+Step detection (decided at run time, highest priority first):
+  1. `optimizer_step_hook`: every `optimizer.step()` of the first optimizer that steps is a boundary.
+  2. `dataloader`: chosen when a second DataLoader batch is requested before any optimizer step;
+     every `__next__` on any DataLoader iterator (after the first of the run) is a boundary.
+  3. `time`: chosen when neither was seen within `time_fallback_after` seconds; a boundary every
+     `time_step_seconds`.
+A higher-priority signal that appears before the window has been exported takes over (an
+unfinished window is dropped and counting restarts under the new method); after the export the
+method is fixed. `manual` is used by `Capture.step()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import gzip
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuadvisor import rundir
+from gpuadvisor.capture._io import write_json_atomic
+
+STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manifest.json then removed
+
+_METHOD_PRIORITY = {"manual": 4, "optimizer_step_hook": 3, "dataloader": 2, "time": 1}
+
+
+class CaptureWindowComplete(SystemExit):
+    """Raised in the main thread at the step boundary that ends the window (unless --full).
+
+    A SystemExit (code 0) so that `except Exception:` in user code lets it through, and so that an
+    uncaught one ends the process quietly with status 0.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+class _SkipExport(BaseException):
+    """Second Ctrl-C during the export: give up the trace, keep the rest."""
+
+
+class WindowState(enum.Enum):
+    IDLE = "idle"
+    WARMUP = "warmup"
+    RECORD = "record"
+    DONE = "done"
+    DISABLED = "disabled"
+
+
+@dataclass
+class SessionConfig:
+    """What the child needs to know; serialised by the parent as JSON."""
+
+    out: str
+    skip_steps: int = 10
+    warmup_steps: int = 2
+    active_steps: int = 10
+    full: bool = False
+    with_stack: bool = False
+    quiet: bool = False
+    time_step_seconds: float = 1.0
+    time_fallback_after: float = 20.0
+    manual_steps: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class CaptureSession:
+    """One capture in the current process. `start()`, run user code, `finish()`."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.cfg = config
+        self.out = Path(config.out)
+        self.pid = os.getpid()
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.method: str | None = "manual" if config.manual_steps else None
+        self.counts: dict[str, int] = {"optimizer_step_hook": 0, "dataloader": 0, "time": 0, "manual": 0}
+        self._dl_calls = 0
+        self._primary_optimizer: Any = None
+        self.state = WindowState.IDLE
+        self._prof: Any = None
+        self._step_rec: Any = None
+        self._warmup_start = 0
+        self.record_start: int | None = None
+        self.record_end: int | None = None
+        self.window_start_unix_s: float | None = None
+        self.window_end_unix_s: float | None = None
+        self.export_seconds: float | None = None
+        self.trace_written = False
+        self.degraded: list[str] = []
+        self.messages: list[str] = []
+        self.stop_requested = False
+        self._stop_announced = False
+        self._preparing_ours = False
+        self._last_progress = 0.0
+        self._started_mono = time.monotonic()
+        self._settings_snapshot: dict[str, Any] | None = None
+        self._lock = threading.RLock()
+        self._timer: threading.Thread | None = None
+        self._timer_stop = threading.Event()
+        self._time_pending = False
+        self._in_boundary = False
+        self._prev_winch: Any = None
+        self._log_fh: Any = None
+        self.recorder: Any = None
+        self.exit_reason: str | None = None
+        self.failed_at_step: int | None = None
+        self.exit_status: int | None = None
+        self.signal: int | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def is_origin(self) -> bool:
+        """True in the process that started the capture (not in a fork of it)."""
+        return os.getpid() == self.pid
+
+    def log(self, msg: str) -> None:
+        if not self.is_origin():
+            return
+        try:
+            if self._log_fh is None:
+                # Kept open for the session (line-buffered); closed by finish().
+                self._log_fh = open(self.out / rundir.LOG, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            self._log_fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [child {self.pid}] {msg}\n")
+        except OSError:
+            pass  # a full disk must not break the user's run; the manifest says what was lost
+
+    def say(self, msg: str, *, force: bool = False) -> None:
+        """One progress line on stderr (never stdout); rate-limited unless `force`."""
+        self.log(msg)
+        if self.cfg.quiet or not self.is_origin():
+            return
+        now = time.monotonic()
+        if not force and now - self._last_progress < 1.0:
+            return
+        self._last_progress = now
+        try:
+            sys.stderr.write(f"gpuadvisor: {msg}\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+
+    def degrade(self, flag: str, message: str) -> None:
+        if flag not in self.degraded:
+            self.degraded.append(flag)
+        if message and message not in self.messages:
+            self.messages.append(message)
+        self.log(f"degraded {flag}: {message}")
+
+    @property
+    def steps_seen(self) -> int:
+        return self.counts[self.method] if self.method else 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Install the hooks (torch is imported here) and the time fallback."""
+        import torch
+
+        from gpuadvisor.capture.hooks import Recorder
+
+        (self.out / rundir.TRACE_DIR).mkdir(parents=True, exist_ok=True)
+        self.cuda_available = bool(torch.cuda.is_available())
+        self.recorder = Recorder(
+            log=self.log,
+            on_optimizer_step=self._on_optimizer_step,
+            on_dataloader_next=self._on_dataloader_next,
+            on_user_profiler=self._on_user_profiler,
+        )
+        self.recorder.install()
+        if not self.cuda_available:
+            self.degrade(
+                rundir.DEGRADED_CUDA_UNAVAILABLE,
+                "CUDA is not available to torch in the training process: only CPU activity was recorded.",
+            )
+        if not self.cfg.manual_steps and self.cfg.time_fallback_after > 0:
+            self._start_timer()
+        self.write_state()
+
+    def _start_timer(self) -> None:
+        # Time-based steps are delivered in the main thread through a simulated SIGWINCH (ignored by
+        # default, so no behaviour changes): the profiler must be driven from the training thread.
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            prev = signal.getsignal(signal.SIGWINCH)
+            if prev not in (signal.SIG_DFL, signal.SIG_IGN, None):
+                self.log("SIGWINCH already handled by someone else: no time-based step fallback")
+                return
+            self._prev_winch = prev
+            signal.signal(signal.SIGWINCH, self._on_winch)
+        except (ValueError, OSError, AttributeError) as err:
+            self.log(f"no time-based step fallback: {err}")
+            return
+        self._timer = threading.Thread(target=self._timer_loop, name="gpuadvisor-steps", daemon=True)
+        self._timer.start()
+
+    def _timer_loop(self) -> None:
+        import _thread
+
+        if self._timer_stop.wait(self.cfg.time_fallback_after):
+            return
+        while not self._timer_stop.is_set():
+            with self._lock:
+                undecided = self.method in (None, "time") and self._dl_calls <= 1
+                if not undecided or self.state in (WindowState.DONE, WindowState.DISABLED):
+                    return
+                already = self._time_pending
+                self._time_pending = True
+            if not already:  # ticks coalesce while the main thread is busy
+                _thread.interrupt_main(signal.SIGWINCH)
+            if self._timer_stop.wait(self.cfg.time_step_seconds):
+                return
+
+    def _on_winch(self, signum: int, frame: Any) -> None:
+        if not self._time_pending:
+            return  # a real terminal resize
+        self._time_pending = False
+        if self.method is None:
+            self._switch_method("time", "no optimizer step or DataLoader batch was seen")
+        if self.method == "time":
+            self.counts["time"] += 1
+            self._boundary()
+
+    def _stop_timer(self) -> None:
+        self._timer_stop.set()
+        if self._prev_winch is not None and threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(Exception):
+                signal.signal(signal.SIGWINCH, self._prev_winch)
+            self._prev_winch = None
+
+    # ------------------------------------------------------------------ step signals
+    def _on_optimizer_step(self, opt: Any) -> None:
+        if self._primary_optimizer is None:
+            self._primary_optimizer = opt
+        elif opt is not self._primary_optimizer:
+            return  # only the first optimizer that steps counts (GANs and friends step several)
+        self.counts["optimizer_step_hook"] += 1
+        if self.method != "optimizer_step_hook" and self._may_switch("optimizer_step_hook"):
+            self._switch_method("optimizer_step_hook", "optimizer.step() was seen")
+        if self.method == "optimizer_step_hook":
+            self._boundary()
+
+    def _on_dataloader_next(self) -> None:
+        self._dl_calls += 1
+        if self._dl_calls == 1:
+            return  # the first batch starts step 0; it ends nothing
+        self.counts["dataloader"] += 1
+        if (
+            self.method is None or (self.method == "time" and self._may_switch("dataloader"))
+        ) and self.counts["optimizer_step_hook"] == 0:
+            self._switch_method("dataloader", "a second DataLoader batch came before any optimizer step")
+        if self.method == "dataloader":
+            self._boundary()
+
+    def step(self) -> None:
+        """Manual step boundary (the in-process `Capture.step()`)."""
+        self.counts["manual"] += 1
+        if self.method == "manual":
+            self._boundary()
+
+    def _may_switch(self, new: str) -> bool:
+        if self.method is None:
+            return True
+        if _METHOD_PRIORITY[new] <= _METHOD_PRIORITY[self.method]:
+            return False
+        return self.state in (WindowState.IDLE, WindowState.WARMUP, WindowState.RECORD)
+
+    def _switch_method(self, new: str, why: str) -> None:
+        old = self.method
+        if self.state in (WindowState.WARMUP, WindowState.RECORD):
+            self._abort_window(f"step detection switched from {old} to {new}")
+        self.method = new
+        self.say(f"counting steps by {new} ({why})", force=True)
+        self.write_state()
+
+    # ------------------------------------------------------------------ the window
+    def _boundary(self) -> None:
+        """A step just ended: `steps_seen` completed steps, the next step's index is `steps_seen`."""
+        if self._in_boundary:
+            return  # a time tick delivered while a boundary is being handled: the next one catches up
+        c = self.steps_seen
+        cfg = self.cfg
+        if self.stop_requested:
+            self._raise_stop()
+        self._in_boundary = True
+        announced = False
+        try:
+            if self.state is WindowState.IDLE and c >= cfg.skip_steps:
+                self._begin_warmup(c)
+                announced = True
+            if self.state is WindowState.WARMUP and c >= self._warmup_start + cfg.warmup_steps:
+                self._begin_record(c)
+            elif announced:
+                pass
+            elif self.state is WindowState.RECORD:
+                assert self.record_start is not None
+                self._exit_step_annotation()
+                if c >= self.record_start + cfg.active_steps:
+                    self._complete_window(c)
+                else:
+                    self._enter_step_annotation(c)
+                    self.say(f"step {c}: recording ({c - self.record_start + 1}/{cfg.active_steps})")
+            elif self.state is WindowState.IDLE:
+                self.say(f"step {c}: skipping ({c}/{cfg.skip_steps})")
+            elif self.state is WindowState.WARMUP:
+                self.say(f"step {c}: warm-up ({c - self._warmup_start + 1}/{cfg.warmup_steps})")
+        except (KeyboardInterrupt, CaptureWindowComplete, _SkipExport):
+            raise
+        except Exception as err:  # the profiler failed: keep the user's run alive, say why
+            self.degrade(
+                rundir.DEGRADED_TRACE_NOT_EXPORTED,
+                f"the profiler failed at step {c}: {type(err).__name__}: {err}",
+            )
+            self._drop_profiler()
+            self.state = WindowState.DISABLED
+        finally:
+            self._in_boundary = False
+        if self.stop_requested:
+            self._raise_stop()
+
+    def _raise_stop(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            raise CaptureWindowComplete()
+
+    def _user_profiler_active(self) -> bool:
+        import torch
+
+        try:
+            return bool(torch.autograd._profiler_enabled())  # type: ignore[attr-defined]
+        except Exception:
+            return False
+
+    def _begin_warmup(self, c: int) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        if self._user_profiler_active():
+            self.degrade(
+                rundir.DEGRADED_USER_PROFILER,
+                "the script runs its own torch.profiler; gpuadvisor waits until it is stopped (one profiler per process).",
+            )
+            return
+        activities = [ProfilerActivity.CPU]
+        if self.cuda_available:
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(
+            activities=activities,
+            record_shapes=True,
+            with_flops=True,
+            with_stack=self.cfg.with_stack,
+            profile_memory=False,
+        )
+        dist_initialized = False
+        with contextlib.suppress(Exception):
+            import torch.distributed as dist
+
+            dist_initialized = bool(dist.is_available() and dist.is_initialized())
+        if not dist_initialized:
+            # HTA refuses traces without distributedInfo.rank; torch adds it only under torch.distributed.
+            import json
+
+            self._prof.preset_metadata_json(
+                "distributedInfo",
+                json.dumps({"backend": None, "rank": self.rank, "world_size": self.world_size}),
+            )
+        self._preparing_ours = True
+        try:
+            with self._native_stderr_filtered():
+                self._prof.prepare_trace()
+        finally:
+            self._preparing_ours = False
+        del torch
+        self.state = WindowState.WARMUP
+        self._warmup_start = c
+        self.say(f"step {c}: warm-up starts ({self.cfg.warmup_steps} steps)", force=True)
+
+    def _begin_record(self, c: int) -> None:
+        with self._native_stderr_filtered():
+            self._prof.start_trace()
+        self.state = WindowState.RECORD
+        self.record_start = c
+        self.window_start_unix_s = time.time()
+        self._enter_step_annotation(c)
+        self.say(f"step {c}: recording (1/{self.cfg.active_steps})", force=True)
+        self.write_state()
+
+    def _enter_step_annotation(self, c: int) -> None:
+        from torch.profiler import record_function
+
+        # The same name torch.profiler's own schedule uses, so HTA and our analysis find the steps.
+        self._step_rec = record_function(f"ProfilerStep#{c}")
+        self._step_rec.__enter__()
+
+    def _exit_step_annotation(self) -> None:
+        rec, self._step_rec = self._step_rec, None
+        if rec is not None:
+            rec.__exit__(None, None, None)
+
+    def _complete_window(self, c: int) -> None:
+        self.record_end = c - 1
+        self._stop_and_export()
+        self.state = WindowState.DONE
+        self.snapshot_settings()
+        self.write_outputs()
+        if not self.cfg.full:
+            self.stop_requested = True
+            if not self._stop_announced and self.is_origin():
+                self._stop_announced = True
+                msg = f"capture window complete after step {c}; stopping the script (use --full to run to the end)"
+                self.log(msg)
+                if not self.cfg.quiet:
+                    sys.stderr.write(f"gpuadvisor: {msg}\n")
+                    sys.stderr.flush()
+        else:
+            self.say(f"capture window complete after step {c}; the script continues (--full)", force=True)
+
+    def _abort_window(self, why: str) -> None:
+        self._exit_step_annotation()
+        if self._prof is not None and self.state is WindowState.RECORD:
+            with contextlib.suppress(Exception), self._native_stderr_filtered():
+                self._prof.stop_trace()
+        self._drop_profiler()
+        self.state = WindowState.IDLE
+        self.record_start = None
+        self.window_start_unix_s = None
+        self.log(f"window dropped: {why}")
+
+    def _drop_profiler(self) -> None:
+        # Let go of the profiler completely so later steps run without it (pytorch PR #146604).
+        self._exit_step_annotation()
+        self._prof = None
+
+    def _on_user_profiler(self, inner: Any) -> None:
+        if self._preparing_ours:
+            return
+        msg = (
+            "the script started its own torch.profiler; only one profiler can run per process, so "
+            "gpuadvisor stopped its own capture and left the script's profiler alone."
+        )
+        if self.state in (WindowState.WARMUP, WindowState.RECORD):
+            if self.state is WindowState.RECORD:
+                self.record_end = self.steps_seen - 1
+                with contextlib.suppress(Exception):
+                    self._stop_and_export()
+            else:
+                self._abort_window("the script started its own profiler")
+            self.state = WindowState.DISABLED
+            self.degrade(rundir.DEGRADED_USER_PROFILER, msg)
+            self.say(msg, force=True)
+        elif self.state is WindowState.IDLE:
+            self.degrade(
+                rundir.DEGRADED_USER_PROFILER,
+                "the script runs its own torch.profiler; gpuadvisor captures only while it is not running.",
+            )
+
+    # ------------------------------------------------------------------ export
+    @contextlib.contextmanager
+    def _native_stderr_filtered(self) -> Iterator[None]:
+        """Drop the `USDT:... profiler_start/stop` lines torch's C++ writes to fd 2; keep the rest."""
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):
+            yield
+            return
+        path = self.out / f".stderr.{os.getpid()}.tmp"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            os.close(saved)
+            yield
+            return
+        os.dup2(fd, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                data = b""
+                while chunk := os.read(fd, 65536):
+                    data += chunk
+            finally:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            kept = b"".join(line for line in data.splitlines(keepends=True) if not line.startswith(b"USDT:"))
+            if kept:
+                with contextlib.suppress(OSError):
+                    os.write(2, kept)
+
+    def _stop_and_export(self) -> None:
+        """Stop recording, export the trace as torch writes it, gzip it into trace/rankN.json.gz."""
+        self._exit_step_annotation()
+        prof = self._prof
+        if prof is None:
+            return
+        with self._native_stderr_filtered():
+            prof.stop_trace()
+        self.window_end_unix_s = time.time()
+        self._prof = None
+        if not self.is_origin():
+            return
+        t0 = time.monotonic()
+        final = rundir.trace_path(self.out, self.rank)
+        tmp_json = final.with_name(f".{final.name}.json.tmp")
+        tmp_gz = final.with_name(f".{final.name}.tmp")
+        try:
+            prof.export_chrome_trace(str(tmp_json))
+            self._gzip_with_dist_info(tmp_json, tmp_gz)
+            os.replace(tmp_gz, final)
+            self.trace_written = True
+        except _SkipExport:
+            self.degrade(
+                rundir.DEGRADED_TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C."
+            )
+        except OSError as err:
+            self.degrade(
+                rundir.DEGRADED_OUTPUT_INCOMPLETE,
+                f"the trace could not be written ({err.strerror or err}); the trace of steps "
+                f"{self.record_start}-{self.record_end} was lost.",
+            )
+            self.degrade(rundir.DEGRADED_TRACE_NOT_EXPORTED, "")
+        finally:
+            for p in (tmp_json, tmp_gz):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            del prof
+        self.export_seconds = round(time.monotonic() - t0, 3)
+        self.log(f"trace export took {self.export_seconds} s")
+
+    def _gzip_with_dist_info(self, src: Path, dst: Path) -> None:
+        import json
+
+        head_checked = False
+        with open(src, "rb") as fin, gzip.open(dst, "wb", compresslevel=6) as fout:
+            while chunk := fin.read(1 << 20):
+                if not head_checked:
+                    head_checked = True
+                    if b'"distributedInfo"' not in chunk:
+                        # Insert right after the opening brace; the rest stays byte-identical.
+                        brace = chunk.index(b"{")
+                        info = json.dumps({"backend": None, "rank": self.rank, "world_size": self.world_size})
+                        chunk = (
+                            chunk[: brace + 1]
+                            + f'\n  "distributedInfo": {info},'.encode()
+                            + chunk[brace + 1 :]
+                        )
+                fout.write(chunk)
+
+    # ------------------------------------------------------------------ outputs
+    def snapshot_settings(self) -> None:
+        import warnings
+
+        import torch
+
+        s: dict[str, Any] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for key, read in (
+                ("allow_tf32_matmul", lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+                ("allow_tf32_cudnn", lambda: bool(torch.backends.cudnn.allow_tf32)),
+                ("float32_matmul_precision", lambda: str(torch.get_float32_matmul_precision())),
+                ("cudnn_benchmark", lambda: bool(torch.backends.cudnn.benchmark)),
+                ("cudnn_deterministic", lambda: bool(torch.backends.cudnn.deterministic)),
+            ):
+                try:
+                    s[key] = read()
+                except Exception as err:
+                    s[key] = None
+                    self.log(f"setting {key} unreadable: {err}")
+        seen = self.recorder.settings if self.recorder is not None else None
+        if seen is not None:
+            s["autocast"] = {
+                "used": seen.autocast_count > 0,
+                "count": seen.autocast_count,
+                "dtypes": sorted(seen.autocast_dtypes),
+                "device_types": sorted(seen.autocast_device_types),
+            }
+            s["grad_scaler"] = {
+                "used": seen.grad_scaler_count > 0,
+                "enabled": seen.grad_scaler_enabled,
+            }
+            s["torch_compile"] = {
+                "used": seen.compile_count > 0,
+                "count": seen.compile_count,
+                "modes": sorted(seen.compile_modes),
+                "backends": sorted(seen.compile_backends),
+            }
+            graphs = seen.graph_captures + seen.graphed_callables
+            s["cuda_graphs"] = {
+                "used": graphs > 0 or seen.graph_replays > 0,
+                "count": graphs,
+                "replays": seen.graph_replays,
+            }
+        s["snapshot"] = "window_end" if self.state is WindowState.DONE else "run_end"
+        self._settings_snapshot = s
+
+    def environment_json(self) -> dict[str, Any]:
+        import torch
+
+        env: dict[str, Any] = {
+            "schema_version": rundir.RUN_SCHEMA_VERSION,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "cuda_runtime": torch.version.cuda,
+            "cudnn": None,
+            "driver": None,  # filled in by the parent from NVML (NVML never runs in this process)
+            "cuda_available": self.cuda_available,
+            "gpus": [],
+            "settings": self._settings_snapshot or {},
+            "dataloaders": list(self.recorder.dataloaders) if self.recorder else [],
+            "optimizers": list(self.recorder.optimizers) if self.recorder else [],
+            "memory": None,
+        }
+        with contextlib.suppress(Exception):
+            env["cudnn"] = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
+        # Only describe the GPUs when the script initialised CUDA: initialising it here would cost
+        # seconds and change nothing the script did.
+        if self.cuda_available and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            try:
+                for i in range(torch.cuda.device_count()):
+                    p = torch.cuda.get_device_properties(i)
+                    uuid = str(getattr(p, "uuid", "") or "")
+                    if uuid and not uuid.startswith(("GPU-", "MIG-")):
+                        uuid = f"GPU-{uuid}"
+                    env["gpus"].append(
+                        {
+                            "cuda_index": i,
+                            "name": p.name,
+                            "uuid": uuid or None,
+                            "sm_count": p.multi_processor_count,
+                            "compute_capability": f"{p.major}.{p.minor}",
+                            "total_memory_bytes": int(p.total_memory),
+                        }
+                    )
+                dev = torch.cuda.current_device()
+                env["memory"] = {
+                    "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
+                    "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
+                    "total_bytes": int(torch.cuda.get_device_properties(dev).total_memory),
+                    "device": dev,
+                }
+            except Exception as err:
+                self.log(f"GPU description failed: {err}")
+        return env
+
+    def capture_json(self) -> dict[str, Any]:
+        if self.state is WindowState.DONE:
+            state = "complete"
+        elif self.trace_written:
+            state = "partial"
+        else:
+            state = "not_reached"
+        return {
+            "skip_steps": self.cfg.skip_steps,
+            "warmup_steps": self.cfg.warmup_steps,
+            "active_steps": self.cfg.active_steps,
+            "first_recorded_step": self.record_start if self.trace_written else None,
+            "last_recorded_step": self.record_end if self.trace_written else None,
+            "state": state,
+            "full": self.cfg.full,
+            "with_stack": self.cfg.with_stack,
+            "record_shapes": True,
+            "with_flops": True,
+            "window_start_unix_s": self.window_start_unix_s,
+            "window_end_unix_s": self.window_end_unix_s,
+            "export_seconds": self.export_seconds,
+        }
+
+    def state_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "python": sys.executable,
+            "step_detection": self.method or "none",
+            "steps_seen": self.steps_seen,
+            "capture": self.capture_json(),
+            "traces": [f"{rundir.TRACE_DIR}/rank{self.rank}.json.gz"] if self.trace_written else [],
+            "degraded": list(self.degraded),
+            "messages": list(self.messages),
+            "exit_reason": self.exit_reason,
+            "exit_status": self.exit_status,
+            "failed_at_step": self.failed_at_step,
+            "signal": self.signal,
+        }
+
+    def write_state(self) -> None:
+        if not self.is_origin():
+            return
+        try:
+            write_json_atomic(self.out / STATE_FILE, self.state_json())
+        except OSError as err:
+            self.log(f"state not written: {err}")
+
+    def write_outputs(self) -> bool:
+        """environment.json, callsites.json and the state hand-over. False if something was lost."""
+        if not self.is_origin():
+            return True
+        ok = True
+        for name, make in (
+            (rundir.ENVIRONMENT, self.environment_json),
+            (
+                rundir.CALLSITES,
+                lambda: self.recorder.callsites_json(self.steps_seen) if self.recorder else {},
+            ),
+        ):
+            try:
+                write_json_atomic(self.out / name, make())
+            except OSError as err:
+                ok = False
+                self.degrade(
+                    rundir.DEGRADED_OUTPUT_INCOMPLETE, f"{name} could not be written ({err.strerror or err})."
+                )
+            except Exception as err:
+                ok = False
+                self.degrade(
+                    rundir.DEGRADED_OUTPUT_INCOMPLETE,
+                    f"{name} could not be built ({type(err).__name__}: {err}).",
+                )
+        self.write_state()
+        return ok
+
+    def finish(self, *, skip_export: bool = False) -> None:
+        """Stop everything (profiler, timer, hooks) and write the child's files. Idempotent."""
+        self._stop_timer()
+        if self.recorder is not None:
+            self.recorder.recording_callsites = False
+        if self.state is WindowState.RECORD:
+            self.record_end = (
+                self.steps_seen - 1 if self.steps_seen > (self.record_start or 0) else self.record_start
+            )
+            if skip_export:
+                self._exit_step_annotation()
+                with contextlib.suppress(Exception), self._native_stderr_filtered():
+                    self._prof.stop_trace()
+                self._drop_profiler()
+                self.degrade(
+                    rundir.DEGRADED_TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C."
+                )
+            else:
+                self._stop_and_export()
+            self.state = WindowState.DISABLED if not self.trace_written else self.state
+        elif self.state is WindowState.WARMUP:
+            self._abort_window("the run ended during warm-up")
+        needed = self.cfg.skip_steps + self.cfg.warmup_steps + self.cfg.active_steps
+        if (
+            self.state is not WindowState.DONE
+            and self.steps_seen < needed
+            and rundir.DEGRADED_USER_PROFILER not in self.degraded
+        ):
+            self.degrade(
+                rundir.DEGRADED_TOO_FEW_STEPS,
+                f"too few steps ({self.steps_seen} seen, {needed} needed: --skip-steps "
+                f"{self.cfg.skip_steps} + --warmup-steps {self.cfg.warmup_steps} + --active-steps "
+                f"{self.cfg.active_steps}); "
+                + ("a partial window was saved." if self.trace_written else "no trace was recorded."),
+            )
+        if self.method is None:
+            self.messages.append("no step was detected (no optimizer step, DataLoader batch or time step).")
+        elif self.method in ("dataloader", "time"):
+            self.messages.append(
+                f"steps were counted by {self.method}: the script never called optimizer.step() "
+                "(or not before the window)."
+            )
+        if self._settings_snapshot is None or self.state is not WindowState.DONE:
+            with contextlib.suppress(Exception):
+                self.snapshot_settings()
+        if self.recorder is not None:
+            self.recorder.uninstall()
+            for err in self.recorder.hook_errors:
+                if err not in self.messages:
+                    self.messages.append(err)
+        self.write_outputs()
+        if self._log_fh is not None:
+            with contextlib.suppress(OSError):
+                self._log_fh.close()
+            self._log_fh = None

@@ -1,0 +1,131 @@
+"""`gpuadvisor profile`: a thin click layer over `gpuadvisor.capture.run_profile`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gpuadvisor.errors import GpuAdvisorError
+
+
+@click.command(
+    "profile",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("-m", "module", is_flag=True, help="Run TARGET as a module, like `python -m`.")
+@click.option(
+    "-o",
+    "--out",
+    type=str,
+    default=None,
+    help="Run directory [default: gpuadvisor-runs/<script-stem>-<YYYYmmdd-HHMMSS>].",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing run directory.")
+@click.option("--full", is_flag=True, help="Run the script to the end instead of stopping after the window.")
+@click.option(
+    "--skip-steps",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Steps left out before the warm-up (compilation, autotuning, allocator warm-up).",
+)
+@click.option(
+    "--warmup-steps",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Profiler warm-up steps (profiler on, nothing kept).",
+)
+@click.option(
+    "--active-steps",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Steps recorded in the trace.",
+)
+@click.option(
+    "--with-stack/--no-with-stack",
+    default=False,
+    show_default=True,
+    help="Record Python stacks in the trace (costly; call sites are captured anyway).",
+)
+@click.option(
+    "--nvml-interval",
+    type=click.FloatRange(min=0.001),
+    default=0.1,
+    show_default=True,
+    help="Seconds between NVML samples.",
+)
+@click.option(
+    "--time-step-seconds",
+    type=click.FloatRange(min=0.001),
+    default=1.0,
+    show_default=True,
+    help="Step length when steps are counted by time (no optimizer step, no DataLoader).",
+)
+@click.option(
+    "--time-fallback-after",
+    type=click.FloatRange(min=0.0),
+    default=20.0,
+    show_default=True,
+    help="Seconds without optimizer step or DataLoader batch before counting steps by time (0: never).",
+)
+@click.option(
+    "--analyze/--no-analyze",
+    "analyze",
+    default=True,
+    show_default=True,
+    help="Analyze the run when the script ends (findings.json, terminal summary).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.argument("target", metavar="SCRIPT|MODULE")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def profile(
+    module: bool,
+    out: str | None,
+    force: bool,
+    full: bool,
+    skip_steps: int,
+    warmup_steps: int,
+    active_steps: int,
+    with_stack: bool,
+    nvml_interval: float,
+    time_step_seconds: float,
+    time_fallback_after: float,
+    analyze: bool,
+    quiet: bool,
+    target: str,
+    args: tuple[str, ...],
+) -> None:
+    """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) under torch.profiler and NVML; save a run.
+
+    Everything after SCRIPT belongs to the script. Exits with the script's own status
+    (128+N when signal N ended it; 74 when the script succeeded but outputs were lost;
+    2 for usage errors, before anything runs).
+    """
+    from gpuadvisor.capture.runner import run_profile
+
+    try:
+        outcome = run_profile(
+            target,
+            list(args),
+            out=out,
+            force=force,
+            full=full,
+            skip_steps=skip_steps,
+            warmup_steps=warmup_steps,
+            active_steps=active_steps,
+            with_stack=with_stack,
+            nvml_interval=nvml_interval,
+            quiet=quiet,
+            module=module,
+            time_step_seconds=time_step_seconds,
+            time_fallback_after=time_fallback_after,
+            analyze=analyze,
+            command=["gpuadvisor", *sys.argv[1:]],
+        )
+    except GpuAdvisorError as err:
+        click.echo(f"gpuadvisor: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    sys.exit(outcome.exit_status)

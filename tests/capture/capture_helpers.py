@@ -1,0 +1,32 @@
+"""Helpers for the capture tests: run `gpuadvisor profile` as a real subprocess."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCRIPTS = Path(__file__).parent / "scripts"
+FAST = ["--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "3", "--no-analyze"]
+
+
+def profile_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuadvisor", "profile", *args]
+
+
+def run_profile_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(profile_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def manifest(run: Path) -> dict[str, Any]:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def trace(run: Path) -> dict[str, Any]:
+    with gzip.open(run / "trace" / "rank0.json.gz", "rt") as fh:
+        return json.load(fh)

@@ -1,0 +1,60 @@
+"""GPU end-to-end capture (run on the GPU machine: `pytest -m gpu tests/capture/test_gpu_capture.py`)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from capture_helpers import SCRIPTS, manifest, profile_cmd, trace
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA"),
+]
+
+
+def test_gpu_training_capture(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = subprocess.run(
+        profile_cmd(
+            "-o",
+            str(out),
+            "--full",
+            "--no-analyze",
+            "--skip-steps",
+            "5",
+            "--warmup-steps",
+            "2",
+            "--active-steps",
+            "5",
+            str(SCRIPTS / "gpu_train.py"),
+            "3",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 3, r.stderr  # the script's own exit status
+    m = manifest(out)
+    assert m["exit_status"] == 3 and m["capture"]["state"] == "complete"
+    assert "cuda_unavailable" not in m["degraded"]
+    cats = {e.get("cat") for e in trace(out)["traceEvents"]}
+    assert "kernel" in cats and "gpu_memcpy" in cats
+    assert m["nvml"]["available"] is True and m["nvml"]["samples"] > 0
+    with gzip.open(out / "nvml.csv.gz", "rt") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and rows[0]["gpu_uuid"].startswith(("GPU-", "MIG-")) and rows[0]["mem_total_bytes"]
+    cs = json.loads((out / "callsites.json").read_text())
+    item = [c for c in cs["callsites"] if c["call"] == "Tensor.item"]
+    assert item and item[0]["line"] == 18 and item[0]["code"] == "hist.append(loss.item())"
+    assert item[0]["count"] == 40 and item[0]["per_step"] == 1.0
+    h2d = [c for c in cs["callsites"] if c["kind"] == "host_to_device" and c["line"] == 13]
+    assert h2d and h2d[0]["pinned"] is False and h2d[0]["bytes_per_call"] == 64 * 256 * 4
+    env = json.loads((out / "environment.json").read_text())
+    assert env["gpus"] and env["gpus"][0]["sm_count"] > 0 and env["driver"]
+    assert env["memory"]["peak_allocated_bytes"] > 0

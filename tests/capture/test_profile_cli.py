@@ -1,0 +1,322 @@
+"""End-to-end CPU tests of `gpuadvisor profile` (real child processes, small windows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from capture_helpers import FAST, SCRIPTS, manifest, profile_cmd, run_profile_cli, trace
+
+
+def test_cpu_training_run_directory(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli("-o", str(out), *FAST, str(SCRIPTS / "train_cpu.py"), "--steps", "30")
+    assert r.returncode == 0, r.stderr
+    m = manifest(out)
+    assert m["exit_reason"] == "stopped_after_window"
+    assert m["step_detection"] == "optimizer_step_hook"
+    assert m["capture"]["state"] == "complete"
+    assert (m["capture"]["first_recorded_step"], m["capture"]["last_recorded_step"]) == (3, 5)
+    assert m["traces"] == ["trace/rank0.json.gz"]
+    assert "nvml_unavailable" in m["degraded"] and "cuda_unavailable" in m["degraded"]
+    assert m["nvml"]["available"] is False and m["nvml"]["reason"]
+    assert isinstance(m["capture"]["export_seconds"], float)
+    t = trace(out)
+    assert t["distributedInfo"]["rank"] == 0
+    cats = {e.get("cat") for e in t["traceEvents"]}
+    assert "cpu_op" in cats and "kernel" not in cats
+    steps = sorted(e["name"] for e in t["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    env = json.loads((out / "environment.json").read_text())
+    assert env["optimizers"][0]["class"] == "SGD" and env["optimizers"][0]["line"] == 19
+    assert env["settings"]["snapshot"] == "window_end"
+    cs = json.loads((out / "callsites.json").read_text())
+    assert cs["callsites"] == [] and cs["steps_counted"] == 6  # CPU: nothing is a host sync
+    assert "capture window complete after step 6" in r.stderr
+    assert "USDT:" not in r.stderr
+    assert "finished" not in r.stdout  # stopped after the window
+    assert not list(out.glob(".*"))  # no hand-over or temporary files left
+
+
+def test_full_runs_to_the_end(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli("-o", str(out), "--full", "-q", *FAST, str(SCRIPTS / "train_cpu.py"), "--steps", "12")
+    assert r.returncode == 0, r.stderr
+    assert "finished 12" in r.stdout
+    assert r.stderr.strip().splitlines() == [] or all(
+        not ln.startswith("gpuadvisor: step") for ln in r.stderr.splitlines()
+    )
+    m = manifest(out)
+    assert m["exit_reason"] == "completed" and m["steps_seen"] == 12 and m["capture"]["full"] is True
+
+
+@pytest.mark.parametrize(
+    ("make", "msg"),
+    [
+        (lambda d: d / "missing.py", "script not found"),
+        (lambda d: d, "not a file"),
+        (lambda d: _write(d / "bad.py", "def f(:\n"), "not a valid Python script"),
+        (lambda d: _write_bytes(d / "bin.py", b"\x7fELF\x00\x00"), "not a Python script"),
+    ],
+    ids=["missing", "directory", "syntax-error", "binary"],
+)
+def test_bad_script_is_usage_error_before_work(tmp_path: Path, make, msg: str) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "run"
+    r = run_profile_cli("-o", str(out), str(make(tmp_path)))
+    assert r.returncode == 2
+    assert msg in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def _write(p: Path, text: str) -> Path:
+    p.write_text(text)
+    return p
+
+
+def _write_bytes(p: Path, data: bytes) -> Path:
+    p.write_bytes(data)
+    return p
+
+
+def test_existing_run_refused_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text("{}")
+    r = run_profile_cli("-o", str(out), str(SCRIPTS / "parity.py"))
+    assert r.returncode == 2 and "--force" in r.stderr
+    assert (out / "manifest.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_out_dir(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    r = run_profile_cli("-o", str(ro / "run"), str(SCRIPTS / "parity.py"))
+    assert r.returncode == 2 and "not writable" in r.stderr
+
+
+def test_out_path_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = run_profile_cli("-o", str(f), str(SCRIPTS / "parity.py"))
+    assert r.returncode == 2 and "not a directory" in r.stderr
+
+
+def test_parity_with_plain_python(tmp_path: Path) -> None:
+    """pyinstrument's test_script_execution_details: same __name__, argv, __file__, cwd, executable."""
+    script = str(SCRIPTS / "parity.py")
+    plain = subprocess.run(
+        [sys.executable, script, "7", "--force", "-o", "x"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    prof = subprocess.run(
+        profile_cmd("-q", "--no-analyze", "-o", str(tmp_path / "run"), script, "7", "--force", "-o", "x"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode == 7 and prof.returncode == 7, prof.stderr
+    assert prof.stdout == plain.stdout
+    assert "argv ['" + script + "', '7', '--force', '-o', 'x']" in prof.stdout
+    assert manifest(tmp_path / "run")["exit_reason"] == "sys_exit"
+
+
+def test_relative_script_path_parity(tmp_path: Path) -> None:
+    plain = subprocess.run(
+        [sys.executable, "parity.py"], cwd=SCRIPTS, capture_output=True, text=True, timeout=60
+    )
+    prof = subprocess.run(
+        profile_cmd("-q", "--no-analyze", "-o", str(tmp_path / "run"), "parity.py"),
+        cwd=SCRIPTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert prof.returncode == 0 and prof.stdout == plain.stdout
+
+
+def test_module_mode_relative_import(tmp_path: Path) -> None:
+    plain = subprocess.run(
+        [sys.executable, "-m", "pkg.run", "--lr", "3"],
+        cwd=SCRIPTS,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    prof = subprocess.run(
+        profile_cmd("-q", "--no-analyze", "-o", str(tmp_path / "run"), "-m", "pkg.run", "--lr", "3"),
+        cwd=SCRIPTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode == 5 and prof.returncode == 5, prof.stderr
+    assert prof.stdout == plain.stdout == "module __main__ pkg 42 ['--lr', '3']\n"
+    assert manifest(tmp_path / "run")["target"]["kind"] == "module"
+
+
+def test_module_not_found_is_usage_error(tmp_path: Path) -> None:
+    r = run_profile_cli("-o", str(tmp_path / "run"), "-m", "no_such_module_xyz")
+    assert r.returncode == 2 and "module not found" in r.stderr
+
+
+def test_script_raises_at_step_3(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli(
+        "-o",
+        str(out),
+        "--skip-steps",
+        "1",
+        "--warmup-steps",
+        "0",
+        "--active-steps",
+        "10",
+        "--no-analyze",
+        str(SCRIPTS / "train_cpu.py"),
+        "--fail-at",
+        "3",
+    )
+    assert r.returncode == 1
+    tb = r.stderr[r.stderr.index("Traceback") :]
+    assert 'train_cpu.py", line 22, in <module>' in tb
+    assert "ValueError: planted failure at step 3" in tb
+    assert "gpuadvisor" not in tb.split("ValueError")[0]  # no frames of ours
+    m = manifest(out)
+    assert m["exit_reason"] == "exception" and m["failed_at_step"] == 3
+    assert "script_failed_at_step_3" in m["degraded"]
+    assert m["capture"]["state"] == "partial" and m["traces"] == ["trace/rank0.json.gz"]
+    assert m["capture"]["first_recorded_step"] == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "stderr_has"), [("3", 3, None), ("boom", 1, "boom"), ("none", 0, None)]
+)
+def test_sys_exit(tmp_path: Path, code: str, status: int, stderr_has: str | None) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli(
+        "-o",
+        str(out),
+        "-q",
+        "--full",
+        *FAST,
+        str(SCRIPTS / "train_cpu.py"),
+        "--steps",
+        "3",
+        "--exit-code",
+        code,
+    )
+    assert r.returncode == status, r.stderr
+    if stderr_has:
+        assert stderr_has + "\n" in r.stderr
+    m = manifest(out)
+    assert m["exit_reason"] == "sys_exit" and m["exit_status"] == status
+
+
+def test_too_few_steps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli("-o", str(out), "-q", *FAST, str(SCRIPTS / "train_cpu.py"), "--steps", "4")
+    assert r.returncode == 0
+    m = manifest(out)
+    assert "too_few_steps" in m["degraded"]
+    assert any("too few steps (4 seen, 6 needed" in x for x in m["messages"])
+    assert m["capture"]["state"] == "partial" and m["exit_reason"] == "completed"
+
+
+def test_no_optimizer_falls_back_to_dataloader(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli("-o", str(out), "-q", *FAST, str(SCRIPTS / "no_optimizer.py"))
+    assert r.returncode == 0, r.stderr
+    m = manifest(out)
+    assert m["step_detection"] == "dataloader" and m["capture"]["state"] == "complete"
+    assert any("counted by dataloader" in x for x in m["messages"])
+    env = json.loads((out / "environment.json").read_text())
+    dl = env["dataloaders"][0]
+    assert dl["file"].endswith("scripts/no_optimizer.py") and not os.path.isabs(dl["file"])  # relative to cwd
+    assert (dl["line"], dl["batch_size"], dl["num_workers"]) == (7, 8, 0)
+    assert dl["code"] == "loader = DataLoader(ds, batch_size=8)"
+    assert dl["dataset_type"] == "TensorDataset" and dl["dataset_len"] == 256
+
+
+def test_time_based_steps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli(
+        "-o",
+        str(out),
+        "-q",
+        "--skip-steps",
+        "1",
+        "--warmup-steps",
+        "0",
+        "--active-steps",
+        "2",
+        "--no-analyze",
+        "--time-step-seconds",
+        "0.5",
+        "--time-fallback-after",
+        "0.5",
+        str(SCRIPTS / "no_steps.py"),
+    )
+    assert r.returncode == 0, r.stderr
+    m = manifest(out)
+    assert m["step_detection"] == "time" and m["capture"]["state"] == "complete"
+    assert m["exit_reason"] == "stopped_after_window"
+
+
+def test_user_profiler_conflict(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    user_trace = tmp_path / "user.json"
+    r = run_profile_cli(
+        "-o",
+        str(out),
+        "-q",
+        "--skip-steps",
+        "1",
+        "--warmup-steps",
+        "0",
+        "--active-steps",
+        "10",
+        "--no-analyze",
+        str(SCRIPTS / "user_profiler.py"),
+        str(user_trace),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "user profile ok True" in r.stdout and "done" in r.stdout
+    json.loads(user_trace.read_text())  # the script's own profile is intact
+    m = manifest(out)
+    assert "user_profiler_conflict" in m["degraded"]
+    assert m["traces"] == ["trace/rank0.json.gz"]  # what we had recorded before backing off
+
+
+def test_script_forks_only_original_writes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli("-o", str(out), "-q", *FAST, str(SCRIPTS / "forks.py"))
+    assert r.returncode == 0, r.stderr
+    assert "in fork" in r.stdout and "parent done" in r.stdout
+    m = manifest(out)
+    assert m["exit_reason"] == "completed"
+    log = (out / "gpuadvisor.log").read_text()
+    pids = {ln.split("[child ")[1].split("]")[0] for ln in log.splitlines() if "[child " in ln}
+    assert len(pids) == 1
+
+
+@pytest.mark.parametrize("ctx", ["fork", "spawn", "forkserver"])
+def test_dataloader_workers_with_script_dataset(tmp_path: Path, ctx: str) -> None:
+    out = tmp_path / "run"
+    r = run_profile_cli(
+        "-o", str(out), "-q", "--full", *FAST, str(SCRIPTS / "dl_workers.py"), ctx, timeout=240
+    )
+    assert r.returncode == 0, r.stderr
+    assert "batches 16" in r.stdout
+    env = json.loads((out / "environment.json").read_text())
+    assert env["dataloaders"][0]["num_workers"] == 4
+    assert env["dataloaders"][0]["multiprocessing_context"] == ctx

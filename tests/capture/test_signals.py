@@ -1,0 +1,97 @@
+"""Ctrl-C, SIGTERM and SIGKILL during the capture window (real processes, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from capture_helpers import SCRIPTS, manifest, profile_cmd, trace
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    out = tmp_path / "run"
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen(
+        profile_cmd(
+            "-o",
+            str(out),
+            "-q",
+            "--full",
+            "--no-analyze",
+            "--skip-steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--active-steps",
+            "100",
+            str(SCRIPTS / "train_cpu.py"),
+            "--steps",
+            "400",
+            "--sleep",
+            "0.05",
+            "--ready-file",
+            str(ready),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "script never reached step 6"
+        time.sleep(0.05)
+    return proc, out
+
+
+def test_ctrl_c_to_process_group(tmp_path: Path) -> None:
+    proc, out = _start(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "KeyboardInterrupt" in err
+    m = manifest(out)
+    assert m["exit_reason"] == "signal" and m["signal"] == signal.SIGINT
+    assert "interrupted" in m["degraded"] and m["capture"]["state"] == "partial"
+    assert any(e.get("name", "").startswith("ProfilerStep#") for e in trace(out)["traceEvents"])
+
+
+def test_sigterm_to_parent_is_forwarded(tmp_path: Path) -> None:
+    proc, out = _start(tmp_path)
+    proc.send_signal(signal.SIGTERM)  # a scheduler signalling the launcher only
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    m = manifest(out)
+    assert m["exit_status"] == 143 and m["exit_reason"] == "signal"
+    assert m["traces"] == ["trace/rank0.json.gz"]
+    trace(out)  # flushed and valid
+
+
+def test_child_sigkill_still_writes_manifest(tmp_path: Path) -> None:
+    proc, out = _start(tmp_path)
+    state = json.loads((out / ".child_state.json").read_text())
+    os.kill(state["pid"], signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 137
+    m = manifest(out)
+    assert m["exit_reason"] == "killed" and m["exit_status"] == 137
+    assert "child_killed" in m["degraded"] and m["traces"] == []
+    assert m["steps_seen"] >= 3 and m["step_detection"] == "optimizer_step_hook"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT])
+def test_second_ctrl_c_skips_export_keeps_manifest(tmp_path: Path, sig: int) -> None:
+    proc, out = _start(tmp_path)
+    os.killpg(proc.pid, sig)
+    time.sleep(0.6)  # a second, separate Ctrl-C (copies within 0.3 s count as one)
+    os.killpg(proc.pid, sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    m = manifest(out)
+    assert m["exit_reason"] == "signal" and "interrupted" in m["degraded"]
