@@ -75,6 +75,10 @@ WINDOW_KEYS: tuple[str, ...] = (
     "num_sms",
     "kernels_total",
     "trace_span_ms",
+    "unprofiled_step_time_ms",
+    "profiled_step_time_ms",
+    "profiler_overhead_ms",
+    "profiler_overhead_fraction",
     "nvml_util_mean_pct",
     "nvml_util_window_mean_pct",
     "nvml_sm_clock_mean_mhz",
@@ -833,6 +837,8 @@ def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
 
     if run is not None and run.nvml is not None:
         _nvml_metrics(run, w)
+    if run is not None:
+        _profiler_overhead(run, w)
 
     ops_agg = _ops_agg(ops, lo, hi)
     if not trace.has_gpu_kernels:
@@ -1098,3 +1104,51 @@ def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
         w[key] = _i(v.min()) if len(v) else None
     for key, col in (("nvml_pcie_gen_max", "pcie_gen_max"), ("nvml_pcie_width_max", "pcie_width_max")):
         w[key] = _i(mx(d, col))
+
+
+def host_step_durations(capture: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """Host-measured step durations (ms) from the manifest's `capture.step_ends`, split into steps run
+    without the profiler (steady state: the second half of the skipped steps, and steps after the
+    window once the export is over) and steps inside the recorded window.
+
+    `step_ends` holds (steps completed, wall time) at every step boundary; step k (0-based) runs from
+    boundary k to boundary k+1. The profiler starts at boundary `skip_steps` and stops (and exports)
+    at boundary `last_recorded_step + 1`, so step `last_recorded_step + 1` carries the export.
+    """
+    ends = {int(c): float(t) for c, t in capture.get("step_ends") or [] if isinstance(c, (int, float))}
+    skip = capture.get("skip_steps")
+    first = capture.get("first_recorded_step")
+    last = capture.get("last_recorded_step")
+    if not ends or not isinstance(skip, int) or not isinstance(first, int) or not isinstance(last, int):
+        return [], []
+
+    def dur(k: int) -> float | None:
+        a, b = ends.get(k), ends.get(k + 1)
+        return (b - a) * 1e3 if a is not None and b is not None and b >= a else None
+
+    outside = [max(1, skip // 2), skip - 1], [last + 2, max(ends) - 1]
+    unprofiled = [d for lo, hi in outside for k in range(lo, hi + 1) if (d := dur(k)) is not None]
+    profiled = [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
+    return unprofiled, profiled
+
+
+def _profiler_overhead(run: RunInfo, w: dict[str, WindowValue]) -> None:
+    """How much slower a step was inside the profiler window than outside it, host-measured.
+
+    torch.profiler with record_shapes adds CPU time to every op; in a run whose pace is set by the
+    CPU (launch-bound, small batch), that shows up in the trace as extra GPU idle time that does not
+    exist without the profiler. Rules that estimate host-side idle subtract this overhead."""
+    import numpy as np
+
+    capture = run.manifest.get("capture") if isinstance(run.manifest, dict) else None
+    if not isinstance(capture, dict):
+        return
+    unprofiled, profiled = host_step_durations(capture)
+    if len(unprofiled) < 2 or len(profiled) < 2:
+        return
+    u = float(np.median(unprofiled))
+    pr = float(np.median(profiled))
+    w["unprofiled_step_time_ms"] = _f(u)
+    w["profiled_step_time_ms"] = _f(pr)
+    w["profiler_overhead_ms"] = _f(max(0.0, pr - u))
+    w["profiler_overhead_fraction"] = _f(max(0.0, pr - u) / pr) if pr > 0 else None

@@ -36,7 +36,8 @@ class SmallBatch(Rule):
     too many and too short; here the kernels themselves are under-filled.
 
     Impact = (GPU idle share of the step, minus idle spent waiting for the DataLoader or in host
-    syncs, which a larger batch does not fix) + (compute-kernel share x (1 - SM use)): the share of step time in which the GPU
+    syncs, which a larger batch does not fix, and minus the profiler's own per-op overhead measured
+    outside the capture window) + (compute-kernel share x (1 - SM use)): the share of step time in which the GPU
     does nothing or leaves SMs empty, an upper bound on the per-sample time a larger batch recovers.
 
     How to fix
@@ -112,7 +113,9 @@ class SmallBatch(Rule):
         # Idle time spent waiting for the DataLoader or in host syncs is not per-step launch cost: a
         # larger batch does not remove it (GA301 / GA2xx own it).
         idle_sync = gw.window_metric(ctx, "idle_host_sync_fraction") or 0.0
-        idle_fixable = max(0.0, idle - idle_dataloader - idle_sync)
+        idle_fixable, deflation = gw.deflate_host_idle(
+            ctx, max(0.0, idle - idle_dataloader - idle_sync), window
+        )
         # Under-filled SMs only matter while kernels run: copies and memsets do not use SMs.
         compute = gw.window_metric(ctx, "compute_fraction")
         kernel_busy = min(busy, compute) if compute is not None else busy
@@ -157,6 +160,7 @@ class SmallBatch(Rule):
             "memory_multiplier_possible": raw_multiplier,
             "recommended_batch_multiplier": multiplier,
             "batch_size": batch_size,
+            **deflation,
         }
         locations: list[Location] = []
         if loader is not None:

@@ -32,7 +32,10 @@ class LaunchBound(Rule):
     with advice for that case (graph breaks, mode).
 
     Impact = launch-bound GPU idle time / step time: what removing launch cost entirely would
-    recover (upper bound; CUDA graphs come close for static shapes).
+    recover (upper bound; CUDA graphs come close for static shapes). The profiler adds CPU time to
+    every op, which in a launch-bound run becomes extra idle time: for a run captured by
+    `gpuadvisor profile`, the idle time per step is reduced by the measured profiler overhead (steps
+    timed outside the capture window) and divided by the unprofiled step time.
 
     How to fix
     ----------
@@ -100,6 +103,7 @@ class LaunchBound(Rule):
             idle_us, gaps = gw.launch_bound_idle_us(ctx, window, ctx.threshold("max_gap_us"))
             launch_idle = idle_us / window.total_us
             source = "rulekit"
+        launch_idle, deflation = gw.deflate_host_idle(ctx, launch_idle, window)
         if launch_idle < ctx.threshold("min_launch_idle_fraction"):
             return
 
@@ -119,6 +123,7 @@ class LaunchBound(Rule):
             "launch_bound_gaps": gaps,
             "torch_compile_used": compiled,
             "cuda_graphs_used": graphs,
+            **deflation,
         }
         top = (
             kernels.groupby(kernels["name"].astype(str), observed=True)["dur"]

@@ -6,6 +6,8 @@ notebooks and tests) are imported lazily: importing this package imports neither
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,3 +30,16 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(mod), name)
+
+
+class _CallableModule(types.ModuleType):
+    """`gpuadvisor.capture(out=...)` is the public in-process API (DESIGN.md). Importing this subpackage
+    rebinds the attribute `gpuadvisor.capture` to the package, so the package itself forwards calls."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from gpuadvisor.api import capture
+
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -38,6 +38,9 @@ STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manif
 _METHOD_PRIORITY = {"manual": 4, "optimizer_step_hook": 3, "dataloader": 2, "time": 1}
 
 
+# Step end times kept for the profiler-overhead estimate (enough for any capture window; bounded).
+MAX_STEP_TIMES = 20_000
+
 class CaptureWindowComplete(SystemExit):
     """Raised in the main thread at the step boundary that ends the window (unless --full).
 
@@ -121,6 +124,10 @@ class CaptureSession:
         self.failed_at_step: int | None = None
         self.exit_status: int | None = None
         self.signal: int | None = None
+        # (steps completed, host wall-clock time) at every step boundary: analysis compares the steps
+        # outside the profiler window with the window's steps to measure how much the profiler itself
+        # slowed the step (per-op CPU overhead), see docs/metrics.md.
+        self.step_ends: list[tuple[int, float]] = []
 
     # ------------------------------------------------------------------ plumbing
     def is_origin(self) -> bool:
@@ -293,6 +300,8 @@ class CaptureSession:
             return  # a time tick delivered while a boundary is being handled: the next one catches up
         c = self.steps_seen
         cfg = self.cfg
+        if len(self.step_ends) < MAX_STEP_TIMES:
+            self.step_ends.append((c, time.time()))
         if self.stop_requested:
             self._raise_stop()
         self._in_boundary = True
@@ -682,6 +691,7 @@ class CaptureSession:
             "window_start_unix_s": self.window_start_unix_s,
             "window_end_unix_s": self.window_end_unix_s,
             "export_seconds": self.export_seconds,
+            "step_ends": [[c, round(t, 6)] for c, t in self.step_ends],
         }
 
     def state_json(self) -> dict[str, Any]:

@@ -465,3 +465,28 @@ def launch_bound_idle_us(ctx: RuleContext, window: StepWindow, max_gap_us: float
             blocked = (idx >= 0) & (be[np.maximum(idx, 0)] > gap_start)
             candidate &= ~blocked
     return float(gap[candidate].sum()), int(candidate.sum())
+
+
+def deflate_host_idle(ctx: RuleContext, idle_fraction: float, window: StepWindow) -> tuple[float, dict[str, Any]]:
+    """Remove the profiler's own overhead from a host-side idle share (launch-bound, small batch).
+
+    Inside the capture window every op pays the profiler's per-op CPU cost; when the CPU sets the
+    pace, that cost appears in the trace as GPU idle time that the unprofiled run does not have.
+    `gpuadvisor profile` times the steps outside the window (metrics `profiler_overhead_ms`,
+    `unprofiled_step_time_ms`): the idle time per step minus that overhead, over the unprofiled step
+    time, is the share the user's real run loses. Raw traces have no such reference: the share is
+    returned unchanged (an upper bound) and the evidence says so.
+    """
+    overhead = window_metric(ctx, "profiler_overhead_ms")
+    unprofiled = window_metric(ctx, "unprofiled_step_time_ms")
+    step_ms = window.median_step_us / 1000.0
+    if overhead is None or unprofiled is None or unprofiled <= 0 or step_ms <= 0:
+        return idle_fraction, {"profiler_overhead_corrected": False}
+    idle_ms = idle_fraction * step_ms
+    corrected = max(0.0, idle_ms - overhead) / unprofiled
+    return min(1.0, corrected), {
+        "profiler_overhead_corrected": True,
+        "profiler_overhead_ms": overhead,
+        "unprofiled_step_time_ms": unprofiled,
+        "idle_fraction_under_profiler": idle_fraction,
+    }

@@ -96,11 +96,6 @@ def test_profile_passes_options_to_run_profile(tmp_path: Path, monkeypatch: pyte
     assert run.exit_status == 130 and run.degraded == ["interrupted"] and run.run_dir == tmp_path / "r"
 
 
-@pytest.mark.xfail(
-    reason="gpuadvisor/capture/ is a package: once imported, the attribute gpuadvisor.capture is the package, "
-    "not the API function; needs a callable-module __class__ in gpuadvisor/capture/__init__.py (as gpuadvisor/diff.py)",
-    strict=False,
-)
 def test_capture_function_survives_package_import() -> None:
     import gpuadvisor.capture
 

@@ -291,3 +291,26 @@ def test_run_info_memory_and_nvml(tmp_path: Path) -> None:
     assert w["nvml_throttle_reasons"] == "sw_power_cap"
     assert w["nvml_pcie_gen"] == 4 and w["nvml_pcie_gen_max"] == 5
     assert w["nvml_pcie_rx_mbps"] == pytest.approx(2.0)
+
+
+def test_host_step_durations_split_outside_and_inside_the_window() -> None:
+    from gpuadvisor.metrics import host_step_durations
+
+    # step k runs from boundary k to k+1; steps 0..9 skipped (5..9 are steady), 10-11 warm-up,
+    # 12..14 recorded, 15 carries the export, 16.. after the window.
+    times = {0: 0.0}
+    durations = {k: (0.010 if k < 10 else 0.030 if k <= 15 else 0.011) for k in range(0, 20)}
+    for k in range(0, 20):
+        times[k + 1] = times[k] + durations[k]
+    capture = {
+        "skip_steps": 10,
+        "first_recorded_step": 12,
+        "last_recorded_step": 14,
+        "step_ends": [[c, t] for c, t in sorted(times.items()) if c > 0],
+    }
+    unprofiled, profiled = host_step_durations(capture)
+    # outside: steps 5..9 (10 ms) and 16..19 (11 ms)
+    assert sorted(round(d, 3) for d in unprofiled) == [10.0] * 5 + [11.0] * 4
+    # inside: steps 13..14 (the first recorded step is left out)
+    assert [round(d, 3) for d in profiled] == [30.0, 30.0]
+    assert host_step_durations({"skip_steps": 10}) == ([], [])

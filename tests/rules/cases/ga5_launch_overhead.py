@@ -94,6 +94,22 @@ def _env(foreach: object, fused: object, compiled: bool = False) -> dict[str, ob
     }
 
 
+def _capture_manifest(unprofiled_ms: float, profiled_ms: float) -> dict[str, object]:
+    """A manifest whose host step timings say steps outside the profiler window took `unprofiled_ms`
+    and steps inside it `profiled_ms` (skip 10, warmup 2, record 12..16)."""
+    t, ends = 1000.0, []
+    for c in range(1, 18):
+        ends.append([c, round(t, 6)])
+        in_window = 12 <= c - 1 <= 16 or c - 1 in (10, 11)
+        t += (profiled_ms if in_window else unprofiled_ms) / 1e3
+    return {
+        "capture": {
+            "skip_steps": 10, "warmup_steps": 2, "active_steps": 5,
+            "first_recorded_step": 12, "last_recorded_step": 16, "step_ends": ends,
+        }
+    }
+
+
 CASES = [
     RuleCase(
         "GA501-fires-when-gpu-waits-for-each-launch",
@@ -123,6 +139,23 @@ CASES = [
         back_to_back,
         environment=_env(None, None, compiled=True),
         expect=Expect(fires=False),
+    ),
+    RuleCase(
+        # The synthetic step is 1.7 ms with ~1.0 ms of launch-bound idle; outside the window the host
+        # measured 0.65 ms steps (kernels alone take 0.6 ms): the profiler's own per-op cost explains the idle, the real run is not
+        # launch-bound.
+        "GA501-quiet-when-profiler-overhead-explains-the-idle",
+        "GA501",
+        launch_bound,
+        manifest=_capture_manifest(unprofiled_ms=0.65, profiled_ms=1.7),
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA501-fires-when-steps-outside-the-window-are-as-slow",
+        "GA501",
+        launch_bound,
+        manifest=_capture_manifest(unprofiled_ms=1.65, profiled_ms=1.7),
+        expect=Expect(fires=True, evidence_keys=("profiler_overhead_ms", "unprofiled_step_time_ms")),
     ),
     RuleCase("GA501-quiet-when-gaps-are-host-sync", "GA501", gaps_inside_sync, expect=Expect(fires=False)),
     RuleCase(
