@@ -34,36 +34,55 @@ _PROGRESS_MIN_BYTES = 50 * 1024 * 1024
 
 def _progress_printer(label: str, stream: IO[str]) -> Callable[[int, int], None]:
     """A load_trace progress callback printing "loading X: NN%" to stderr at most every 10%."""
-    state = {"last": -10}
+    state = {"last": -10, "done": 0}
 
     def show(done: int, total: int) -> None:
-        if total <= 0:
+        if total <= 0 or state["done"]:
             return
         pct = int(100 * done / total)
         if pct >= state["last"] + 10 or done >= total:
             state["last"] = pct
             stream.write(f"\rgpuadvisor: loading {label}: {min(pct, 100):3d}%")
             if done >= total:
+                state["done"] = 1
                 stream.write("\n")
             stream.flush()
 
     return show
 
 
-def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
-    from gpuadvisor.trace.load import load_trace
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
+
+def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
+    from gpuadvisor.trace.load import load_trace, load_trace_files
+
+    # A progress bar only where a person watches (never in a log or piped JSON).
+    show = progress and _is_tty(sys.stderr)
     traces: list[TraceModel] = []
-    for path in paths:
-        callback = None
-        try:
-            big = path.stat().st_size >= _PROGRESS_MIN_BYTES
-        except OSError:
-            big = False
-        if progress and big:
-            callback = _progress_printer(path.name, sys.stderr)
-        # The loader takes the rank from distributedInfo.rank, else from the file name (rankN).
-        traces.append(load_trace(path, progress=callback))
+    if len(paths) > 1:
+        # One rank per worker process: ranks load in parallel on multi-core machines.
+        def done(path: Path, n: int, total: int) -> None:
+            sys.stderr.write(f"\rgpuadvisor: loaded {n}/{total} traces ({path.name})")
+            sys.stderr.write("\n" if n == total else "")
+            sys.stderr.flush()
+
+        traces = load_trace_files(paths, on_done=done if show else None)
+    else:
+        for path in paths:
+            callback = None
+            try:
+                big = path.stat().st_size >= _PROGRESS_MIN_BYTES
+            except OSError:
+                big = False
+            if show and big:
+                callback = _progress_printer(path.name, sys.stderr)
+            # The loader takes the rank from distributedInfo.rank, else from the file name (rankN).
+            traces.append(load_trace(path, progress=callback))
     # Rank 0 first (rules see the lowest rank as ctx.trace); ties keep file-name order.
     traces.sort(key=lambda t: t.rank)
     return traces
@@ -216,6 +235,7 @@ def analyze(
         trace=trace,
         metrics_detail=metrics,
         run=run,
+        traces=tuple(traces) if len(traces) > 1 else (),
     )
 
 

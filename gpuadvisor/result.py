@@ -54,6 +54,8 @@ class AnalysisResult:
     trace: TraceModel | None = field(default=None, repr=False, compare=False)
     metrics_detail: Metrics | None = field(default=None, repr=False, compare=False)
     run: RunInfo | None = field(default=None, repr=False, compare=False)
+    # Every rank's trace of a multi-rank input (rank order; `trace` is the first); () for one rank.
+    traces: tuple[TraceModel, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

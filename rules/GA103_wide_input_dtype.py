@@ -101,7 +101,11 @@ class WideInputDtype(Rule):
             copies["bytes"],
             strict=True,
         ):
-            if str(direction) != "HtoD" or math.isnan(float(nbytes)) or nbytes < ctx.threshold("min_copy_bytes"):
+            if (
+                str(direction) != "HtoD"
+                or math.isnan(float(nbytes))
+                or nbytes < ctx.threshold("min_copy_bytes")
+            ):
                 continue
             key = hs._int(ext)
             if key is None and hs._int(corr) is not None:

@@ -26,19 +26,21 @@ class SmallBatch(Rule):
 
     How it is detected
     ------------------
-    Over the analyzed steps: the median kernel duration is short (`max_median_kernel_us`), the
-    duration-weighted SM use (min(blocks per SM, 1)) is low (`max_sm_use`), and the time the GPU is
-    idle or under-filled is a real share of the step (`min_impact`). When the run captured peak
-    memory, the batch multiplier that fits in `memory_target_fraction` of the device memory must be at
-    least `min_batch_multiplier` (peak memory grows roughly linearly with the batch: activations;
-    weights and optimizer state do not grow, so treating the whole peak as batch-proportional is
-    conservative). This differs from launch-overhead (GA501): there the kernels fill the GPU but are
-    too many and too short; here the kernels themselves are under-filled.
+    Over the analyzed steps: the median kernel duration is short (`max_median_kernel_us`) and the
+    time the GPU is idle or under-filled is a real share of the step (`min_impact`). When the run
+    captured peak memory, the batch multiplier that fits in `memory_target_fraction` of the device
+    memory must be at least `min_batch_multiplier` (peak memory grows roughly linearly with the batch:
+    activations; weights and optimizer state do not grow, so treating the whole peak as
+    batch-proportional is conservative). Host-bound idle has two causes the trace shows alike: too
+    little work per kernel (this rule) and too many kernels (GA501 launch-bound). The kernel count per
+    step apportions it: all of it here at 150 kernels per step or fewer, half at 600 or more (linear
+    between).
 
     Impact = (GPU idle share of the step, minus idle spent waiting for the DataLoader or in host
     syncs, which a larger batch does not fix, and minus the profiler's own per-op overhead measured
-    outside the capture window) + (compute-kernel share x (1 - SM use)): the share of step time in which the GPU
-    does nothing or leaves SMs empty, an upper bound on the per-sample time a larger batch recovers.
+    outside the capture window) x that share + (compute-kernel share x (1 - SM use), when the
+    duration-weighted SM use is below `max_sm_use`): the share of step time in which the GPU does
+    nothing or leaves SMs empty, an upper bound on the per-sample time a larger batch recovers.
 
     How to fix
     ----------
@@ -106,7 +108,7 @@ class SmallBatch(Rule):
         busy = gw.gpu_busy_fraction(ctx, window)
         if sm_use is None or busy is None:
             return
-        if median_us >= ctx.threshold("max_median_kernel_us") or sm_use >= ctx.threshold("max_sm_use"):
+        if median_us >= ctx.threshold("max_median_kernel_us"):
             return
         idle = 1.0 - busy
         idle_dataloader = gw.window_metric(ctx, "idle_data_loading_fraction") or 0.0
@@ -119,8 +121,10 @@ class SmallBatch(Rule):
         # Under-filled SMs only matter while kernels run: copies and memsets do not use SMs.
         compute = gw.window_metric(ctx, "compute_fraction")
         kernel_busy = min(busy, compute) if compute is not None else busy
-        underfill = kernel_busy * (1.0 - sm_use)
-        impact = min(1.0, idle_fixable + underfill)
+        underfill = kernel_busy * (1.0 - sm_use) if sm_use < ctx.threshold("max_sm_use") else 0.0
+        kernels_per_step = len(kernels) / window.count
+        share = 1.5 - gw.launch_share(kernels_per_step)
+        impact = min(1.0, idle_fixable * share + underfill)
         if impact < ctx.threshold("min_impact"):
             return
 
@@ -141,13 +145,13 @@ class SmallBatch(Rule):
         batch = loader.get("batch_size") if loader else None
         batch_size = int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None
 
-        kernels_per_step = len(kernels) / window.count
         evidence = {
             "steps_analyzed": window.count,
             "step_time_ms": window.median_step_us / 1000.0,
             "kernels_per_step": kernels_per_step,
             "kernel_median_us": median_us,
             "sm_use": sm_use,
+            "batch_share_of_host_idle": share,
             "num_sms": sms,
             "gpu_busy_fraction": busy,
             "gpu_idle_fraction": idle,
@@ -218,8 +222,14 @@ class SmallBatch(Rule):
             recommendation=rec,
             locations=locations,
             impact_explanation=(
-                f"GPU idle share not caused by the DataLoader or host syncs ({gw.pct(idle_fixable)}) plus "
-                f"compute-kernel share x unused SMs ({gw.pct(kernel_busy)} x {gw.pct(1.0 - sm_use)}): the step time a GPU kept full "
-                "by a larger batch would recover per sample (upper bound)."
+                f"GPU idle share not caused by the DataLoader or host syncs ({gw.pct(idle_fixable)}) x "
+                f"{share:.2f} (the share attributed to too little work per kernel at {kernels_per_step:.0f} "
+                "kernels per step; GA501 takes the rest) plus "
+                + (
+                    f"compute-kernel share x unused SMs ({gw.pct(kernel_busy)} x {gw.pct(1.0 - sm_use)})"
+                    if underfill > 0
+                    else "nothing for SM use (the kernels fill the SMs)"
+                )
+                + ": the step time a GPU kept full by a larger batch would recover per sample (upper bound)."
             ),
         )

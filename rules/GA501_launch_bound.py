@@ -27,7 +27,10 @@ class LaunchBound(Rule):
     the host was launching (a gap before a kernel whose launch call started only after the GPU had
     gone idle, no synchronize or DataLoader wait overlapping it, gap at most `max_gap_us`) of at least
     `min_launch_idle_fraction` of the step. The idle attribution comes from gpuadvisor.metrics
-    (`idle_launch_overhead_fraction`) when available. Runs that already use torch.compile or CUDA
+    (`idle_launch_overhead_fraction`) when available. Host-bound idle has two causes the trace
+    shows alike, too many kernels (this rule) and too little work per kernel (GA401 small-batch): the
+    kernel count per step apportions it, from half at 150 kernels per step or fewer to all of it at
+    600 or more (linear between). Runs that already use torch.compile or CUDA
     graphs and have small gaps stay quiet; a run that uses them but is still launch-bound is reported
     with advice for that case (graph breaks, mode).
 
@@ -104,7 +107,9 @@ class LaunchBound(Rule):
             launch_idle = idle_us / window.total_us
             source = "rulekit"
         launch_idle, deflation = gw.deflate_host_idle(ctx, launch_idle, window)
-        if launch_idle < ctx.threshold("min_launch_idle_fraction"):
+        share = gw.launch_share(kernels_per_step)
+        impact = launch_idle * share
+        if impact < ctx.threshold("min_launch_idle_fraction"):
             return
 
         compiled = gw.setting_used(ctx, "torch_compile")
@@ -120,6 +125,7 @@ class LaunchBound(Rule):
             "gpu_busy_fraction": busy,
             "launch_idle_fraction": launch_idle,
             "launch_idle_source": source,
+            "launch_share_of_host_idle": share,
             "launch_bound_gaps": gaps,
             "torch_compile_used": compiled,
             "cuda_graphs_used": graphs,
@@ -166,14 +172,17 @@ class LaunchBound(Rule):
                 "recompilation when shapes change (mark dynamic dims or pad)."
             )
         yield self.finding(
-            impact=launch_idle,
+            impact=impact,
             title=f"Launch-bound: {kernels_per_step:.0f} tiny kernels per step, GPU idle {gw.pct(launch_idle)} waiting for launches",
             message=message,
             evidence=evidence,
             recommendation=rec,
             locations=locations,
             impact_explanation=(
-                "GPU idle time during which the host was still launching the next kernel, as a share of "
-                "step time: recovered if launches cost nothing (upper bound; CUDA graphs come close)."
+                f"GPU idle time during which the host was still launching the next kernel "
+                f"({gw.pct(launch_idle)} of the step, less the profiler's own overhead when measured) x "
+                f"{share:.2f}, the share attributed to the number of launches ({kernels_per_step:.0f} per "
+                "step; with few kernels per step the batch size is the larger cause, see GA401): recovered "
+                "if launches cost nothing (upper bound; CUDA graphs come close)."
             ),
         )

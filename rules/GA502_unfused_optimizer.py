@@ -36,6 +36,12 @@ class UnfusedOptimizer(Rule):
     least `min_foreach_fraction`, gets a smaller finding recommending fused=True. The optimizer call
     site, its foreach/fused flags and its parameter tensor count come from environment.json.
 
+    The optimizer's share of the step is what it costs the GPU timeline: the GPU time of its own
+    kernels plus the GPU idle time inside the update (host span start to its last kernel's end) while
+    the host issues it, less the profiler's own per-op overhead measured outside the capture window.
+    The span's length alone is not a cost: in a GPU-bound run the update's kernels queue behind the
+    backward pass while the GPU stays busy.
+
     Impact = optimizer share of the step x (1 - 1/expected speed-up): `per_tensor_speedup` for a
     per-tensor update (multi-tensor kernels cut launches by more than 10x; 5x is conservative),
     `foreach_to_fused_speedup` for foreach -> fused.
@@ -96,11 +102,25 @@ class UnfusedOptimizer(Rule):
         span_of = idx[inside]
         if len(opt_k) == 0:
             return
-        # Time the optimizer occupies: the later of the host span end and its last kernel's end.
+        # What the optimizer costs the GPU timeline: its own kernels' GPU time, plus the GPU idle time
+        # inside its interval (host span start to the later of span end and last kernel end), when the
+        # GPU ran dry while the host was still issuing the update. The interval's length alone is
+        # not a cost: in a GPU-bound run the update's kernels queue behind earlier work while the GPU
+        # stays busy, and a fused update would not shorten the step by that queueing.
+        from gpuadvisor.metrics import covered, union_intervals
+
         last_end = np.full(len(spans), -np.inf)
         np.maximum.at(last_end, span_of, opt_k["end"].to_numpy(dtype="float64"))
-        occupied = np.maximum(s_end, last_end) - s_ts
-        opt_fraction = float(occupied.sum()) / window.total_us
+        interval_end = np.maximum(s_end, last_end)
+        occupied = interval_end - s_ts
+        act = gw.gpu_activity(ctx, window)
+        a_s, a_e = union_intervals(act["ts"].to_numpy(dtype="float64"), act["end"].to_numpy(dtype="float64"))
+        idle_in_span = np.clip(occupied - covered(a_s, a_e, s_ts, interval_end), 0.0, None)
+        k_s, k_e = union_intervals(opt_k["ts"].to_numpy(dtype="float64"), opt_k["end"].to_numpy(dtype="float64"))
+        opt_kernel_us = float(np.sum(k_e - k_s))
+        idle_fraction, deflation = gw.deflate_host_idle(ctx, float(idle_in_span.sum()) / window.total_us, window)
+        kernel_fraction = opt_kernel_us / window.total_us
+        opt_fraction = kernel_fraction + idle_fraction
         kernels_per_step = len(opt_k) / len(spans)
         multi = opt_k["name"].astype(str).map(gw.is_multi_tensor_kernel)
         multi_share = float(multi.mean())
@@ -126,7 +146,9 @@ class UnfusedOptimizer(Rule):
             "optimizer_class": opt_class,
             "optimizer_steps": len(spans),
             "optimizer_fraction": opt_fraction,
-            "optimizer_time_per_step_ms": float(occupied.mean()) / 1000.0,
+            "optimizer_kernel_fraction": kernel_fraction,
+            "optimizer_idle_fraction": idle_fraction,
+            "optimizer_interval_per_step_ms": float(occupied.mean()) / 1000.0,
             "optimizer_kernels_per_step": kernels_per_step,
             "multi_tensor_kernel_share": multi_share,
             "optimizer_kernel_median_us": float(opt_k["dur"].median()),
@@ -134,6 +156,7 @@ class UnfusedOptimizer(Rule):
             "foreach": foreach,
             "fused": fused,
             "assumed_speedup": speedup,
+            **deflation,
         }
         if isinstance(param_tensors, int) and param_tensors > 0:
             evidence["kernels_per_param_tensor"] = kernels_per_step / param_tensors
@@ -174,7 +197,8 @@ class UnfusedOptimizer(Rule):
                     if isinstance(param_tensors, int) and param_tensors > 0
                     else ""
                 )
-                + f". The optimizer takes {gw.us(float(occupied.mean()))} = {gw.pct(opt_fraction)} of the step"
+                + f". The update costs {gw.pct(opt_fraction)} of the step ({gw.pct(kernel_fraction)} in its "
+                f"kernels, {gw.pct(idle_fraction)} of GPU idle while the host issues them)"
                 + (" and was created with foreach=False." if foreach is False else ".")
             )
             rec = (
@@ -190,7 +214,9 @@ class UnfusedOptimizer(Rule):
         else:
             title = f"{opt_class} uses foreach but not fused: {gw.pct(opt_fraction)} of the step"
             message = (
-                f"{opt_class}.step takes {gw.pct(opt_fraction)} of the step with multi-tensor (foreach) "
+                f"{opt_class}.step costs {gw.pct(opt_fraction)} of the step ({gw.pct(kernel_fraction)} in "
+                f"its kernels, {gw.pct(idle_fraction)} of GPU idle while the host issues them) with "
+                "multi-tensor (foreach) "
                 f"kernels ({kernels_per_step:.0f} per step); the fused implementation does the update in "
                 "fewer, larger kernels."
             )
@@ -206,8 +232,9 @@ class UnfusedOptimizer(Rule):
             recommendation=rec,
             locations=locations,
             impact_explanation=(
-                f"Optimizer share of the step ({gw.pct(opt_fraction)}) x (1 - 1/{speedup:g}), the assumed "
-                "conservative speed-up of the fused update."
+                f"Optimizer cost share of the step ({gw.pct(opt_fraction)}: its kernels' GPU time plus GPU "
+                f"idle inside the update, less the profiler's own overhead) x (1 - 1/{speedup:g}), the "
+                "assumed conservative speed-up of the fused update."
             ),
         )
 

@@ -402,3 +402,94 @@ class SyntheticTrace:
         else:
             path.write_bytes(data)
         return path
+
+
+# ---- multi-rank helpers (H9: communication rules; added, existing behaviour unchanged) -------------
+
+K_NCCL_OLD = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
+K_NCCL_DEV = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+DDP_FORWARD = "DistributedDataParallel.forward"
+NCCL_STREAM = 21  # NCCL runs on its own stream, beside the compute stream
+
+
+def add_collective(
+    st: SyntheticTrace,
+    ts: float,
+    *,
+    nelems: int,
+    dtype: str = "float",
+    host_dur: float = 15.0,
+    kernel_ts: float | None = None,
+    kernel_dur: float | None = None,
+    kernel_name: str = K_NCCL_DEV,
+    record_param_comms: bool = True,
+) -> None:
+    """One all-reduce as a real NCCL-backed DDP writes it: cpu_op `c10d::allreduce_` (Input Dims
+    `[[[nelems]]]`, a tensor list), `record_param_comms` inside it (args Collective name, In msg nelems,
+    Group size, dtype) and, when `kernel_dur` is given, the NCCL kernel on stream NCCL_STREAM at
+    `kernel_ts` (default: just after the host call) launched by cudaLaunchKernelExC."""
+    ext = st.new_external_id()
+    st._x(
+        "cpu_op",
+        "c10d::allreduce_",
+        ts,
+        host_dur,
+        {
+            "External id": ext,
+            "Input Dims": [[[nelems]], [], [], [], []],
+            "Input type": ["TensorList", "", "", "", ""],
+        },
+    )
+    if record_param_comms:
+        st._x(
+            "cpu_op",
+            "record_param_comms",
+            ts + 1.0,
+            host_dur - 2.0,
+            {
+                "External id": st.new_external_id(),
+                "Input Dims": [[nelems]],
+                "Input type": [dtype],
+                "Collective name": "allreduce",
+                "In msg nelems": nelems,
+                "Out msg nelems": nelems,
+                "Group size": 2,
+                "dtype": "Float" if dtype == "float" else dtype,
+            },
+        )
+    if kernel_dur is not None:
+        st.add_kernel(
+            kernel_name,
+            ts=ts + host_dur if kernel_ts is None else kernel_ts,
+            dur=kernel_dur,
+            grid=(2, 1, 1),
+            block=(640, 1, 1),
+            occupancy=None,
+            stream=NCCL_STREAM,
+            launch_ts=ts + 3.0,
+            launch_name="cudaLaunchKernelExC",
+        )
+
+
+def add_ddp_forward(st: SyntheticTrace, ts: float, dur: float) -> None:
+    """The `DistributedDataParallel.forward` user_annotation DDP records around each forward."""
+    st.add_annotation(DDP_FORWARD, ts, dur)
+
+
+def rank_traces(world_size: int, **kwargs: Any) -> list[SyntheticTrace]:
+    """One SyntheticTrace per rank with `distributedInfo` (backend nccl, rank, world_size) set.
+    Every rank shares the same `base`, so one timeline can be laid out for all of them."""
+    return [
+        SyntheticTrace(rank=r, world_size=world_size, pid=1000 + r, tid=1000 + r, **kwargs)
+        for r in range(world_size)
+    ]
+
+
+def write_ranks(folder: Path, traces: Sequence[SyntheticTrace]) -> Path:
+    """Write `rank{N}.json.gz` per trace into `folder` (created) and return the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for st in traces:
+        info = st.top.get("distributedInfo") or {}
+        st.write(folder / f"rank{info.get('rank', traces.index(st))}.json.gz")
+    return folder

@@ -252,6 +252,7 @@ def build_context(
         )
 
     unavailable.extend(_run_unavailable(run))
+    ranks_view = ranks_section(result)
 
     return {
         "tool_version": __version__,
@@ -270,7 +271,64 @@ def build_context(
         "rules": _rules_view(result),
         "data_json": script_json(data),
         "synthetic": bool(trace is not None and trace.is_synthetic),
+        "ranks": ranks_view,
     }
+
+
+def ranks_section(result: AnalysisResult) -> dict[str, Any] | None:
+    """The per-rank section of a multi-rank input (None for one rank): per rank the median step
+    time and communication (exposed vs overlapped when NCCL kernels were recorded), and the step time
+    of each rank in every step, aligned by ProfilerStep number."""
+    if len(result.traces) < 2:
+        return None
+    from gpuadvisor.multirank import cross_rank
+
+    metrics = [result.metrics_detail if t is result.trace else None for t in result.traces]
+    cr = cross_rank(result.traces, metrics)
+    rows: list[dict[str, str]] = []
+    for r in cr.ranks:
+        n = len(r.analyzed)
+        calls = sum(s.collectives for s in r.analyzed) / n if n else None
+        exposed = r.median("exposed_comm_us")
+        comm = r.median("comm_us")
+        overlapped = None if exposed is None or comm is None else max(0.0, comm - exposed)
+        rows.append(
+            {
+                "rank": str(r.rank),
+                "step": _ms(_us_to_ms(r.median("step_time_us"))),
+                "comm": _ms(_us_to_ms(comm)) if r.comm_source != "none" else "n/a",
+                "exposed": _ms(_us_to_ms(exposed)) if r.comm_source == "nccl_kernels" else "n/a",
+                "overlapped": _ms(_us_to_ms(overlapped)) if r.comm_source == "nccl_kernels" else "n/a",
+                "comm_source": {
+                    "nccl_kernels": "NCCL kernels",
+                    "host_spans": "host spans (no GPU kernels)",
+                }.get(r.comm_source, "none recorded"),
+                "data_wait": _ms(_us_to_ms(r.median("dataloader_wait_us"))),
+                "compute": _ms(_us_to_ms(r.median("compute_us"))) if r.has_kernels else "n/a",
+                "calls": "—" if calls is None else f"{calls:.1f}",
+                "straggler": "yes" if cr.straggler is not None and cr.straggler.rank == r.rank else "",
+            }
+        )
+    steps = sorted({s.step for r in cr.ranks for s in r.steps})
+    by_rank = [r.by_step() for r in cr.ranks]
+    step_rows = []
+    for n in steps:
+        cells = []
+        for b in by_rank:
+            s = b.get(n)
+            cells.append("—" if s is None else _ms(s.step_time_us / 1000) + (" *" if s.outlier else ""))
+        step_rows.append({"step": str(n), "cells": cells})
+    return {
+        "ranks": [str(r.rank) for r in cr.ranks],
+        "rows": rows,
+        "steps": step_rows,
+        "spread": _pct(cr.step_time_spread),
+        "compute_imbalance": "n/a" if cr.compute_imbalance is None else f"{cr.compute_imbalance:.2f}x",
+    }
+
+
+def _us_to_ms(value: float | None) -> float | None:
+    return None if value is None else value / 1000
 
 
 def breakdown_frame(per_step: pd.DataFrame) -> pd.DataFrame:

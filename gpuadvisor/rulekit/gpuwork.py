@@ -490,3 +490,22 @@ def deflate_host_idle(ctx: RuleContext, idle_fraction: float, window: StepWindow
         "unprofiled_step_time_ms": unprofiled,
         "idle_fraction_under_profiler": idle_fraction,
     }
+
+
+# Host-bound idle (the GPU waits while the CPU prepares the next kernel) has two textbook causes that
+# the same trace shows alike: too little work per kernel (small batch: few kernels per step, each
+# tiny; a larger batch amortizes the fixed per-step CPU cost) and too many kernels (launch overhead:
+# hundreds to thousands of launches per step; fusion or CUDA graphs remove them). The kernel count per
+# step says which dominates: up to FEW_KERNELS_PER_STEP the idle is attributed to the batch size,
+# from MANY_KERNELS_PER_STEP on to the launches, linearly between; each rule reports its full share
+# and at least half of the idle (both fixes recover some of it).
+FEW_KERNELS_PER_STEP = 150.0
+MANY_KERNELS_PER_STEP = 600.0
+
+
+def launch_share(kernels_per_step: float) -> float:
+    """Weight (0.5..1) of host-bound idle attributed to launch overhead; small batch gets
+    `1.5 - launch_share(n)` (also 0.5..1)."""
+    span = MANY_KERNELS_PER_STEP - FEW_KERNELS_PER_STEP
+    s = min(1.0, max(0.0, (kernels_per_step - FEW_KERNELS_PER_STEP) / span))
+    return 0.5 + 0.5 * s

@@ -29,6 +29,26 @@ def small_kernels() -> SyntheticTrace:
     return _steps((16, 1, 1), 6.0, 40, 18.0)
 
 
+def few_full_grid_tiny_kernels() -> SyntheticTrace:
+    # Real small-batch runs (batch 8 convnet on an H200) show grids that do fill the SMs (elementwise
+    # kernels launch many blocks) but 2-3 us kernels with long host gaps: few kernels, GPU mostly idle.
+    return _steps((264, 1, 1), 3.0, 40, 20.0)
+
+
+def many_tiny_kernels() -> SyntheticTrace:
+    # 900 full-grid kernels per step of 0.8 us with 0.3 us gaps: launch-bound; the host-bound idle
+    # (28%) goes mostly to GA501, small batch gets half of it.
+    st = SyntheticTrace()
+    for n in range(5):
+        t0 = n * STEP_US
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=STEP_US, gpu_dur=STEP_US)
+        t = t0 + 5.0
+        for _ in range(900):
+            st.add_kernel(K_ELEMENTWISE, ts=t, dur=0.8, grid=(264, 1, 1), block=(128, 1, 1), occupancy=10.0)
+            t += 1.1
+    return st
+
+
 def full_kernels() -> SyntheticTrace:
     # Large grids and long kernels that keep the GPU ~90% busy: a well-sized batch.
     return _steps((528, 1, 1), 180.0, 5, 0.0)
@@ -100,6 +120,20 @@ CASES = [
         small_kernels,
         environment=ENV_FULL,
         expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA401-fires-on-few-tiny-kernels-even-when-grids-fill-the-sms",
+        "GA401",
+        few_full_grid_tiny_kernels,
+        environment=ENV_HEADROOM,
+        expect=Expect(fires=True, min_severity="high", evidence_keys=("batch_share_of_host_idle",)),
+    ),
+    RuleCase(
+        "GA401-yields-to-GA501-on-many-kernels-per-step",
+        "GA401",
+        many_tiny_kernels,
+        environment=ENV_HEADROOM,
+        expect=Expect(fires=True, impact_min=0.1, impact_max=0.16),
     ),
     RuleCase("GA401-quiet-on-full-grid-long-kernels", "GA401", full_kernels, expect=Expect(fires=False)),
 ]

@@ -1,0 +1,514 @@
+"""Cross-rank metrics of a multi-GPU (multi-process) run: one `TraceModel` per rank.
+
+`rank_summary(trace, metrics)` reduces one rank to per-step numbers; `cross_rank(traces)` compares
+the ranks. Both work from what each rank recorded itself: ranks are aligned by their `ProfilerStep#N`
+number, never by absolute time (processes of one host share a clock, processes of different hosts do
+not, and the profilers of different ranks start at different moments).
+
+Per rank and step (`RankStep`):
+  * `step_time_us`: the step interval of gpuadvisor/trace/steps.py;
+  * `compute_us`: union of non-collective GPU kernels (None without kernels);
+  * `comm_us`: union of collective time: NCCL kernels when the trace has kernels, else the host-side
+    collective spans (`gloo:all_reduce` / `nccl:all_reduce` annotations or cpu ops run by the
+    process group's worker thread);
+  * `exposed_comm_us`: collective kernel time during which no compute kernel of the same rank ran
+    (None without kernels): that part of communication adds to the step time;
+  * `dataloader_wait_us`, `collectives` (collective calls issued by the host in the step),
+    `forwards` (`DistributedDataParallel.forward` spans), `optimizer_steps`.
+
+Across ranks (`CrossRank`): per-rank median step time and the spread, the straggler (the rank that
+waits least inside collectives: every other rank waits there for it), how late it is per step and why
+(data wait, compute, or communication), and the imbalance of compute (max / min of per-rank medians).
+
+Heavy imports are inside the functions: rule files importing this module are loaded by
+`gpuadvisor rules`, which must stay fast.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuadvisor.metrics import Metrics
+    from gpuadvisor.rules_api import RuleContext
+    from gpuadvisor.trace.model import TraceModel
+
+__all__ = [
+    "CrossRank",
+    "HostCollective",
+    "RankStep",
+    "RankSummary",
+    "Straggler",
+    "collective_kind",
+    "cross_rank",
+    "cross_rank_of",
+    "host_collectives",
+    "rank_summary",
+    "summary_of",
+]
+
+# Host-side collective calls issued by the training thread (one per collective, any backend):
+# c10d::allreduce_ (torch >= 2.0 dispatcher op) and record_param_comms (NCCL; args carry sizes).
+_HOST_CALL = re.compile(r"^(c10d::[a-z_]+|record_param_comms)$")
+# The backend's own span of a collective: `gloo:all_reduce` (a user_annotation on the gloo worker
+# thread, lasting until every peer contributed), `nccl:all_reduce` (a cpu op on the calling thread).
+_BACKEND_SPAN = re.compile(r"^(gloo|nccl|mpi|ucc):[a-z_]+$")
+DDP_FORWARD = "DistributedDataParallel.forward"
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+
+_ELEMENT_BYTES: dict[str, int] = {
+    "float": 4,
+    "double": 8,
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "long int": 8,
+    "int": 4,
+    "unsigned char": 1,
+    "signed char": 1,
+    "bool": 1,
+}
+_NUMBER = re.compile(r"\d+")
+
+
+def collective_kind(name: str) -> str:
+    """The collective of a kernel or host-call name: all_reduce, all_gather, reduce_scatter,
+    broadcast, all_to_all, send_recv, barrier, or `other`."""
+    low = name.lower().replace("_", "")
+    for kind, keys in (
+        ("reduce_scatter", ("reducescatter",)),
+        ("all_reduce", ("allreduce",)),
+        ("all_gather", ("allgather",)),
+        ("all_to_all", ("alltoall",)),
+        ("broadcast", ("broadcast", "bcast")),
+        ("send_recv", ("sendrecv", "send", "recv")),
+        ("barrier", ("barrier",)),
+    ):
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
+@dataclass(frozen=True)
+class HostCollective:
+    """One collective call issued by the host (from the cpu_ops / annotations of one rank)."""
+
+    ts: float
+    end: float
+    name: str
+    kind: str  # collective_kind(name)
+    nbytes: float | None  # message size when Input Dims/Input type tell it
+
+
+def _dims_elements(dims: Any) -> int | None:
+    """Number of elements of the first tensor in a stringified `Input Dims` value.
+
+    c10d::allreduce_ records `[[[2372]], [], ...]` (a tensor list); record_param_comms `[[2372]]`."""
+    if dims is None:
+        return None
+    text = str(dims)
+    first = text.lstrip("[").split("]", 1)[0]
+    nums = [int(n) for n in _NUMBER.findall(first)]
+    if not nums:
+        return None
+    out = 1
+    for n in nums:
+        out *= n
+    return out
+
+
+def _element_bytes(types: Any) -> int:
+    text = str(types) if types is not None else ""
+    for name, size in _ELEMENT_BYTES.items():
+        if f"'{name}'" in text or f'"{name}"' in text:
+            return size
+    return 4  # gradients are float32 unless told otherwise
+
+
+def host_collectives(trace: TraceModel) -> list[HostCollective]:
+    """Collective calls issued by the host, one per call, sorted by start time.
+
+    Uses `c10d::*` / `record_param_comms` cpu ops when the trace has them (the calling thread; one per
+    collective), else the backend spans (`gloo:*` / `nccl:*`)."""
+    ops = trace.cpu_ops
+    calls: list[HostCollective] = []
+    if len(ops):
+        names = ops["name"].astype(str)
+        mask = names.str.match(_HOST_CALL.pattern).to_numpy(dtype=bool)
+        # record_param_comms and c10d::allreduce_ nest for one call on NCCL: count c10d ops when present.
+        c10d = mask & names.str.startswith("c10d::").to_numpy(dtype=bool)
+        if c10d.any():
+            mask = c10d
+        sub = ops[mask]
+        for ts, end, name, dims, types in zip(
+            sub["ts"], sub["end"], sub["name"].astype(str), sub["input_dims"], sub["input_types"], strict=True
+        ):
+            n = _dims_elements(dims)
+            calls.append(
+                HostCollective(
+                    float(ts),
+                    float(end),
+                    name,
+                    collective_kind(name),
+                    None if n is None else float(n * _element_bytes(types)),
+                )
+            )
+    if not calls:
+        for span in backend_spans(trace):
+            calls.append(span)
+    calls.sort(key=lambda c: (c.ts, c.name))
+    return calls
+
+
+def backend_spans(trace: TraceModel) -> list[HostCollective]:
+    """The backend's spans of collectives (`gloo:all_reduce`, `nccl:all_reduce`...), from annotations
+    and cpu ops: on gloo they last until every rank contributed (they include the wait for peers)."""
+    out: list[HostCollective] = []
+    for table in (trace.annotations, trace.cpu_ops):
+        if not len(table):
+            continue
+        names = table["name"].astype(str)
+        mask = names.str.match(_BACKEND_SPAN.pattern).to_numpy(dtype=bool)
+        sub = table[mask]
+        dims = sub["input_dims"] if "input_dims" in sub.columns else [None] * len(sub)
+        for ts, end, name, d in zip(sub["ts"], sub["end"], sub["name"].astype(str), dims, strict=True):
+            n = _dims_elements(d)
+            out.append(
+                HostCollective(
+                    float(ts), float(end), name, collective_kind(name), None if n is None else float(n * 4)
+                )
+            )
+    out.sort(key=lambda c: (c.ts, c.name))
+    return out
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """One rank's numbers for one step (microseconds; None where the trace cannot tell)."""
+
+    step: int
+    outlier: bool
+    start: float
+    end: float
+    step_time_us: float
+    compute_us: float | None
+    comm_us: float
+    exposed_comm_us: float | None
+    dataloader_wait_us: float
+    collectives: int
+    forwards: int
+    optimizer_steps: int
+    comm_rounds: (
+        int  # DDP forwards followed by a collective before the next forward (micro-steps that synced)
+    )
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank, reduced to per-step numbers (`steps`) and medians over its analyzed steps."""
+
+    rank: int
+    has_kernels: bool
+    comm_source: str  # "nccl_kernels" | "host_spans" | "none"
+    steps: tuple[RankStep, ...]
+    collective_bytes: tuple[float, ...]  # sizes of the host collective calls in analyzed steps
+    collective_kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def analyzed(self) -> tuple[RankStep, ...]:
+        keep = tuple(s for s in self.steps if not s.outlier)
+        return keep or self.steps
+
+    def median(self, attr: str) -> float | None:
+        import numpy as np
+
+        values = [getattr(s, attr) for s in self.analyzed]
+        vals = [float(v) for v in values if v is not None]
+        return float(np.median(vals)) if vals else None
+
+    def total(self, attr: str) -> float | None:
+        values = [getattr(s, attr) for s in self.analyzed]
+        vals = [float(v) for v in values if v is not None]
+        return float(sum(vals)) if vals else None
+
+    def share(self, attr: str) -> float | None:
+        """Sum of `attr` over the analyzed steps / their total step time."""
+        num = self.total(attr)
+        den = self.total("step_time_us")
+        return num / den if num is not None and den else None
+
+    def overlap_fraction(self) -> float | None:
+        """Share of collective kernel time hidden behind compute (None without NCCL kernels)."""
+        comm = self.total("comm_us")
+        exposed = self.total("exposed_comm_us")
+        if not comm or exposed is None or self.comm_source != "nccl_kernels":
+            return None
+        return max(0.0, 1.0 - exposed / comm)
+
+    def by_step(self) -> dict[int, RankStep]:
+        return {s.step: s for s in self.steps}
+
+
+def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSummary:
+    """Reduce one rank's trace (and its metrics, computed when not given) to per-step numbers."""
+    import numpy as np
+
+    from gpuadvisor.metrics import compute_metrics, covered, union_intervals
+
+    if metrics is None:
+        metrics = compute_metrics(trace, None)
+    ps = metrics.per_step
+    S = ps["start"].to_numpy(dtype=np.float64)
+    E = ps["end"].to_numpy(dtype=np.float64)
+    k = trace.kernels
+    has_kernels = len(k) > 0
+    coll_mask = k["is_collective"].to_numpy(dtype=bool) if has_kernels else np.zeros(0, dtype=bool)
+    compute: Any = None
+    exposed: Any = None
+    if has_kernels and coll_mask.any():
+        comm_source = "nccl_kernels"
+        cs, ce = union_intervals(k["ts"].to_numpy()[coll_mask], k["end"].to_numpy()[coll_mask])
+        comm = covered(cs, ce, S, E)
+        ks, ke = union_intervals(k["ts"].to_numpy()[~coll_mask], k["end"].to_numpy()[~coll_mask])
+        compute = covered(ks, ke, S, E)
+        alls, alle = union_intervals(k["ts"].to_numpy(), k["end"].to_numpy())
+        exposed = np.clip(covered(alls, alle, S, E) - compute, 0.0, None)
+    else:
+        if has_kernels:
+            ks, ke = union_intervals(k["ts"].to_numpy(), k["end"].to_numpy())
+            compute = covered(ks, ke, S, E)
+            exposed = np.zeros(len(S))
+        spans = backend_spans(trace)
+        if spans and not has_kernels:
+            comm_source = "host_spans"
+            hs, he = union_intervals([c.ts for c in spans], [c.end for c in spans])
+            comm = covered(hs, he, S, E)
+        else:
+            comm_source = "none"
+            comm = np.zeros(len(S))
+    calls = host_collectives(trace)
+    call_ts = np.sort(np.array([c.ts for c in calls], dtype=np.float64))
+    ann = trace.annotations
+    names = ann["name"].astype(str) if len(ann) else None
+    cpu = ~ann["on_gpu"].to_numpy(dtype=bool) if len(ann) else np.zeros(0, dtype=bool)
+    fwd_ts = (
+        np.sort(ann["ts"].to_numpy(dtype=np.float64)[cpu & (names == DDP_FORWARD).to_numpy(dtype=bool)])
+        if names is not None
+        else np.zeros(0)
+    )
+    opt_ts = (
+        np.sort(
+            ann["ts"].to_numpy(dtype=np.float64)[
+                cpu & names.str.startswith(OPTIMIZER_STEP_PREFIX).to_numpy(dtype=bool)
+            ]
+        )
+        if names is not None
+        else np.zeros(0)
+    )
+
+    def count(ts: Any, a: float, b: float) -> int:
+        return int(np.searchsorted(ts, b, side="left") - np.searchsorted(ts, a, side="left"))
+
+    steps: list[RankStep] = []
+    for i in range(len(ps)):
+        a, b = float(S[i]), float(E[i])
+        fw = fwd_ts[(fwd_ts >= a) & (fwd_ts < b)]
+        rounds = 0
+        for j, f0 in enumerate(fw):
+            f1 = float(fw[j + 1]) if j + 1 < len(fw) else b
+            rounds += int(count(call_ts, float(f0), f1) > 0)
+        steps.append(
+            RankStep(
+                step=int(ps["step"].iloc[i]),
+                outlier=bool(ps["outlier"].iloc[i]),
+                start=a,
+                end=b,
+                step_time_us=float(ps["step_time_us"].iloc[i]),
+                compute_us=None if compute is None else float(compute[i]),
+                comm_us=float(comm[i]),
+                exposed_comm_us=None if exposed is None else float(exposed[i]),
+                dataloader_wait_us=float(ps["dataloader_wait_us"].iloc[i]),
+                collectives=count(call_ts, a, b),
+                forwards=len(fw),
+                optimizer_steps=count(opt_ts, a, b),
+                comm_rounds=rounds,
+            )
+        )
+    analyzed = [s for s in steps if not s.outlier] or steps
+    sizes: list[float] = []
+    kinds: dict[str, int] = {}
+    for c in calls:
+        if any(s.start <= c.ts < s.end for s in analyzed):
+            kinds[c.kind] = kinds.get(c.kind, 0) + 1
+            if c.nbytes is not None:
+                sizes.append(c.nbytes)
+    return RankSummary(
+        rank=trace.rank,
+        has_kernels=has_kernels,
+        comm_source=comm_source,
+        steps=tuple(steps),
+        collective_bytes=tuple(sizes),
+        collective_kinds=dict(sorted(kinds.items())),
+    )
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The rank the others wait for in collectives."""
+
+    rank: int
+    late_us_per_step: float  # mean over the common steps of (others' median comm time - its comm time)
+    steps_last: int  # in how many common steps it waited least
+    steps_compared: int
+    cause: str  # "data_wait" | "compute" | "communication"
+    cause_detail: dict[str, float]  # extra data wait / compute / host time of the straggler per step (us)
+
+
+@dataclass(frozen=True)
+class CrossRank:
+    """Every rank compared on the steps they all recorded."""
+
+    ranks: tuple[RankSummary, ...]
+    common_steps: tuple[int, ...]  # analyzed step numbers present on every rank
+    step_time_median_us: dict[int, float | None]
+    step_time_spread: float | None  # (max - min) / min of per-rank median step times
+    straggler: Straggler | None
+    compute_imbalance: float | None  # max / min of per-rank median compute (GPU) time
+    busy_imbalance: float | None  # max / min of per-rank median (step - comm - data wait) time
+
+    def rank(self, rank: int) -> RankSummary | None:
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        return None
+
+
+def _host_busy(s: RankStep) -> float:
+    return max(0.0, s.step_time_us - s.comm_us - s.dataloader_wait_us)
+
+
+def cross_rank(traces: Sequence[TraceModel], metrics: Sequence[Metrics | None] | None = None) -> CrossRank:
+    """Compare the ranks. `metrics[i]` (optional) are `traces[i]`'s metrics; computed when None."""
+    import numpy as np
+
+    ms = list(metrics) if metrics is not None else [None] * len(traces)
+    ranks = tuple(rank_summary(t, m) for t, m in zip(traces, ms, strict=True))
+    step_sets = [{s.step for s in r.analyzed} for r in ranks]
+    common = tuple(sorted(set.intersection(*step_sets))) if step_sets else ()
+    med = {r.rank: r.median("step_time_us") for r in ranks}
+    vals = [v for v in med.values() if v]
+    spread = (max(vals) - min(vals)) / min(vals) if len(vals) > 1 else None
+
+    def ratio(values: list[float | None]) -> float | None:
+        v = [x for x in values if x is not None]
+        return max(v) / min(v) if len(v) > 1 and min(v) > 0 else None
+
+    compute_imb = (
+        ratio([r.median("compute_us") for r in ranks]) if all(r.has_kernels for r in ranks) else None
+    )
+    busy_imb = ratio(
+        [float(np.median([_host_busy(s) for s in r.analyzed])) if r.analyzed else None for r in ranks]
+    )
+    straggler = _straggler(ranks, common) if len(ranks) > 1 else None
+    return CrossRank(
+        ranks=ranks,
+        common_steps=common,
+        step_time_median_us=med,
+        step_time_spread=spread,
+        straggler=straggler,
+        compute_imbalance=compute_imb,
+        busy_imbalance=busy_imb,
+    )
+
+
+def _straggler(ranks: tuple[RankSummary, ...], common: tuple[int, ...]) -> Straggler | None:
+    """Per common step, the rank with the least collective time arrived last (the others waited for
+    it, inside the collective). The straggler is the rank that is last most often."""
+    import numpy as np
+
+    if not common or any(r.comm_source == "none" for r in ranks):
+        return None
+    per = [r.by_step() for r in ranks]
+    last_count: dict[int, int] = {}
+    for n in common:
+        comm = [p[n].comm_us for p in per]
+        last_count[int(np.argmin(comm))] = last_count.get(int(np.argmin(comm)), 0) + 1
+    idx = max(sorted(last_count), key=lambda i: last_count[i])
+    late: list[float] = []
+    extra = {"data_wait": 0.0, "compute": 0.0, "host": 0.0}
+    for n in common:
+        mine = per[idx][n]
+        others = [p[n] for j, p in enumerate(per) if j != idx]
+        late.append(max(0.0, float(np.median([o.comm_us for o in others])) - mine.comm_us))
+        extra["data_wait"] += mine.dataloader_wait_us - float(
+            np.median([o.dataloader_wait_us for o in others])
+        )
+        if mine.compute_us is not None and all(o.compute_us is not None for o in others):
+            extra["compute"] += mine.compute_us - float(
+                np.median([float(o.compute_us or 0.0) for o in others])
+            )
+        extra["host"] += _host_busy(mine) - float(np.median([_host_busy(o) for o in others]))
+    steps = len(common)
+    detail = {k: v / steps for k, v in extra.items()}
+    late_us = float(np.mean(late))
+    if late_us <= 0:
+        return None
+    # The cause that explains at least half of the lateness; else the communication itself (its
+    # collective started late for a reason the trace does not show as data wait or compute).
+    has_kernels = all(r.has_kernels for r in ranks)
+    candidates = [
+        ("data_wait", detail["data_wait"]),
+        ("compute", detail["compute"] if has_kernels else detail["host"]),
+    ]
+    cause = "communication"
+    best = max(candidates, key=lambda kv: kv[1])
+    if best[1] >= 0.5 * late_us:
+        cause = best[0]
+    return Straggler(
+        rank=ranks[idx].rank,
+        late_us_per_step=late_us,
+        steps_last=last_count[idx],
+        steps_compared=steps,
+        cause=cause,
+        cause_detail=detail,
+    )
+
+
+# One-entry caches: every communication rule of one analysis asks for the same numbers. The cached
+# objects themselves are kept and compared by identity (an id() alone could be reused after GC).
+_CACHE: dict[str, tuple[tuple[object, ...], Any]] = {}
+
+
+def _cached(slot: str, key: tuple[object, ...]) -> Any:
+    hit = _CACHE.get(slot)
+    if hit is not None and len(hit[0]) == len(key) and all(a is b for a, b in zip(hit[0], key, strict=True)):
+        return hit[1]
+    return None
+
+
+def summary_of(ctx: RuleContext) -> RankSummary:
+    """`rank_summary` of the context's primary trace (rank 0), using its already computed metrics."""
+    key = (ctx.trace, ctx.metrics)
+    hit = _cached("summary", key)
+    if isinstance(hit, RankSummary):
+        return hit
+    out = rank_summary(ctx.trace, ctx.metrics)
+    _CACHE["summary"] = (key, out)
+    return out
+
+
+def cross_rank_of(ctx: RuleContext) -> CrossRank:
+    """`cross_rank` of every rank in the context (rank 0's metrics reused)."""
+    traces = tuple(ctx.traces) or (ctx.trace,)
+    key = (*traces, ctx.metrics)
+    hit = _cached("cross", key)
+    if isinstance(hit, CrossRank):
+        return hit
+    metrics = [ctx.metrics if t is ctx.trace else None for t in traces]
+    out = cross_rank(traces, metrics)
+    _CACHE["cross"] = (key, out)
+    return out

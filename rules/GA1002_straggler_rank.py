@@ -1,0 +1,143 @@
+"""GA1002 straggler-rank: one rank arrives late at every collective and the others wait for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
+from gpuadvisor import multirank as mr
+from gpuadvisor.rulekit.hostside import fmt_ms, fmt_pct
+from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+
+_WHY = {
+    "data_wait": "it waits longer for its input batches (DataLoader __next__)",
+    "compute": "it computes longer per step (more or slower GPU work)",
+    "communication": "neither its data wait nor its compute explains it: its collectives start late "
+    "for another reason (host-side delays, CPU contention, a slower link or GPU)",
+}
+
+
+class StragglerRank(Rule):
+    """One rank is late at every collective: all the other ranks wait for it.
+
+    Why it matters
+    --------------
+    A collective completes only when every rank has joined it. When one rank reaches the all-reduce
+    later than the others (a slower input pipeline, more work, a throttled GPU, a busy CPU), every
+    other rank spins inside the collective until it arrives: the whole job runs at the pace of its
+    slowest rank.
+
+    How it is detected
+    ------------------
+    Ranks are aligned by ProfilerStep number, not by clock. In each step present on every rank, the
+    rank with the least time inside collectives arrived last: the others' extra collective time is
+    the wait for it. The rank that is last most often is the straggler; how late it is = the others'
+    median collective time minus its own, averaged over the steps. Its data wait and compute time are
+    compared with the other ranks' to say why. Impact = lateness / median step time.
+
+    How to fix
+    ----------
+    Give every rank the same work and the same input speed. Before::
+
+        sampler = DistributedSampler(ds)                 # uneven shards, variable-length samples
+        loader = DataLoader(ds, sampler=sampler, batch_size=32, num_workers=2)
+
+    After::
+
+        sampler = DistributedSampler(ds, drop_last=True)
+        loader = DataLoader(ds, sampler=sampler, batch_size=32, num_workers=8,
+                            pin_memory=True, persistent_workers=True)
+        # bucket variable-length samples so that every rank's batch costs the same
+    """
+
+    id = "GA1002"
+    name = "straggler-rank"
+    category = Category.COMMUNICATION
+    requires = frozenset({Requirement.MULTI_RANK, Requirement.STEPS})
+    thresholds: ClassVar[Mapping[str, Threshold]] = {
+        "min_impact": Threshold(
+            0.05, "report when the straggler is late by at least this share of the step time", "fraction"
+        ),
+        "min_consistency": Threshold(
+            0.75,
+            "the straggler must be the last rank in at least this share of the compared steps (a real "
+            "straggler is late nearly every step; run-to-run jitter is not)",
+            "fraction",
+        ),
+    }
+    references = ("https://pytorch.org/docs/stable/notes/ddp.html",)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        cr = mr.cross_rank_of(ctx)
+        s = cr.straggler
+        if s is None or s.steps_compared == 0:
+            return
+        if s.steps_last / s.steps_compared < ctx.threshold("min_consistency"):
+            return
+        steps = [v for v in cr.step_time_median_us.values() if v]
+        step_us = sorted(steps)[len(steps) // 2] if steps else 0.0
+        if step_us <= 0:
+            return
+        impact = s.late_us_per_step / step_us
+        if impact < ctx.threshold("min_impact"):
+            return
+        detail = s.cause_detail
+        if s.cause == "data_wait":
+            rec = (
+                f"Rank {s.rank} waits {fmt_ms(detail['data_wait'])} per step longer for data than the others: "
+                "give its DataLoader more workers, pin_memory=True, persistent_workers=True, and check that "
+                "its shard of the data is not larger or slower to read (DistributedSampler, drop_last=True)."
+            )
+        elif s.cause == "compute":
+            rec = (
+                f"Rank {s.rank} computes {fmt_ms(max(detail['compute'], detail['host']))} per step longer than "
+                "the others: give every rank the same work (equal batch sizes, bucketed sequence lengths, "
+                "equal pipeline stages) and check its GPU for throttling (nvidia-smi -q -d PERFORMANCE)."
+            )
+        else:
+            rec = (
+                f"Rank {s.rank}'s collectives start late without a longer data wait or compute: look for "
+                "host-side work only that rank does (logging, checkpointing, evaluation on rank 0), CPU "
+                "contention (pin each rank's threads: OMP_NUM_THREADS, torchrun --nproc-per-node), or a slower "
+                "GPU or link on its host."
+            )
+        rec += (
+            f" Expected gain: up to {fmt_ms(s.late_us_per_step)} per step ({fmt_pct(impact)}), the time the "
+            "other ranks wait for it."
+        )
+        per_rank = {
+            str(r.rank): {
+                "step_time_ms": (r.median("step_time_us") or 0.0) / 1000,
+                "comm_ms_per_step": (r.median("comm_us") or 0.0) / 1000,
+                "dataloader_wait_ms_per_step": (r.median("dataloader_wait_us") or 0.0) / 1000,
+                "compute_ms_per_step": None
+                if r.median("compute_us") is None
+                else (r.median("compute_us") or 0.0) / 1000,
+            }
+            for r in cr.ranks
+        }
+        yield self.finding(
+            impact=impact,
+            title=f"Rank {s.rank} is a straggler: the others wait {fmt_ms(s.late_us_per_step)} per step for it",
+            message=(
+                f"In {s.steps_last} of {s.steps_compared} steps compared, rank {s.rank} spent the least time "
+                f"inside collectives: the other ranks waited there {fmt_ms(s.late_us_per_step)} per step on "
+                f"average ({fmt_pct(impact)} of the {fmt_ms(step_us)} step). Why: {_WHY[s.cause]}."
+            ),
+            evidence={
+                "straggler_rank": s.rank,
+                "late_ms_per_step": s.late_us_per_step / 1000,
+                "cause": s.cause,
+                "extra_ms_per_step": {k: v / 1000 for k, v in sorted(detail.items())},
+                "steps_last": s.steps_last,
+                "steps_compared": s.steps_compared,
+                "step_time_spread": cr.step_time_spread,
+                "ranks": per_rank,
+            },
+            recommendation=rec,
+            locations=[Location(function=f"rank {s.rank}", detail={"rank": s.rank, "cause": s.cause})],
+            impact_explanation=(
+                "Mean over the steps of (median collective time of the other ranks - the straggler's "
+                "collective time), divided by the median step time over ranks."
+            ),
+        )

@@ -1,0 +1,10 @@
+"""Multi-rank tests: make `tests.synth` importable under any pytest import mode."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
