@@ -12,10 +12,12 @@ explained in `TraceModel.warnings`.
 
 from __future__ import annotations
 
+import gc
 import gzip
+import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,181 +233,262 @@ def _meta(obj: dict[str, Any], span: float) -> TraceMeta:
     )
 
 
+class _Collector:
+    """The one pass: sorts events into per-table lists of tuples, counting what it skips."""
+
+    def __init__(self, keep_python_functions: bool) -> None:
+        self.keep_python_functions = keep_python_functions
+        self.kernels: list[tuple[Any, ...]] = []
+        self.copies: list[tuple[Any, ...]] = []
+        self.memsets: list[tuple[Any, ...]] = []
+        self.runtime: list[tuple[Any, ...]] = []
+        self.cpu_ops: list[tuple[Any, ...]] = []
+        self.annotations: list[tuple[Any, ...]] = []
+        self.pyfuncs: list[tuple[Any, ...]] = []
+        self.counts: dict[str, int] = {}
+        self.no_dur = 0
+        self.no_ts = 0
+        self.bad_events = 0
+        self.kernels_without_args = 0
+        self.total = 0
+        # Repeated strings (op names, Input Dims of repeated steps) share one object: large traces
+        # repeat the same few thousand values millions of times.
+        self._strings: dict[str, str] = {}
+
+    def _text(self, v: Any) -> str | None:
+        if v is None:
+            return None
+        t = v if type(v) is str else str(v)
+        return self._strings.setdefault(t, t)
+
+    def feed(self, events: list[Any], progress: Progress | None = None, total: int = 0) -> None:
+        keep_py = self.keep_python_functions
+        counts = self.counts
+        aliases = _CAT_ALIASES
+        text = self._text
+        for ev in events:
+            self.total += 1
+            if progress is not None and self.total % _PROGRESS_EVERY == 0:
+                progress(self.total, total)
+            if not isinstance(ev, dict):
+                self.bad_events += 1
+                continue
+            raw_cat = ev.get("cat")
+            cat_key = raw_cat if isinstance(raw_cat, str) else ""
+            counts[cat_key] = counts.get(cat_key, 0) + 1
+            cat = aliases.get(cat_key.lower())
+            if cat is None or ev.get("ph", "X") != "X":
+                continue
+            ts = ev.get("ts")
+            # `type(x) is float` first: the common case, far cheaper than the isinstance chain.
+            if type(ts) is not float and (not isinstance(ts, (int, float)) or isinstance(ts, bool)):
+                ts = _num(ts)
+                if ts is None:
+                    self.no_ts += 1
+                    continue
+            dur = ev.get("dur")
+            if type(dur) is not float and (not isinstance(dur, (int, float)) or isinstance(dur, bool)):
+                dur = _num(dur)
+                if dur is None:
+                    self.no_dur += 1
+                    dur = 0.0
+            if dur < 0:
+                dur = 0.0
+            if cat == "python_function" and not keep_py:
+                continue  # counted only (often the majority of a with_stack trace)
+            name = ev.get("name")
+            if not isinstance(name, str):
+                name = "" if name is None else str(name)
+            name = self._strings.setdefault(name, name)
+            args = ev.get("args")
+            if not isinstance(args, dict):
+                args = {}
+            if cat == "kernel":
+                if not args:
+                    self.kernels_without_args += 1
+                gx, gy, gz = _dim3(args.get("grid"))
+                bx, by, bz = _dim3(args.get("block"))
+                self.kernels.append(
+                    (
+                        ts,
+                        dur,
+                        name,
+                        _int_or_none(args.get("device", ev.get("pid"))),
+                        _int_or_none(args.get("stream", ev.get("tid"))),
+                        _int_or_none(args.get("correlation")),
+                        _int_or_none(args.get("External id")),
+                        gx,
+                        gy,
+                        gz,
+                        bx,
+                        by,
+                        bz,
+                        _num(args.get("registers per thread")),
+                        _num(args.get("shared memory")),
+                        _num(args.get("blocks per SM")),
+                        _num(args.get("warps per SM")),
+                        _num(args.get("est. achieved occupancy %")),
+                    )
+                )
+            elif cat == "cuda_runtime" or cat == "cuda_driver":
+                self.runtime.append(
+                    (
+                        ts,
+                        dur,
+                        name,
+                        _int_or_none(args.get("correlation")),
+                        _int_or_none(args.get("External id")),
+                        _tid(ev.get("tid")),
+                        cat,
+                    )
+                )
+            elif cat == "cpu_op":
+                # The hot path (most events of a real trace): inline the common types.
+                tid = ev.get("tid")
+                ext = args.get("External id")
+                seq = args.get("Sequence number")
+                flops = args.get("flops")
+                self.cpu_ops.append(
+                    (
+                        ts,
+                        dur,
+                        name,
+                        tid if type(tid) is int else _tid(tid),
+                        ext if type(ext) is int else _int_or_none(ext),
+                        text(args.get("Input Dims")),
+                        text(args.get("Input type")),
+                        None if flops is None else _num(flops),
+                        seq if type(seq) is int else _int_or_none(seq),
+                    )
+                )
+            elif cat == "gpu_memcpy":
+                self.copies.append(
+                    (
+                        ts,
+                        dur,
+                        name,
+                        _num(args.get("bytes")),
+                        _num(args.get("memory bandwidth (GB/s)")),
+                        _int_or_none(args.get("correlation")),
+                        _int_or_none(args.get("External id")),
+                        _int_or_none(args.get("device", ev.get("pid"))),
+                        _int_or_none(args.get("stream", ev.get("tid"))),
+                    )
+                )
+            elif cat == "gpu_memset":
+                self.memsets.append(
+                    (
+                        ts,
+                        dur,
+                        name,
+                        _num(args.get("bytes")),
+                        _int_or_none(args.get("correlation")),
+                        _int_or_none(args.get("device", ev.get("pid"))),
+                        _int_or_none(args.get("stream", ev.get("tid"))),
+                    )
+                )
+            elif cat == "user_annotation" or cat == "gpu_user_annotation":
+                self.annotations.append((ts, dur, name, _tid(ev.get("tid")), cat == "gpu_user_annotation"))
+            elif cat == "python_function":
+                self.pyfuncs.append((ts, dur, name, _tid(ev.get("tid"))))
+
+    def warnings(self, path: Path) -> list[str]:
+        out: list[str] = []
+        if self.total == 0:
+            out.append(f"{path.name} holds no events (empty traceEvents).")
+        if self.bad_events:
+            out.append(f"{self.bad_events} trace events were not JSON objects and were skipped.")
+        if self.no_ts:
+            out.append(f"{self.no_ts} events had no usable 'ts' and were skipped.")
+        if self.no_dur:
+            out.append(f"{self.no_dur} complete events had no 'dur'; they were kept with a duration of 0.")
+        if self.kernels_without_args:
+            out.append(
+                f"{self.kernels_without_args} kernels carry no args (grid, occupancy, correlation unknown for them)."
+            )
+        return out
+
+
+def _collect_streaming(
+    path: Path, keep_python_functions: bool, progress: Progress | None, chunk_bytes: int
+) -> tuple[dict[str, Any], _Collector]:
+    """Stream the file in blocks (bounded memory); raises StreamFallback when it cannot."""
+    from gpuadvisor.trace._stream import EventStream
+
+    stream = EventStream(path, chunk_bytes=chunk_bytes, progress=progress)
+    col = _Collector(keep_python_functions)
+    for events in stream.chunks():
+        col.feed(events)
+    return stream.top, col
+
+
+def _collect_whole(
+    path: Path, keep_python_functions: bool, progress: Progress | None, warnings: list[str]
+) -> tuple[dict[str, Any], _Collector]:
+    """Parse the whole document at once: the path for damaged files (salvage) and odd layouts."""
+    obj = _parse(path, _read_bytes(path, warnings), warnings)
+    events = obj.get("traceEvents")
+    if not isinstance(events, list):
+        raise InputError(f"{path}: not a Kineto trace ('traceEvents' is not a list)")
+    col = _Collector(keep_python_functions)
+    col.feed(events, progress, len(events))
+    return obj, col
+
+
 def load_trace(
     path: Path,
     *,
     rank: int | None = None,
     keep_python_functions: bool = False,
     progress: Progress | None = None,
+    chunk_bytes: int | None = None,
 ) -> TraceModel:
     """Load one Kineto trace file (.json or .json.gz, gzip detected by content) into a `TraceModel`.
 
     rank: overrides the rank (else distributedInfo.rank, else `rankN` in the file name, else 0).
-    progress: called as progress(events_done, events_total) every 200k events and at the end.
+    progress: called as progress(done, total) while loading (done/total is the fraction read: bytes
+      of the file while streaming, events for a damaged file) and finally as (events, events).
+    chunk_bytes: block size of the streaming reader (default 8 MiB; memory use grows with it).
+    The file is streamed in blocks; a damaged file (truncated, invalid UTF-8, not an object) is
+    re-read as a whole document so that its complete part can be salvaged.
     Raises InputError (one line) when the file cannot be read as a trace at all.
     """
+    from gpuadvisor.trace._stream import CHUNK_BYTES, StreamFallback
     from gpuadvisor.trace.steps import segment_steps
 
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a trace file")
     warnings: list[str] = []
-    obj = _parse(path, _read_bytes(path, warnings), warnings)
-    events = obj.get("traceEvents")
-    if not isinstance(events, list):
-        raise InputError(f"{path}: not a Kineto trace ('traceEvents' is not a list)")
-
-    kernels: list[tuple[Any, ...]] = []
-    copies: list[tuple[Any, ...]] = []
-    memsets: list[tuple[Any, ...]] = []
-    runtime: list[tuple[Any, ...]] = []
-    cpu_ops: list[tuple[Any, ...]] = []
-    annotations: list[tuple[Any, ...]] = []
-    pyfuncs: list[tuple[Any, ...]] = []
-    counts: dict[str, int] = {}
-    no_dur = 0
-    no_ts = 0
-    bad_events = 0
-    kernels_without_args = 0
-    total = len(events)
-
-    for i, ev in enumerate(events):
-        if progress is not None and i % _PROGRESS_EVERY == 0 and i:
-            progress(i, total)
-        if not isinstance(ev, dict):
-            bad_events += 1
-            continue
-        raw_cat = ev.get("cat")
-        cat_key = raw_cat if isinstance(raw_cat, str) else ""
-        counts[cat_key] = counts.get(cat_key, 0) + 1
-        cat = _CAT_ALIASES.get(cat_key.lower())
-        if cat is None or ev.get("ph", "X") != "X":
-            continue
-        ts = ev.get("ts")
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-            ts = _num(ts)
-            if ts is None:
-                no_ts += 1
-                continue
-        dur = ev.get("dur")
-        if not isinstance(dur, (int, float)) or isinstance(dur, bool):
-            dur = _num(dur)
-            if dur is None:
-                no_dur += 1
-                dur = 0.0
-        if dur < 0:
-            dur = 0.0
-        name = ev.get("name")
-        if not isinstance(name, str):
-            name = "" if name is None else str(name)
-        args = ev.get("args")
-        if not isinstance(args, dict):
-            args = {}
-        if cat == "kernel":
-            if not args:
-                kernels_without_args += 1
-            gx, gy, gz = _dim3(args.get("grid"))
-            bx, by, bz = _dim3(args.get("block"))
-            kernels.append(
-                (
-                    ts,
-                    dur,
-                    name,
-                    _int_or_none(args.get("device", ev.get("pid"))),
-                    _int_or_none(args.get("stream", ev.get("tid"))),
-                    _int_or_none(args.get("correlation")),
-                    _int_or_none(args.get("External id")),
-                    gx,
-                    gy,
-                    gz,
-                    bx,
-                    by,
-                    bz,
-                    _num(args.get("registers per thread")),
-                    _num(args.get("shared memory")),
-                    _num(args.get("blocks per SM")),
-                    _num(args.get("warps per SM")),
-                    _num(args.get("est. achieved occupancy %")),
-                )
-            )
-        elif cat == "cuda_runtime" or cat == "cuda_driver":
-            runtime.append(
-                (
-                    ts,
-                    dur,
-                    name,
-                    _int_or_none(args.get("correlation")),
-                    _int_or_none(args.get("External id")),
-                    _tid(ev.get("tid")),
-                    cat,
-                )
-            )
-        elif cat == "cpu_op":
-            cpu_ops.append(
-                (
-                    ts,
-                    dur,
-                    name,
-                    _tid(ev.get("tid")),
-                    _int_or_none(args.get("External id")),
-                    _as_text(args.get("Input Dims")),
-                    _as_text(args.get("Input type")),
-                    _num(args.get("flops")),
-                    _int_or_none(args.get("Sequence number")),
-                )
-            )
-        elif cat == "gpu_memcpy":
-            copies.append(
-                (
-                    ts,
-                    dur,
-                    name,
-                    _num(args.get("bytes")),
-                    _num(args.get("memory bandwidth (GB/s)")),
-                    _int_or_none(args.get("correlation")),
-                    _int_or_none(args.get("External id")),
-                    _int_or_none(args.get("device", ev.get("pid"))),
-                    _int_or_none(args.get("stream", ev.get("tid"))),
-                )
-            )
-        elif cat == "gpu_memset":
-            memsets.append(
-                (
-                    ts,
-                    dur,
-                    name,
-                    _num(args.get("bytes")),
-                    _int_or_none(args.get("correlation")),
-                    _int_or_none(args.get("device", ev.get("pid"))),
-                    _int_or_none(args.get("stream", ev.get("tid"))),
-                )
-            )
-        elif cat == "user_annotation" or cat == "gpu_user_annotation":
-            annotations.append((ts, dur, name, _tid(ev.get("tid")), cat == "gpu_user_annotation"))
-        elif cat == "python_function" and keep_python_functions:
-            pyfuncs.append((ts, dur, name, _tid(ev.get("tid"))))
-    if progress is not None:
-        progress(total, total)
-
-    if total == 0:
-        warnings.append(f"{path.name} holds no events (empty traceEvents).")
-    if bad_events:
-        warnings.append(f"{bad_events} trace events were not JSON objects and were skipped.")
-    if no_ts:
-        warnings.append(f"{no_ts} events had no usable 'ts' and were skipped.")
-    if no_dur:
-        warnings.append(f"{no_dur} complete events had no 'dur'; they were kept with a duration of 0.")
-    if kernels_without_args:
-        warnings.append(
-            f"{kernels_without_args} kernels carry no args (grid, occupancy, correlation unknown for them)."
+    # The load allocates millions of dicts and tuples that all stay alive until the tables are
+    # built: the cyclic GC would rescan them again and again for nothing (it doubled load time).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            obj, col = _collect_streaming(path, keep_python_functions, progress, chunk_bytes or CHUNK_BYTES)
+        except StreamFallback:
+            warnings = []
+            obj, col = _collect_whole(path, keep_python_functions, progress, warnings)
+        if progress is not None:
+            progress(col.total, col.total)
+        warnings.extend(col.warnings(path))
+        tables = _build_tables(
+            col.kernels, col.copies, col.memsets, col.runtime, col.cpu_ops, col.annotations
         )
-
-    tables = _build_tables(kernels, copies, memsets, runtime, cpu_ops, annotations)
+        del col.kernels, col.copies, col.memsets, col.runtime, col.cpu_ops, col.annotations
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     _drop_zero_ts(tables, warnings)
     span = _span(tables)
     meta = _meta(obj, span)
     if rank is None:
         rank = _rank(meta, path)
     py_df = (
-        _frame(pyfuncs, ("ts", "dur", "name", "tid"), {"name": "category", "tid": "Int64"})
+        _frame(col.pyfuncs, ("ts", "dur", "name", "tid"), {"name": "category", "tid": "Int64"})
         if (keep_python_functions)
         else None
     )
@@ -421,7 +504,7 @@ def load_trace(
         annotations=tables["annotations"],
         steps=tables["annotations"].iloc[0:0],  # replaced below
         warnings=warnings,
-        counts=dict(sorted(counts.items())),
+        counts=dict(sorted(col.counts.items())),
         python_functions=py_df,
     )
     model.steps, model.step_source = segment_steps(model)
@@ -615,7 +698,8 @@ def load_traces(
     """Load every `.json` / `.json.gz` trace in a folder (or one file), sorted by rank.
 
     The rank of each comes from distributedInfo.rank, else `rankN` in the file name, else its position.
-    Two files claiming the same rank: InputError.
+    Two files claiming the same rank: InputError. Several files load in parallel processes
+    (see `load_trace_files`); `progress` is only used for a single file.
     """
     path = Path(path)
     if path.is_file():
@@ -625,7 +709,7 @@ def load_traces(
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
     if not files:
         raise InputError(f"{path}: no .json or .json.gz traces in this folder")
-    models = [load_trace(p, keep_python_functions=keep_python_functions, progress=progress) for p in files]
+    models = load_trace_files(files, keep_python_functions=keep_python_functions)
     has_rank = [
         m.meta.distributed_info is not None or _RANK_IN_NAME.search(m.path.name) is not None for m in models
     ]
@@ -639,3 +723,46 @@ def load_traces(
             raise InputError(f"{path}: {seen[m.rank].name} and {m.path.name} both claim rank {m.rank}")
         seen[m.rank] = m.path
     return sorted(models, key=lambda m: m.rank)
+
+
+def _load_one(path: Path, keep_python_functions: bool) -> TraceModel:
+    """Worker-process entry point (module level so that it pickles)."""
+    return load_trace(path, keep_python_functions=keep_python_functions)
+
+
+def load_trace_files(
+    paths: Sequence[Path],
+    *,
+    keep_python_functions: bool = False,
+    workers: int | None = None,
+    on_done: Callable[[Path, int, int], None] | None = None,
+) -> list[TraceModel]:
+    """Load several trace files, in parallel worker processes when there are several files and CPUs.
+
+    Returns the models in the order of `paths` (ranks as `load_trace` finds them). workers: number of
+    processes (default: min(files, CPUs); 1 loads in this process). on_done(path, done, total) is
+    called in this process as each file finishes. An InputError of any file is raised as is.
+    """
+    paths = [Path(p) for p in paths]
+    if workers is None:
+        workers = min(len(paths), os.cpu_count() or 1)
+    if workers <= 1 or len(paths) <= 1:
+        models: list[TraceModel] = []
+        for i, p in enumerate(paths):
+            models.append(load_trace(p, keep_python_functions=keep_python_functions))
+            if on_done is not None:
+                on_done(p, i + 1, len(paths))
+        return models
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: dict[int, TraceModel] = {}
+    # Each worker parses one file at a time and sends the finished tables back (pickled DataFrames:
+    # a few MB even for a large trace, since python_function and args are already dropped).
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_load_one, p, keep_python_functions): i for i, p in enumerate(paths)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()
+            if on_done is not None:
+                on_done(paths[i], len(results), len(paths))
+    return [results[i] for i in range(len(paths))]
