@@ -560,8 +560,11 @@ def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
         trace.annotations,
     )
     # --- GPU busy and time by kind
+    # A scalar read's few-byte device-to-host copy does not make the GPU busy: counting it would cut
+    # the idle stretch of a `.item()` loop into hundreds of slivers, each too short to show the cost.
+    c_busy = c[~(c["direction"].astype(str).eq("DtoH") & (c["bytes"] <= TINY_COPY_BYTES))] if len(c) else c
     gpu_all = (
-        pd.concat([df[["ts", "end"]] for df in (k, c, m) if len(df)], ignore_index=True)
+        pd.concat([df[["ts", "end"]] for df in (k, c_busy, m) if len(df)], ignore_index=True)
         if trace.has_gpu_activity
         else pd.DataFrame({"ts": [], "end": []})
     )

@@ -44,7 +44,8 @@ class SmallBatch(Rule):
 
     How to fix
     ----------
-    Raise the batch size by the multiplier the memory headroom allows, and scale the learning rate
+    Raise the batch size at least by the step's host time over its GPU kernel time (the least growth
+    that can make the GPU the bottleneck), within the memory headroom, and scale the learning rate
     with it (linear scaling for SGD, roughly square-root for Adam/AdamW, with warmup). If the
     effective batch must stay fixed (convergence), batch several small models/inputs per launch or
     use CUDA graphs (GA501) instead.
@@ -85,7 +86,9 @@ class SmallBatch(Rule):
         "min_batch_multiplier": Threshold(
             2.0, "smallest batch multiplier the memory must allow for the finding to fire", "x"
         ),
-        "max_batch_multiplier": Threshold(8.0, "largest batch multiplier recommended in one go", "x"),
+        "max_batch_multiplier": Threshold(
+            256.0, "largest batch multiplier recommended (the estimate host time / GPU time is capped here)", "x"
+        ),
     }
     references = (
         "https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html",
@@ -129,7 +132,6 @@ class SmallBatch(Rule):
             return
 
         mem = gw.memory_info(ctx)
-        multiplier: int | None = None
         raw_multiplier: float | None = None
         peak = mem.peak_reserved if mem.peak_reserved is not None else mem.peak_allocated
         if mem.peak_allocated is not None and mem.capacity:
@@ -137,8 +139,17 @@ class SmallBatch(Rule):
             raw_multiplier = ctx.threshold("memory_target_fraction") * mem.capacity / mem.peak_allocated
             if raw_multiplier < ctx.threshold("min_batch_multiplier"):
                 return  # the GPU memory is already mostly used: a larger batch does not fit
-            capped = min(raw_multiplier, ctx.threshold("max_batch_multiplier"))
-            multiplier = 2 ** math.floor(math.log2(capped))  # powers of two keep shapes friendly
+        # The least batch growth that can make the GPU the bottleneck: the step's host time over its
+        # GPU kernel time (kernel time grows at most linearly with the batch, the per-step host time
+        # not at all). Under-filled kernels grow sublinearly, so this is a lower bound.
+        host_ms = gw.window_metric(ctx, "unprofiled_step_time_ms") or window.median_step_us / 1000.0
+        gpu_ms = kernel_busy * window.median_step_us / 1000.0
+        needed = host_ms / gpu_ms if gpu_ms > 0 else float("inf")
+        multiplier = 2 ** math.ceil(math.log2(max(2.0, min(needed, ctx.threshold("max_batch_multiplier")))))
+        memory_bound = False
+        if raw_multiplier is not None and multiplier > raw_multiplier:
+            multiplier = 2 ** math.floor(math.log2(raw_multiplier))
+            memory_bound = True
 
         loaders = gw.env_list(ctx, "dataloaders")
         loader = max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
@@ -162,6 +173,8 @@ class SmallBatch(Rule):
             "peak_reserved_bytes": mem.peak_reserved,
             "memory_capacity_bytes": mem.capacity,
             "memory_multiplier_possible": raw_multiplier,
+            "host_time_per_step_ms": host_ms,
+            "gpu_kernel_time_per_step_ms": gpu_ms,
             "recommended_batch_multiplier": multiplier,
             "batch_size": batch_size,
             **deflation,
@@ -197,18 +210,21 @@ class SmallBatch(Rule):
         size_text = "the batch size"
         if loader is not None and batch_size is not None:
             size_text = f"batch_size={batch_size} ({loader.get('file')}:{loader.get('line')})"
-        if multiplier is not None:
-            target = f" to {batch_size * multiplier}" if batch_size is not None else ""
-            rec = (
-                f"Raise {size_text} by {multiplier}x{target}: peak memory allows about "
-                f"{raw_multiplier:.1f}x within {gw.pct(ctx.threshold('memory_target_fraction'))} of the GPU "
-                "(activations grow linearly with the batch). "
+        target = f" to {batch_size * multiplier}" if batch_size is not None else ""
+        rec = (
+            f"Raise {size_text} by at least {multiplier}x{target}: the GPU computes for "
+            f"{gpu_ms:.2f} ms of each {host_ms:.2f} ms step; the rest is per-step host work that a larger "
+            "batch spreads over more samples. "
+        )
+        if raw_multiplier is not None:
+            rec += (
+                f"Peak memory allows about {raw_multiplier:.0f}x within "
+                f"{gw.pct(ctx.threshold('memory_target_fraction'))} of the GPU (activations grow linearly "
+                "with the batch)" + (", which is the limit here. " if memory_bound else ". ")
             )
         else:
-            rec = (
-                f"Raise {size_text} (try 2x, then 4x) while watching peak memory "
-                "(torch.cuda.max_memory_allocated()); the headroom was not captured. "
-            )
+            rec += "Watch peak memory (torch.cuda.max_memory_allocated()): the headroom was not captured. "
+        rec += "Keep doubling while samples/s still improves. "
         rec += (
             "Scale the learning rate with the batch (linear for SGD, about square-root for Adam/AdamW) "
             "and keep a warmup; re-check convergence. If the batch must stay fixed, remove the per-step "

@@ -5,11 +5,15 @@ rules work on the GPU idle gaps of the analyzed steps (the complement of the uni
 and memsets inside each step) and attribute each gap:
 
 * the part of a gap during which the host was inside a DataLoader `__next__` -> data loading;
-* the rest of a gap -> the blocking call (cudaStreamSynchronize / cudaDeviceSynchronize /
-  cudaEventSynchronize / synchronous cudaMemcpy) that overlaps it, when that call started before the
-  gap began (the host was already waiting when the GPU queue drained, so the whole bubble until the
-  host refills the queue is the sync's cost); when the call started after the gap began, the queue
-  had drained anyway and the sync costs only its own overlap with the gap.
+* the rest of a gap -> the blocking calls (cudaStreamSynchronize / cudaDeviceSynchronize /
+  cudaEventSynchronize / synchronous cudaMemcpy) that overlap it. When the first of them started
+  before the gap began (the host was already waiting when the GPU queue drained), the whole bubble
+  until the host refills the queue is their cost. When the GPU went idle first, the span from the
+  first call's start to the last call's end is (a read loop such as `for i: x[i].item()` keeps the
+  GPU idle from its first read to its last); host work before and after is not.
+
+A scalar read's few-byte device-to-host copy is not counted as GPU work (it would cut a read loop's
+idle stretch into slivers).
 
 Blocking calls are classified by what issued them: `scalar_read` (.item(), .cpu(), .tolist(),
 .numpy(), printing: aten::_local_scalar_dense / aten::item, or a device-to-host copy),
@@ -133,20 +137,18 @@ def in_window(win: Window, ts: Any) -> Any:
 def gpu_busy(ctx: RuleContext) -> tuple[Any, Any]:
     import numpy as np
 
+    from gpuadvisor.metrics import TINY_COPY_BYTES
+
     t = ctx.trace
+    # A scalar read's few-byte device-to-host copy is not GPU work (same rule as gpuadvisor.metrics).
+    c = t.copies
+    if len(c):
+        c = c[~(c["direction"].astype(str).eq("DtoH") & (c["bytes"] <= TINY_COPY_BYTES))]
     s = np.concatenate(
-        [
-            t.kernels["ts"].to_numpy("float64"),
-            t.copies["ts"].to_numpy("float64"),
-            t.memsets["ts"].to_numpy("float64"),
-        ]
+        [t.kernels["ts"].to_numpy("float64"), c["ts"].to_numpy("float64"), t.memsets["ts"].to_numpy("float64")]
     )
     e = np.concatenate(
-        [
-            t.kernels["end"].to_numpy("float64"),
-            t.copies["end"].to_numpy("float64"),
-            t.memsets["end"].to_numpy("float64"),
-        ]
+        [t.kernels["end"].to_numpy("float64"), c["end"].to_numpy("float64"), t.memsets["end"].to_numpy("float64")]
     )
     return union(s, e)
 
@@ -293,18 +295,32 @@ def attribute_idle(ctx: RuleContext) -> IdleAttribution:
             sel = inside & (ck == k)
             calls_by_kind[k] = int(sel.sum())
             blocked[k] = float((ce[sel] - cs[sel]).sum())
-        order = np.argsort(ce, kind="stable")
+        order = np.argsort(cs, kind="stable")
         cs, ce, ck = cs[order], ce[order], ck[order]
+        longest = float((ce - cs).max())
         for g0, g1, dl_us in zip(gs, ge, dl_in_gap, strict=True):
-            # Calls overlapping the gap: end after g0 and start before g1; take the latest-ending one.
-            j = np.searchsorted(ce, g0, side="right")
-            cand = np.flatnonzero(cs[j:] < g1)
+            # Calls overlapping the gap: start before g1 and end after g0 (none starts earlier than
+            # g0 - longest call, which bounds the search).
+            lo = np.searchsorted(cs, g0 - longest, side="left")
+            hi = np.searchsorted(cs, g1, side="left")
+            cand = lo + np.flatnonzero(ce[lo:hi] > g0)
             if len(cand) == 0:
                 continue
-            k_idx = j + cand[-1]
             rest = max(0.0, (g1 - g0) - dl_us)
-            cost = rest if cs[k_idx] <= g0 else min(rest, max(0.0, min(ce[k_idx], g1) - cs[k_idx]))
-            by_kind[str(ck[k_idx])] += cost
+            first = cand[0]
+            if cs[first] <= g0:
+                # The host was already blocked when the GPU ran dry: the queue drained because of this
+                # call, and the GPU stays idle until the host issues new work after it (and after any
+                # further blocking calls in the same gap).
+                by_kind[str(ck[first])] += rest
+                continue
+            # The GPU went idle first (the host was busy elsewhere). From the first blocking call to the
+            # end of the last one the host is running a read loop (`for i in ...: x[i].item()`): that
+            # span is the calls' cost, the host work around them is not. Charged to the kind with the
+            # most calls in the gap.
+            span = min(rest, max(0.0, min(float(ce[cand].max()), g1) - cs[first]))
+            kinds, counts = np.unique(ck[cand].astype(str), return_counts=True)
+            by_kind[str(kinds[int(np.argmax(counts))])] += span
     return IdleAttribution(
         window=win,
         idle_us=float((ge - gs).sum()) if len(gs) else 0.0,

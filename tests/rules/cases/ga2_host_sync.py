@@ -42,6 +42,13 @@ def item_read(st: SyntheticTrace, t0: float) -> None:
     st.add_item_read(ts=t0 + 1000, dur=5002)  # copy at 6000, sync until ~6001.5
 
 
+def read_loop(st: SyntheticTrace, t0: float) -> None:
+    # `for i in range(90): preds[i].item()` after the GPU went idle at t0+6000: each read is 10 us
+    # (4-byte copy + sync), with 20 us of Python between reads; the loop spans ~2.7 ms of the step.
+    for i in range(90):
+        st.add_item_read(ts=t0 + 6050 + i * 30, dur=10.0)
+
+
 def device_sync(st: SyntheticTrace, t0: float) -> None:
     st.add_sync(ts=t0 + 1000, dur=5002, name="cudaDeviceSynchronize")
 
@@ -87,6 +94,14 @@ NONZERO_SITE = {
 
 CASES = [
     # ---- GA201 ----
+    RuleCase(
+        # The read loop starts after the GPU went idle; its cost is the loop's whole span (first read
+        # to last), not only the 90 syncs' own 8 us each, and the tiny copies do not split the gap.
+        "GA201-charges-a-per-sample-read-loop-its-whole-span",
+        "GA201",
+        lambda: _steps(12, read_loop),
+        expect=Expect(fires=True, severity="high", impact_min=0.25, impact_max=0.30),
+    ),
     RuleCase(
         "GA201-fires-on-item-per-step",
         "GA201",
