@@ -1,0 +1,117 @@
+"""Tiny shared helper for the benchmark workloads: step timing and the final BENCH line.
+
+Kept deliberately small so every workload still reads like a plain user script. Nothing here
+synchronizes the GPU per step: CUDA events are recorded (asynchronous) at each step boundary and read
+once, after the single `torch.cuda.synchronize()` that closes the measured region.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import torch
+
+WARMUP_STEPS = 10
+
+
+def pick_device(tiny: bool) -> torch.device:
+    """`--tiny` (CI smoke test) always runs on the CPU; otherwise CUDA when present."""
+    if not tiny and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+class StepBench:
+    """Call `step()` once after every optimizer step and `finish()` at the end of the run.
+
+    The first `min(10, steps // 2)` steps are warm-up (compilation, cudnn autotuning, allocator, worker
+    start-up) and are excluded. The measured region is bracketed by exactly two synchronizations.
+    If GPUADVISOR_BENCH_STEP_TIMES names a file, one JSON line per step is appended to it with host
+    timestamps (`time.perf_counter()` and `time.time()`); writing it never touches the GPU.
+    """
+
+    def __init__(self, workload: str, variant: str, device: torch.device, batch_size: int, steps: int):
+        self.workload = workload
+        self.variant = variant
+        self.device = device
+        self.batch_size = batch_size
+        self.total_steps = steps
+        self.warmup = min(WARMUP_STEPS, steps // 2)
+        self.step_count = 0
+        self.cuda = device.type == "cuda"
+        self.t_start = 0.0
+        self.host_marks: list[float] = []
+        self.events: list[Any] = []
+        path = os.environ.get("GPUADVISOR_BENCH_STEP_TIMES")
+        # Line-buffered append: each step's line reaches the file even if the run is stopped early.
+        self.times_file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
+        if self.warmup == 0:
+            self._start_region()
+
+    def _start_region(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.events.append(ev)
+        self.t_start = time.perf_counter()
+        self.host_marks.append(self.t_start)
+
+    def step(self) -> None:
+        self.step_count += 1
+        now = time.perf_counter()
+        if self.times_file is not None:
+            self.times_file.write(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "step": self.step_count,
+                        "t": now,
+                        "unix_s": time.time(),
+                        "workload": self.workload,
+                        "variant": self.variant,
+                    }
+                )
+                + "\n"
+            )
+        if self.step_count == self.warmup:
+            self._start_region()
+        elif self.step_count > self.warmup:
+            self.host_marks.append(now)
+            if self.cuda:
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                self.events.append(ev)
+
+    def finish(self) -> dict[str, Any]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        t_end = time.perf_counter()
+        measured = self.step_count - self.warmup
+        if self.cuda and len(self.events) > 1:
+            durs = [a.elapsed_time(b) for a, b in zip(self.events, self.events[1:], strict=False)]
+        else:
+            durs = [(b - a) * 1000.0 for a, b in zip(self.host_marks, self.host_marks[1:], strict=False)]
+        elapsed = t_end - self.t_start
+        result = {
+            "workload": self.workload,
+            "variant": self.variant,
+            "samples_per_s": round(measured * self.batch_size / elapsed, 3)
+            if measured > 0 and elapsed > 0
+            else 0.0,
+            "step_ms_median": round(statistics.median(durs), 4) if durs else 0.0,
+            # Mean over the region: differs from the median when steps arrive in bursts (DataLoader workers).
+            "step_ms_mean": round(elapsed * 1000.0 / measured, 4) if measured > 0 else 0.0,
+            "steps": measured,
+            "warmup_steps": self.warmup,
+            "batch_size": self.batch_size,
+            "device": torch.cuda.get_device_name(self.device) if self.cuda else "cpu",
+        }
+        if self.times_file is not None:
+            self.times_file.close()
+        print("BENCH " + json.dumps(result, sort_keys=True), flush=True)
+        return result
