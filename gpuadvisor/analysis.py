@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -161,7 +160,7 @@ def notes_of(trace: TraceModel, run: RunInfo | None, extra: Iterable[str] = ()) 
         if isinstance(messages, list):
             notes.extend(str(m) for m in messages)
         notes.extend(run.notes)
-    if not trace.has_gpu_kernels:
+    if not trace.has_gpu_kernels and not any(w.startswith("No GPU kernels") for w in trace.warnings):
         notes.append(NOTE_CPU_ONLY)
     if trace.is_synthetic:
         notes.append("synthetic trace (built by the test suite)")
@@ -241,29 +240,24 @@ def analyze(
 
 def write_findings_json(result: AnalysisResult, path: Path) -> Path:
     """Write `result` as the JSON contract, atomically (temporary file in the same folder, then rename)."""
+    from gpuadvisor._atomic import write_text_atomic
     from gpuadvisor.render.json_out import render as render_json
 
     text = render_json(result)
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, text)
     except OSError as err:
         raise OutputLostError(f"cannot write {path}: {err.strerror or err}") from None
     return path
 
 
 def analyze_run_and_write(
-    run_dir: str | os.PathLike[str], *, stream: IO[str] | None = None
+    run_dir: str | os.PathLike[str], *, stream: IO[str] | None = None, report: bool = True
 ) -> AnalysisResult:
-    """Analyze a fresh run directory, write RUN/findings.json and print the terminal summary
-    (to `stream`, default stderr, so that the script's own stdout stays clean). Used by `profile`.
+    """Analyze a fresh run directory, write RUN/findings.json and (unless `report` is false)
+    RUN/report.html, and print the terminal summary and the report's path (to `stream`, default
+    stderr, so that the script's own stdout stays clean). Used by `profile`.
     Configuration ([tool.gpuadvisor] of the nearest pyproject.toml) applies when it can be read."""
     from gpuadvisor.render.text import render as render_text
 
@@ -284,5 +278,10 @@ def analyze_run_and_write(
     write_findings_json(result, Path(run_dir) / rundir.FINDINGS)
     out = stream if stream is not None else sys.stderr
     out.write(render_text(result))
+    if report:
+        from gpuadvisor.render.html import default_rule_docs, write_report
+
+        page = write_report(result, Path(run_dir) / rundir.REPORT, rule_docs=default_rule_docs(dirs))
+        out.write(f"gpuadvisor: report: {page}\n")
     out.flush()
     return result

@@ -844,8 +844,7 @@ def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
         _profiler_overhead(run, w)
 
     ops_agg = _ops_agg(ops, lo, hi)
-    if not trace.has_gpu_kernels:
-        notes.append("No GPU kernels in the trace: GPU metrics are None.")
+    # (A trace without kernels is already explained by the loader's warning.)
     return Metrics(
         window=w, per_step=per_step, kernels=kagg, ops=ops_agg, gaps=gaps, gpu_peak=peak, notes=notes
     )

@@ -14,12 +14,10 @@ No environment variable is read into the page.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import inspect
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -69,16 +67,14 @@ def write_report(
     """Render the report of `result` and write it to `path` atomically (temporary file + rename).
 
     Returns the path written. Raises OutputLostError (exit 74) when the file cannot be written."""
+    from gpuadvisor._atomic import write_text_atomic
+
     html = render_html(result, cdn=cdn, rule_docs=rule_docs, generated_at=generated_at)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(html.encode("utf-8"))
-        os.replace(tmp, path)
+        write_text_atomic(path, html)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise OutputLostError(f"could not write the report to {path}: {exc.strerror or exc}") from exc
     return path
 

@@ -140,10 +140,19 @@ def render(result: AnalysisResult, *, fail_on: str | None = None, max_findings: 
         lines.append(f"Internal error: {f.message}")
 
     not_applicable = [r for r in result.rules if r.status == "not_applicable"]
-    if not_applicable:
-        items = "; ".join(f"{r.rule} ({r.detail})" for r in sorted(not_applicable, key=lambda r: r.rule))
-        lines.extend(textwrap.wrap(f"Not applicable: {items}", WIDTH, subsequent_indent="  "))
+    by_reason: dict[str, list[str]] = {}
+    for r in sorted(not_applicable, key=lambda r: r.rule):
+        by_reason.setdefault(r.detail, []).append(r.rule)
+    for reason, ids in by_reason.items():
+        lines.extend(
+            textwrap.wrap(f"Not applicable ({reason}): {', '.join(ids)}", WIDTH, subsequent_indent="  ")
+        )
+    # Degraded flags come with a sentence that says the same thing: show the sentence once.
+    shown: set[str] = set()
     for note in result.notes:
+        if note.startswith("degraded: ") or note in shown:
+            continue
+        shown.add(note)
         lines.extend(textwrap.wrap(f"Note: {note}", WIDTH, subsequent_indent="  "))
     if fail_on:
         code = result.exit_code(fail_on)

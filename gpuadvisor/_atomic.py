@@ -1,0 +1,24 @@
+"""Atomic file writes shared by every writer of derived outputs (findings.json, report.html, -o FILE)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` through a temporary file in the same folder and a rename, so a
+    reader never sees half a file and a failure (disk full) leaves the previous file intact. The file
+    gets the usual mode for new files (0666 minus the umask), not a temporary file's 0600.
+    Raises OSError; callers turn it into their typed error."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
