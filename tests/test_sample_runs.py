@@ -40,7 +40,7 @@ CONTROLS = ("control_transformer", "control_convnet")
 STILL_HIGH_AFTER_FIX = {"launch_bound"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _result(name: str) -> AnalysisResult:
     return analyze(SAMPLES / name)
 
