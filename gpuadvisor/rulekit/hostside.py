@@ -273,8 +273,33 @@ class IdleAttribution:
         return value / self.window.count if self.window.count else 0.0
 
 
+# One-entry cache of `attribute_idle`: GA102, GA201, GA202, GA203 and GA301 all ask for the same
+# attribution of one analysis. The key holds the objects themselves, compared by identity (an id()
+# alone could be reused after garbage collection): the trace, its tables and the metrics.
+_IDLE_CACHE: list[tuple[tuple[object, ...], IdleAttribution]] = []
+
+
+def _idle_key(ctx: RuleContext) -> tuple[object, ...]:
+    t = ctx.trace
+    return (t, ctx.metrics, t.kernels, t.copies, t.memsets, t.runtime, t.cpu_ops, t.annotations, t.steps)
+
+
 def attribute_idle(ctx: RuleContext) -> IdleAttribution:
-    """Attribute the GPU idle gaps of the analyzed steps (see the module docstring)."""
+    """Attribute the GPU idle gaps of the analyzed steps (see the module docstring).
+
+    The result depends on the trace only; it is computed once per analysis and shared (treat it as
+    read-only)."""
+    key = _idle_key(ctx)
+    if _IDLE_CACHE:
+        old_key, hit = _IDLE_CACHE[0]
+        if len(old_key) == len(key) and all(a is b for a, b in zip(old_key, key, strict=True)):
+            return hit
+    out = _attribute_idle(ctx)
+    _IDLE_CACHE[:] = [(key, out)]
+    return out
+
+
+def _attribute_idle(ctx: RuleContext) -> IdleAttribution:
     import numpy as np
 
     win = window(ctx)
@@ -298,11 +323,15 @@ def attribute_idle(ctx: RuleContext) -> IdleAttribution:
         order = np.argsort(cs, kind="stable")
         cs, ce, ck = cs[order], ce[order], ck[order]
         longest = float((ce - cs).max())
-        for g0, g1, dl_us in zip(gs, ge, dl_in_gap, strict=True):
-            # Calls overlapping the gap: start before g1 and end after g0 (none starts earlier than
-            # g0 - longest call, which bounds the search).
-            lo = np.searchsorted(cs, g0 - longest, side="left")
-            hi = np.searchsorted(cs, g1, side="left")
+        # Calls overlapping a gap start before its end and end after its start (none starts earlier
+        # than the gap start - the longest call, which bounds the search). Gaps with no call starting
+        # in that range cannot overlap one: only the others are visited (in order, so the sums below
+        # add up exactly as over every gap).
+        los = np.searchsorted(cs, gs - longest, side="left")
+        his = np.searchsorted(cs, ge, side="left")
+        for j in np.flatnonzero(his > los):
+            g0, g1, dl_us = gs[j], ge[j], dl_in_gap[j]
+            lo, hi = los[j], his[j]
             cand = lo + np.flatnonzero(ce[lo:hi] > g0)
             if len(cand) == 0:
                 continue
@@ -331,9 +360,15 @@ def attribute_idle(ctx: RuleContext) -> IdleAttribution:
     )
 
 
+MIN_CALLS_PER_STEP = 0.1
+MIN_BYTES_SHARE = 0.01
+
+
 def callsites(ctx: RuleContext, kind: str, calls: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """Captured call sites of a kind (host_sync / host_to_device), optionally of some calls,
-    most frequent first."""
+    most frequent first. Calls made less than once every `MIN_CALLS_PER_STEP`^-1 steps (set-up such as
+    `model.to(device)`, a final `.item()`) are left out when more frequent ones exist: a per-step cost
+    is not theirs."""
     if ctx.run is None:
         return []
     out = [
@@ -341,6 +376,16 @@ def callsites(ctx: RuleContext, kind: str, calls: tuple[str, ...] | None = None)
         for c in ctx.run.callsites
         if c.get("kind") == kind and (calls is None or str(c.get("call")) in calls)
     ]
+    frequent = [c for c in out if float(c.get("per_step") or 0) >= MIN_CALLS_PER_STEP]
+    if frequent:
+        out = frequent
+    # Copies: what matters is the bytes they move per step. A site carrying under MIN_BYTES_SHARE of
+    # them (`model.to(device)`: one small copy per parameter tensor, once) is not where the time goes.
+    moved = {id(c): float(c.get("bytes_per_call") or 0) * float(c.get("per_step") or 0) for c in out}
+    total = sum(moved.values())
+    if kind == "host_to_device" and total > 0:
+        out = [c for c in out if moved[id(c)] >= MIN_BYTES_SHARE * total]
+        return sorted(out, key=lambda c: (-moved[id(c)], str(c.get("file")), int(c.get("line") or 0)))
     return sorted(
         out,
         key=lambda c: (
