@@ -82,9 +82,17 @@ class WideInputDtype(Rule):
         copies = t.copies
         if len(copies) == 0 or len(t.cpu_ops) == 0:
             return
+        # Only large host-to-device copies can be selected below: look up just their launching ops
+        # (building the lookup tables over every cpu op dominated this rule on large traces).
+        nbytes_all = copies["bytes"].to_numpy(dtype="float64", na_value=math.nan)
+        htod = copies["direction"].astype(str).eq("HtoD").to_numpy(dtype=bool)
+        big = copies[htod & (nbytes_all >= ctx.threshold("min_copy_bytes"))]
         rt = t.runtime.dropna(subset=["correlation", "external_id"]).drop_duplicates("correlation")
+        rt = rt[rt["correlation"].isin(big["correlation"].dropna())]
         ext_of_corr = {int(c): int(x) for c, x in zip(rt["correlation"], rt["external_id"], strict=True)}
+        wanted = {int(x) for x in big["external_id"].dropna()} | set(ext_of_corr.values())
         ops = t.cpu_ops.dropna(subset=["external_id"]).drop_duplicates("external_id", keep="last")
+        ops = ops[ops["external_id"].isin(sorted(wanted))]
         op_of_ext = {
             int(e): (str(n), d, ty)
             for e, n, d, ty in zip(

@@ -11,6 +11,7 @@ Heavy imports (numpy, pandas) happen inside the functions: rules are imported by
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -322,13 +323,25 @@ _TF32_RE = re.compile(r"tf32|1688gemm|s1688|s16816", re.IGNORECASE)
 MATMUL_FAMILIES = frozenset({"gemm", "conv", "attention"})
 
 
+# The name predicates below are cached per distinct name: rules call them once per kernel row
+# (hundreds of thousands on a large trace) but a trace holds only a few thousand distinct kernel
+# names, and these case-insensitive alternations over long templated names cost ~25 us each.
+_NAME_CACHE_SIZE = 1 << 16
+
+
 def is_matmul_kernel(name: str, family: str | None = None) -> bool:
     """A GEMM, convolution or attention kernel (by the trace's family label or by name)."""
     if family in MATMUL_FAMILIES:
         return True
+    return _is_matmul_name(name)
+
+
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
+def _is_matmul_name(name: str) -> bool:
     return bool(_MATMUL_RE.search(name))
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def matmul_math(name: str) -> str:
     """How a matmul/conv kernel does its math, from its name: "tensor_core", "fp32" or "unknown"."""
     if _TF32_RE.search(name):
@@ -350,15 +363,18 @@ _MULTI_TENSOR_RE = re.compile(r"multi_tensor_apply|fused_adam|fusedadam|_fused_s
 _COLLECTIVE_RE = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def is_persistent_kernel(name: str) -> bool:
     return bool(_PERSISTENT_RE.search(name))
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def is_multi_tensor_kernel(name: str) -> bool:
     """Multi-tensor (foreach/fused optimizer) kernels: at most 320 blocks per launch by design."""
     return bool(_MULTI_TENSOR_RE.search(name))
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def is_collective_kernel(name: str) -> bool:
     return bool(_COLLECTIVE_RE.search(name))
 
