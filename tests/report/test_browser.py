@@ -52,3 +52,29 @@ def test_a_broken_figure_is_reported(tmp_path: Path) -> None:
     status = browser_check.check(report)
     assert not browser_check.ok(status)
     assert status["charts_ok"] == 0 and status["errors_count"] > 0, status
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
+
+
+@pytest.mark.parametrize("name", ["sync_bound-planted", "control_convnet-planted", "transfer_bound-fixed"])
+def test_recorded_real_run_report_renders(tmp_path: Path, name: str) -> None:
+    """A report of a REAL recording (sample_runs/, NVIDIA H200): every chart (breakdown, timeline, NVML)
+    renders, no console error, findings and the environment are there."""
+    result = analyze(SAMPLES / name)
+    report = write_report(result, tmp_path / "report.html", generated_at="2025-01-01T00:00:00+00:00")
+    status = browser_check.check(report)
+    assert status["charts"] == 3 and status["charts_ok"] == 3, status
+    assert all(n > 0 for n in status["chart_svgs"].values()), status
+    assert status["errors_count"] == 0 and browser_check.ok(status), status
+    assert status["findings"] == len(result.findings), status
+
+
+def test_planted_run_report_puts_the_problem_first_with_its_source_line(tmp_path: Path) -> None:
+    result = analyze(SAMPLES / "sync_bound-planted")
+    page = write_report(result, tmp_path / "report.html", generated_at="x").read_text(encoding="utf-8")
+    cards = page.split('class="ga-card ga-finding ')[1:]
+    assert len(cards) == len(result.findings) >= 1
+    first = cards[0]
+    assert "GA201" in first and "host_sync" in first  # the planted problem is the first card
+    assert "sync_bound.py:89" in first and "preds[i].item()" in first  # the user's line, with its code
