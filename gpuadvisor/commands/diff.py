@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuadvisor.commands._options import rule_options
 from gpuadvisor.errors import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,
@@ -106,25 +107,7 @@ def _fail(message: str, code: int) -> None:
     default=False,
     help="Compare runs from different GPUs, drivers, CUDA or torch versions (warns loudly).",
 )
-@click.option(
-    "--select", multiple=True, metavar="RULE", help="Run only these rules on both runs. Repeatable."
-)
-@click.option("--ignore", multiple=True, metavar="RULE", help="Skip these rules on both runs. Repeatable.")
-@click.option(
-    "--rules",
-    "rules_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    metavar="DIR",
-    help="Also load rules from DIR. Repeatable.",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Read [tool.gpuadvisor] from this file instead of the nearest pyproject.toml.",
-)
+@rule_options(thresholds=False, progress=False)
 def diff(
     base: Path,
     new: Path,

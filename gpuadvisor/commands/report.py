@@ -8,6 +8,7 @@ from typing import NoReturn
 
 import click
 
+from gpuadvisor.commands._options import rule_options
 from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError, UsageError
 
 
@@ -49,41 +50,7 @@ def default_output(path: Path) -> Path:
     "network access to show its charts).",
 )
 @click.option("--open", "open_browser", is_flag=True, default=False, help="Open the report in a web browser.")
-@click.option(
-    "--select",
-    multiple=True,
-    metavar="RULE",
-    help="Run only these rules: id, id prefix (GA2), name or category. Repeatable.",
-)
-@click.option("--ignore", multiple=True, metavar="RULE", help="Skip these rules (same forms). Repeatable.")
-@click.option(
-    "--rules",
-    "rules_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    metavar="DIR",
-    help="Also load rules from the *.py files of DIR. Repeatable.",
-)
-@click.option(
-    "--threshold",
-    "threshold_opts",
-    multiple=True,
-    metavar="RULE.KEY=VALUE",
-    help="Override a rule threshold, e.g. GA201.min_impact=0.03. Repeatable.",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Read [tool.gpuadvisor] from this file instead of the nearest pyproject.toml.",
-)
-@click.option(
-    "--progress/--no-progress",
-    default=True,
-    show_default=True,
-    help="Show loading progress on stderr for large traces.",
-)
+@rule_options()
 def report(
     path: Path,
     output: Path | None,

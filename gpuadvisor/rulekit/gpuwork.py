@@ -101,20 +101,11 @@ def window_metric(ctx: RuleContext, key: str) -> float | None:
 
 
 def union_length(starts: Any, ends: Any) -> float:
-    """Total length of the union of intervals (vectorized: sort + running max)."""
-    import numpy as np
+    """Total length of the union of intervals (gpuadvisor.metrics' interval algebra)."""
+    from gpuadvisor.metrics import union_intervals
 
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype="float64")[order]
-    e = np.asarray(ends, dtype="float64")[order]
-    run_end = np.maximum.accumulate(e)
-    prev_end = np.concatenate(([-np.inf], run_end[:-1]))
-    # Each interval contributes the part that sticks out beyond everything before it.
-    contrib = np.clip(e - np.maximum(s, prev_end), 0.0, None)
-    contrib = np.where(e > prev_end, contrib, 0.0)
-    return float(contrib.sum())
+    s, e = union_intervals(starts, ends)
+    return float((e - s).sum())
 
 
 def gpu_activity(ctx: RuleContext, window: StepWindow) -> pd.DataFrame:

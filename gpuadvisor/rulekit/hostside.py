@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor import metrics as _metrics
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -84,42 +86,9 @@ def window(ctx: RuleContext) -> Window:
     return Window(s, e, len(s), float(dur.sum()), float(np.median(dur)) if len(dur) else 0.0)
 
 
-def union(starts: Any, ends: Any) -> tuple[Any, Any]:
-    """Merge intervals into sorted disjoint (starts, ends) numpy arrays."""
-    import numpy as np
-
-    s = np.asarray(starts, dtype="float64")
-    e = np.asarray(ends, dtype="float64")
-    ok = ~(np.isnan(s) | np.isnan(e))
-    s, e = s[ok], e[ok]
-    if len(s) == 0:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], np.maximum(e[order], s[order])
-    run = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > run[:-1]]
-    idx = np.flatnonzero(new)
-    last = np.r_[idx[1:] - 1, len(s) - 1]
-    return s[idx], run[last]
-
-
-def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
-    """Length of each [a, b) covered by the disjoint sorted intervals (ms, me) (vectorized)."""
-    import numpy as np
-
-    a = np.asarray(a, dtype="float64")
-    b = np.asarray(b, dtype="float64")
-    if len(ms) == 0:
-        return np.zeros(np.broadcast(a, b).shape)
-    cum = np.r_[0.0, np.cumsum(me - ms)]
-
-    def upto(t: Any) -> Any:
-        i = np.searchsorted(ms, t, side="right") - 1
-        ic = np.clip(i, 0, len(ms) - 1)
-        part = np.clip(np.minimum(t, me[ic]) - ms[ic], 0.0, None)
-        return np.where(i < 0, 0.0, cum[ic] + part)
-
-    return np.clip(upto(b) - upto(a), 0.0, None)
+# The interval algebra lives in gpuadvisor.metrics (one implementation for metrics and rules).
+union = _metrics.union_intervals
+covered = _metrics.covered
 
 
 def in_window(win: Window, ts: Any) -> Any:
