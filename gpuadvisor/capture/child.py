@@ -14,7 +14,11 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuadvisor.capture.session import CaptureSession
 
 DEBOUNCE_S = 0.3
 
@@ -82,6 +86,23 @@ def main() -> None:
     _unblock_signals()
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg: dict[str, Any] = json.load(fh)
+    run_child(cfg)
+
+
+def run_child(
+    cfg: dict[str, Any],
+    *,
+    term_grace_s: float | None = None,
+    after_finish: Callable[[CaptureSession], None] | None = None,
+) -> None:
+    """Run the configured target under a capture session and exit the way python would.
+
+    `cfg` is a serialised `SessionConfig` plus `target`. `term_grace_s` (distributed ranks): start the
+    SIGTERM watchdog, which exports the trace itself when the main thread has not begun to finish that
+    many seconds after a SIGTERM (blocked in a collective). `after_finish` runs once the session's files
+    are written (the existing-launcher mode merges the manifest there). Never returns.
+    """
+    cfg = dict(cfg)
     target = cfg.pop("target")
 
     from gpuadvisor.capture.execfile import run_module, run_script
@@ -111,6 +132,10 @@ def main() -> None:
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGTERM, on_term)
     session.start()
+    if term_grace_s is not None:
+        from gpuadvisor.capture.watchdog import TermWatchdog
+
+        TermWatchdog(session, term_grace_s, after_finish).start()
 
     status = 0
     reason = "completed"
@@ -137,6 +162,7 @@ def main() -> None:
         _print_user_traceback(exc)
         status, reason = 1, "exception"
         session.failed_at_step = session.steps_seen
+        session.failed_at_unix_s = time.time()
         session.degrade(
             f"script_failed_at_step_{session.steps_seen}",
             f"the script raised {type(exc).__name__} at step {session.steps_seen}.",
@@ -173,6 +199,11 @@ def main() -> None:
         session.log(f"finish interrupted: {type(exc).__name__}: {exc}")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         session.finish(skip_export=True)
+    if after_finish is not None:
+        try:
+            after_finish(session)
+        except Exception as exc:  # never turn a finished run into a traceback
+            session.log(f"after-finish step failed: {type(exc).__name__}: {exc}")
     if sig is not None:
         _die_by_signal(sig)
     sys.exit(status)

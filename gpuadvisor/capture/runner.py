@@ -29,6 +29,83 @@ SI_KERNEL = (
 )
 
 
+# Environment every process the launcher starts gets unless the user set it: the multi-GPU machines
+# this tool is used on require NVLink multicast (NVLS / symmetric memory) off.
+LAUNCH_ENV_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """torchrun options of `gpuadvisor profile --nproc-per-node N` (None: torchrun's default)."""
+
+    nproc_per_node: str
+    nnodes: str | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    standalone: bool = False
+    term_grace_s: float = 5.0
+
+    def torchrun_args(self) -> list[str]:
+        """The launcher's own options; restarts are off (a restart would overwrite the traces)."""
+        out = ["--nproc-per-node", self.nproc_per_node, "--max-restarts", "0"]
+        for flag, value in (
+            ("--nnodes", self.nnodes),
+            ("--node-rank", self.node_rank),
+            ("--master-addr", self.master_addr),
+            ("--master-port", self.master_port),
+            ("--rdzv-backend", self.rdzv_backend),
+            ("--rdzv-endpoint", self.rdzv_endpoint),
+            ("--rdzv-id", self.rdzv_id),
+        ):
+            if value is not None:
+                out += [flag, str(value)]
+        if self.standalone:
+            out.append("--standalone")
+        return out
+
+    def single_node(self) -> bool:
+        return self.nnodes in (None, "1", "1:1")
+
+    def world_size(self) -> int | None:
+        """nproc x nnodes when both are plain numbers on one node, else None (known from the ranks)."""
+        if self.single_node() and self.nproc_per_node.isdigit():
+            return int(self.nproc_per_node)
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "launcher": "torchrun",
+            "nproc_per_node": self.nproc_per_node,
+            "nnodes": self.nnodes or "1",
+            "node_rank": self.node_rank,
+        }
+
+
+def validate_launch(opts: LaunchOptions) -> None:
+    """Usage errors for launcher options torchrun would reject only after the parent started."""
+    n = opts.nproc_per_node
+    if not (n.isdigit() and int(n) >= 1) and n not in ("gpu", "cpu", "auto", "xpu"):
+        raise UsageError(f"--nproc-per-node must be a positive integer, gpu, cpu or auto (got {n!r})")
+    if opts.term_grace_s < 0:
+        raise UsageError(f"--term-grace must be >= 0 (got {opts.term_grace_s})")
+    try:
+        importlib.util.find_spec("torch.distributed.run")
+    except (ImportError, ValueError) as err:
+        raise UsageError(f"--nproc-per-node needs torch.distributed ({err})") from err
+
+
+def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default os.environ) plus LAUNCH_ENV_DEFAULTS where unset."""
+    env = dict(os.environ if base is None else base)
+    for key, value in LAUNCH_ENV_DEFAULTS.items():
+        env.setdefault(key, value)
+    return env
+
+
 @dataclass(frozen=True)
 class ProfileOutcome:
     """What `run_profile` returns: where the run is, the exit status, and the manifest written."""
@@ -103,6 +180,9 @@ def prepare_out_dir(out: Path, force: bool) -> None:
         ):
             with contextlib.suppress(FileNotFoundError):
                 (out / name).unlink()
+        for pattern in ("environment.rank*.json", "callsites.rank*.json", ".child_state.rank*.json"):
+            for f in out.glob(pattern):
+                f.unlink()
         tdir = out / rundir.TRACE_DIR
         if tdir.is_dir():
             for f in tdir.glob("rank*.json.gz"):
@@ -190,6 +270,7 @@ def run_profile(
     term_timeout: float = 20.0,
     analyze: bool = True,
     command: list[str] | None = None,
+    launch: LaunchOptions | None = None,
 ) -> ProfileOutcome:
     """Run `target` (a script path, or a module name with `module=True`) under the capture.
 
@@ -197,6 +278,11 @@ def run_profile(
     that exists (without `force`) or cannot be written. Otherwise always writes `manifest.json` and
     returns the script's own exit status (128+N for signal N; 74 when the script succeeded but
     outputs were lost).
+
+    With `launch`, the target runs under torchrun (`python -m torch.distributed.run`), every worker
+    under `gpuadvisor.capture.rank`: one trace per rank in the one run directory, NVML sampled here
+    (once per node), and the manifest lists the ranks; the exit status is the failing rank's own
+    (else torchrun's).
     """
     args = list(args)
     for name, value in (("--skip-steps", skip_steps), ("--warmup-steps", warmup_steps)):
@@ -208,6 +294,8 @@ def run_profile(
         raise UsageError(f"--nvml-interval must be > 0 (got {nvml_interval})")
     if time_step_seconds <= 0:
         raise UsageError(f"--time-step-seconds must be > 0 (got {time_step_seconds})")
+    if launch is not None:
+        validate_launch(launch)
     if module:
         validate_module(target)
     else:
@@ -272,6 +360,7 @@ def run_profile(
             quiet=quiet,
             time_step_seconds=time_step_seconds,
             time_fallback_after=time_fallback_after,
+            distributed=launch is not None,
         )
     )
     cfg["target"] = {"kind": "module" if module else "script", "path_or_name": target, "argv": args}
@@ -287,10 +376,29 @@ def run_profile(
         "gpuadvisor.capture.child",
         str((run_dir / CONFIG_FILE).resolve()),
     ]
+    popen_env: dict[str, str] | None = None
+    if launch is not None:
+        # torchrun starts the workers; each runs `python -u -m gpuadvisor.capture.rank --config ...`.
+        child_cmd = [
+            sys.executable,
+            *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+            "-m",
+            "torch.distributed.run",
+            *launch.torchrun_args(),
+            "-m",
+            "gpuadvisor.capture.rank",
+            "--config",
+            str((run_dir / CONFIG_FILE).resolve()),
+            "--term-grace",
+            str(launch.term_grace_s),
+        ]
+        popen_env = launch_env()
+        manifest["distributed"] = launch.describe()
+        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
     returncode: int
     with _SignalRelay() as relay:
         sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
-        proc = subprocess.Popen(child_cmd)
+        proc = subprocess.Popen(child_cmd, env=popen_env)
         while True:
             rc = proc.poll()
             if rc is not None:
@@ -299,6 +407,9 @@ def run_profile(
             relay.wait(proc, 0.2, term_timeout)
         sampler.stop()
     ended = time.time()
+
+    if launch is not None:
+        return _finish_distributed(run_dir, manifest, launch, returncode, ended, sampler, analyze, quiet)
 
     state = read_json(run_dir / STATE_FILE) or {}
     degraded: list[str] = list(state.get("degraded") or [])
@@ -377,6 +488,68 @@ def run_profile(
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest)
 
 
+def _finish_distributed(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    launch: LaunchOptions,
+    returncode: int,
+    ended: float,
+    sampler: Any,
+    analyze: bool,
+    quiet: bool,
+) -> ProfileOutcome:
+    """The manifest of a torchrun run: the ranks' states merged, NVML and the launcher's status added."""
+    from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
+    from gpuadvisor.capture.session import rank_state_file
+
+    launcher_status = exit_status_for(returncode, [])
+    world = launch.world_size()
+    exit_status = merge_ranks(
+        run_dir,
+        manifest,
+        world_size=world,
+        launcher_status=launcher_status,
+        distributed=launch.describe(),
+        only_present=not launch.single_node(),
+    )
+    degraded: list[str] = manifest["degraded"]
+    messages: list[str] = manifest["messages"]
+    if not sampler.available:
+        if rundir.DEGRADED_NVML_UNAVAILABLE not in degraded:
+            degraded.append(rundir.DEGRADED_NVML_UNAVAILABLE)
+        messages.append(f"GPU samples were not recorded: {sampler.reason}.")
+    elif sampler.write_error:
+        if rundir.DEGRADED_OUTPUT_INCOMPLETE not in degraded:
+            degraded.append(rundir.DEGRADED_OUTPUT_INCOMPLETE)
+        messages.append(sampler.write_error)
+    if exit_status == 0 and rundir.DEGRADED_OUTPUT_INCOMPLETE in degraded:
+        exit_status = EXIT_OUTPUT_LOST
+        messages.append("exit status 74: the script succeeded but some outputs could not be written.")
+    manifest.update(
+        ended_at=utc_iso(ended), ended_unix_s=ended, exit_status=exit_status, nvml=sampler.describe()
+    )
+    _add_driver(run_dir, sampler.driver)
+    try:
+        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
+    except OSError as err:
+        sys.stderr.write(f"gpuadvisor: manifest.json could not be written: {err.strerror or err}\n")
+        if exit_status == 0:
+            exit_status = EXIT_OUTPUT_LOST
+    stale = [CONFIG_FILE, *(rank_state_file(r) for r in read_rank_states(run_dir, None))]
+    for name in stale:
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    if analyze:
+        _analyze(run_dir, quiet)
+    if not quiet:
+        failed = manifest["distributed"].get("failed_rank")
+        why = f", rank {failed} failed" if failed is not None else ""
+        sys.stderr.write(
+            f"gpuadvisor: run saved in {run_dir} ({len(manifest['traces'])} rank traces{why}; exit status {exit_status})\n"
+        )
+    return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest)
+
+
 def exit_status_for(returncode: int, degraded: list[str]) -> int:
     """`gpuadvisor profile`'s status from the child's returncode: the script's own status, 128+N for
     signal N, and 74 only when the script succeeded but some outputs were lost."""
@@ -402,7 +575,7 @@ def _analyze(run_dir: Path, quiet: bool) -> None:
     """Hand the run to the analysis when it is installed; never fail the profile because of it."""
     log = run_dir / rundir.LOG
     try:
-        from gpuadvisor.analysis import analyze_run_and_write  # type: ignore[attr-defined]
+        from gpuadvisor.analysis import analyze_run_and_write
     except ImportError as err:
         _append_log(log, f"analysis not available: {err}")
         return

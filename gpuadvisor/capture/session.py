@@ -35,11 +35,27 @@ from gpuadvisor.capture._io import write_json_atomic
 
 STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manifest.json then removed
 
+
+def rank_state_file(rank: int) -> str:
+    """The hand-over file of one rank of a distributed capture (every rank, rank 0 included)."""
+    return f".child_state.rank{rank}.json"
+
+
+def rank_file_name(name: str, rank: int) -> str:
+    """Per-rank name of a child file: rank 0 keeps the classic name (single-rank readers work),
+    rank N writes `environment.rankN.json`, `callsites.rankN.json`."""
+    if rank == 0:
+        return name
+    stem, dot, ext = name.partition(".")
+    return f"{stem}.rank{rank}{dot}{ext}"
+
+
 _METHOD_PRIORITY = {"manual": 4, "optimizer_step_hook": 3, "dataloader": 2, "time": 1}
 
 
 # Step end times kept for the profiler-overhead estimate (enough for any capture window; bounded).
 MAX_STEP_TIMES = 20_000
+
 
 class CaptureWindowComplete(SystemExit):
     """Raised in the main thread at the step boundary that ends the window (unless --full).
@@ -78,6 +94,8 @@ class SessionConfig:
     time_step_seconds: float = 1.0
     time_fallback_after: float = 20.0
     manual_steps: bool = False
+    # One process of a torchrun/DDP job: per-rank file names and state hand-over (capture/rank.py).
+    distributed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,6 +108,11 @@ class CaptureSession:
         self.pid = os.getpid()
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+        self.node_rank = int(os.environ.get("GROUP_RANK", "0") or 0)
+        self.failed_at_unix_s: float | None = None
+        self._backend_seen: str | None = None
+        self.finishing = False  # set when finish() starts: the SIGTERM watchdog then stays out
         self.method: str | None = "manual" if config.manual_steps else None
         self.counts: dict[str, int] = {"optimizer_step_hook": 0, "dataloader": 0, "time": 0, "manual": 0}
         self._dl_calls = 0
@@ -708,13 +731,39 @@ class CaptureSession:
             "exit_status": self.exit_status,
             "failed_at_step": self.failed_at_step,
             "signal": self.signal,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "node_rank": self.node_rank,
+            "world_size": self.world_size,
+            "host": platform.node(),
+            "failed_at_unix_s": self.failed_at_unix_s,
+            "ended_unix_s": time.time() if self.exit_reason is not None else None,
+            "distributed_backend": self._dist_backend(),
         }
+
+    def _dist_backend(self) -> str | None:
+        # torch is imported by start(); never imported here (sys.modules only). The last backend seen
+        # is kept: scripts often destroy the process group before they end.
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                self._backend_seen = str(dist.get_backend())
+        except Exception:
+            pass
+        return self._backend_seen
+
+    def state_file(self) -> Path:
+        return self.out / (rank_state_file(self.rank) if self.cfg.distributed else STATE_FILE)
+
+    def file_name(self, name: str) -> str:
+        """environment.json / callsites.json, per rank in a distributed capture."""
+        return rank_file_name(name, self.rank) if self.cfg.distributed else name
 
     def write_state(self) -> None:
         if not self.is_origin():
             return
         try:
-            write_json_atomic(self.out / STATE_FILE, self.state_json())
+            write_json_atomic(self.state_file(), self.state_json())
         except OSError as err:
             self.log(f"state not written: {err}")
 
@@ -731,7 +780,7 @@ class CaptureSession:
             ),
         ):
             try:
-                write_json_atomic(self.out / name, make())
+                write_json_atomic(self.out / self.file_name(name), make())
             except OSError as err:
                 ok = False
                 self.degrade(
@@ -748,6 +797,7 @@ class CaptureSession:
 
     def finish(self, *, skip_export: bool = False) -> None:
         """Stop everything (profiler, timer, hooks) and write the child's files. Idempotent."""
+        self.finishing = True
         self._stop_timer()
         if self.recorder is not None:
             self.recorder.recording_callsites = False

@@ -79,6 +79,30 @@ from gpuadvisor.errors import GpuAdvisorError
     help="Analyze the run when the script ends (findings.json, terminal summary).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option(
+    "--nproc-per-node",
+    type=str,
+    default=None,
+    help="Launch N ranks through torchrun (torch.distributed.run); one trace per rank. Also: gpu, cpu, auto.",
+)
+@click.option("--nnodes", type=str, default=None, help="torchrun --nnodes (with --nproc-per-node).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=None, help="torchrun --node-rank.")
+@click.option("--master-addr", type=str, default=None, help="torchrun --master-addr.")
+@click.option(
+    "--master-port", type=click.IntRange(min=0, max=65535), default=None, help="torchrun --master-port."
+)
+@click.option("--rdzv-backend", type=str, default=None, help="torchrun --rdzv-backend.")
+@click.option("--rdzv-endpoint", type=str, default=None, help="torchrun --rdzv-endpoint.")
+@click.option("--rdzv-id", type=str, default=None, help="torchrun --rdzv-id.")
+@click.option("--standalone", is_flag=True, help="torchrun --standalone (single node, local rendezvous).")
+@click.option(
+    "--term-grace",
+    type=click.FloatRange(min=0.0),
+    default=5.0,
+    show_default=True,
+    help="Seconds a rank stopped by the launcher (SIGTERM) may stay blocked before a watchdog thread "
+    "exports its trace (torchrun kills it 30 s after SIGTERM).",
+)
 @click.argument("target", metavar="SCRIPT|MODULE")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def profile(
@@ -95,6 +119,16 @@ def profile(
     time_fallback_after: float,
     analyze: bool,
     quiet: bool,
+    nproc_per_node: str | None,
+    nnodes: str | None,
+    node_rank: int | None,
+    master_addr: str | None,
+    master_port: int | None,
+    rdzv_backend: str | None,
+    rdzv_endpoint: str | None,
+    rdzv_id: str | None,
+    standalone: bool,
+    term_grace: float,
     target: str,
     args: tuple[str, ...],
 ) -> None:
@@ -103,10 +137,43 @@ def profile(
     Everything after SCRIPT belongs to the script. Exits with the script's own status
     (128+N when signal N ended it; 74 when the script succeeded but outputs were lost;
     2 for usage errors, before anything runs).
-    """
-    from gpuadvisor.capture.runner import run_profile
 
+    With --nproc-per-node N the script runs under torchrun, N ranks per node, each under the capture
+    (one trace per rank, trace/rank{RANK}.json.gz); the exit status is the failing rank's own status
+    (else torchrun's).
+    """
+    from gpuadvisor.capture.runner import LaunchOptions, run_profile
+    from gpuadvisor.errors import UsageError
+
+    launch: LaunchOptions | None = None
+    torchrun_only = {
+        "--nnodes": nnodes,
+        "--node-rank": node_rank,
+        "--master-addr": master_addr,
+        "--master-port": master_port,
+        "--rdzv-backend": rdzv_backend,
+        "--rdzv-endpoint": rdzv_endpoint,
+        "--rdzv-id": rdzv_id,
+        "--standalone": standalone or None,
+    }
     try:
+        if nproc_per_node is None:
+            given = [k for k, v in torchrun_only.items() if v is not None]
+            if given:
+                raise UsageError(f"{given[0]} needs --nproc-per-node")
+        else:
+            launch = LaunchOptions(
+                nproc_per_node=nproc_per_node,
+                nnodes=nnodes,
+                node_rank=node_rank,
+                master_addr=master_addr,
+                master_port=master_port,
+                rdzv_backend=rdzv_backend,
+                rdzv_endpoint=rdzv_endpoint,
+                rdzv_id=rdzv_id,
+                standalone=standalone,
+                term_grace_s=term_grace,
+            )
         outcome = run_profile(
             target,
             list(args),
@@ -124,6 +191,7 @@ def profile(
             time_fallback_after=time_fallback_after,
             analyze=analyze,
             command=["gpuadvisor", *sys.argv[1:]],
+            launch=launch,
         )
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {err}", err=True)

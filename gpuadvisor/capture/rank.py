@@ -1,0 +1,347 @@
+"""One rank of a torchrun/DDP job under the capture: `python -m gpuadvisor.capture.rank ...`.
+
+Two ways in:
+  * `gpuadvisor profile --nproc-per-node N` starts torchrun with `-m gpuadvisor.capture.rank --config
+    CONFIG.json`: the parent prepared the run directory, samples NVML and writes the manifest.
+  * Under an existing launcher (multi-node, Slurm):
+        torchrun --nproc-per-node 8 -m gpuadvisor.capture.rank -o RUN [OPTIONS] train.py ARGS...
+    every rank prepares its own files, LOCAL_RANK 0 starts a separate NVML sampler process (NVML never
+    runs inside a training process), and every rank merges the manifest as it exits (under a file
+    lock): the last rank to exit writes the complete one and, with --analyze, analyzes the run.
+
+Each rank counts its own optimizer steps; the window is the same step numbers on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor import __version__, rundir
+from gpuadvisor.capture._io import read_json, utc_iso, write_json_atomic
+
+if TYPE_CHECKING:
+    from gpuadvisor.capture.session import CaptureSession
+
+DEFAULT_TERM_GRACE_S = 5.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m gpuadvisor.capture.rank",
+        description="Run one rank of a torchrun job under the gpuadvisor capture.",
+    )
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    p.add_argument("-o", "--out", help="run directory shared by the ranks (required)")
+    p.add_argument("-m", dest="module", action="store_true", help="run TARGET as a module")
+    p.add_argument("--force", action="store_true", help="replace this run's files in --out")
+    p.add_argument("--full", action="store_true", help="run to the end instead of stopping after the window")
+    p.add_argument("--skip-steps", type=int, default=10)
+    p.add_argument("--warmup-steps", type=int, default=2)
+    p.add_argument("--active-steps", type=int, default=10)
+    p.add_argument("--with-stack", action="store_true")
+    p.add_argument("--nvml-interval", type=float, default=0.1)
+    p.add_argument("--no-nvml", action="store_true", help="do not sample NVML on this node")
+    p.add_argument("--time-step-seconds", type=float, default=1.0)
+    p.add_argument("--time-fallback-after", type=float, default=20.0)
+    p.add_argument("--term-grace", type=float, default=DEFAULT_TERM_GRACE_S)
+    p.add_argument("--analyze", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("target", nargs="?")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+def _fail(msg: str) -> None:
+    sys.stderr.write(f"gpuadvisor: error: {msg}\n")
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from gpuadvisor.capture.child import _unblock_signals, run_child
+
+    _unblock_signals()
+    ns = _parser().parse_args(argv)
+    if ns.config:
+        cfg = read_json(Path(ns.config))
+        if not isinstance(cfg, dict):
+            _fail(f"cannot read the capture configuration {ns.config}")
+        if _env_int("RANK", 0) != 0:
+            cfg["quiet"] = True  # one progress stream (rank 0's), not one per rank
+        run_child(cfg, term_grace_s=ns.term_grace)
+        return
+    _external(ns)
+
+
+# ---------------------------------------------------------------------------------- existing launcher
+def _external(ns: argparse.Namespace) -> None:
+    from gpuadvisor.capture.child import run_child
+    from gpuadvisor.capture.runner import validate_module, validate_script
+    from gpuadvisor.capture.session import SessionConfig
+    from gpuadvisor.errors import UsageError
+
+    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    node_rank = _env_int("GROUP_RANK", 0)
+    if ns.out is None:
+        _fail("-o/--out RUN is required under an existing launcher (every rank must write to the same run)")
+    if ns.target is None:
+        _fail("missing SCRIPT (or -m MODULE)")
+    for name, value, low in (
+        ("--skip-steps", ns.skip_steps, 0),
+        ("--warmup-steps", ns.warmup_steps, 0),
+        ("--active-steps", ns.active_steps, 1),
+    ):
+        if value < low:
+            _fail(f"{name} must be >= {low} (got {value})")
+    try:
+        if ns.module:
+            validate_module(ns.target)
+        else:
+            validate_script(ns.target)
+        run_dir = Path(ns.out)
+        _prepare_rank_files(run_dir, rank, ns.force)
+    except UsageError as err:
+        _fail(str(err))
+    command = [sys.executable, "-m", "gpuadvisor.capture.rank", *(sys.argv[1:])]
+    if rank == 0:
+        write_json_atomic(run_dir / rundir.MANIFEST, _base_manifest(ns, command, time.time()))
+    sampler = None
+    if local_rank == 0 and not ns.no_nvml:
+        sampler = _start_nvml_process(run_dir, ns.nvml_interval, node_rank)
+    cfg = dataclasses.asdict(
+        SessionConfig(
+            out=str(run_dir.resolve()),
+            skip_steps=ns.skip_steps,
+            warmup_steps=ns.warmup_steps,
+            active_steps=ns.active_steps,
+            full=ns.full,
+            with_stack=ns.with_stack,
+            quiet=ns.quiet or rank != 0,  # one progress stream, not one per rank
+            time_step_seconds=ns.time_step_seconds,
+            time_fallback_after=ns.time_fallback_after,
+            distributed=True,
+        )
+    )
+    cfg["target"] = {
+        "kind": "module" if ns.module else "script",
+        "path_or_name": ns.target,
+        "argv": list(ns.args),
+    }
+
+    def after_finish(session: CaptureSession) -> None:
+        nvml_state = _stop_nvml_process(sampler, run_dir, node_rank) if sampler is not None else None
+        _merge_external(run_dir, ns, command, nvml_state if node_rank == 0 else None)
+
+    run_child(cfg, term_grace_s=ns.term_grace, after_finish=after_finish)
+
+
+def _prepare_rank_files(run_dir: Path, rank: int, force: bool) -> None:
+    """Every rank creates the folders and clears only its own files (with --force)."""
+    from gpuadvisor.capture.session import rank_file_name, rank_state_file
+    from gpuadvisor.errors import UsageError
+
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"output path exists and is not a directory: {run_dir}")
+    try:
+        (run_dir / rundir.TRACE_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"output directory {run_dir} is not writable: {err.strerror or err}") from err
+    own = [
+        f"{rundir.TRACE_DIR}/rank{rank}.json.gz",
+        rank_file_name(rundir.ENVIRONMENT, rank),
+        rank_file_name(rundir.CALLSITES, rank),
+        rank_state_file(rank),
+    ]
+    if rank == 0:
+        own += [rundir.MANIFEST, rundir.FINDINGS, rundir.REPORT, rundir.NVML, ".analysis.claim"]
+    if (run_dir / own[0]).exists() and not force:
+        raise UsageError(
+            f"output directory {run_dir} already holds rank {rank}'s trace; use --force to overwrite it"
+        )
+    if force:
+        for name in own:
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / name).unlink()
+
+
+def _base_manifest(ns: argparse.Namespace, command: list[str], started: float) -> dict[str, Any]:
+    return {
+        "schema_version": rundir.RUN_SCHEMA_VERSION,
+        "tool": {"name": "gpuadvisor", "version": __version__},
+        "command": command,
+        "target": {
+            "kind": "module" if ns.module else "script",
+            "path_or_name": ns.target,
+            "argv": [ns.target, *ns.args],
+        },
+        "cwd": os.getcwd(),
+        "python": sys.executable,
+        "started_at": utc_iso(started),
+        "started_unix_s": started,
+        "ended_at": None,
+        "ended_unix_s": None,
+        "exit_status": None,
+        "exit_reason": "not_started",
+        "signal": None,
+        "failed_at_step": None,
+        "step_detection": "none",
+        "steps_seen": 0,
+        "capture": {
+            "skip_steps": ns.skip_steps,
+            "warmup_steps": ns.warmup_steps,
+            "active_steps": ns.active_steps,
+            "state": "not_reached",
+            "full": ns.full,
+            "with_stack": ns.with_stack,
+            "record_shapes": True,
+            "with_flops": True,
+        },
+        "traces": [],
+        "nvml": {
+            "available": False,
+            "reason": "sampled only on node 0 by LOCAL_RANK 0's sampler process (not reported yet)",
+            "file": None,
+            "interval_s": ns.nvml_interval,
+            "samples": 0,
+            "gpus": [],
+        },
+        "degraded": [],
+        "messages": [],
+        "distributed": {"launcher": "external"},
+    }
+
+
+def _merge_external(
+    run_dir: Path, ns: argparse.Namespace, command: list[str], nvml_state: dict[str, Any] | None
+) -> None:
+    from gpuadvisor.capture.ranks import manifest_lock, merge_ranks
+
+    world = _env_int("WORLD_SIZE", 1)
+    with manifest_lock(run_dir):
+        manifest = read_json(run_dir / rundir.MANIFEST)
+        if not isinstance(manifest, dict):
+            manifest = _base_manifest(ns, command, time.time())
+        # Rebuilt from the ranks every time: drop what the previous merge derived from them.
+        manifest["degraded"], manifest["messages"] = [], []
+        if nvml_state is not None:
+            manifest["nvml"] = nvml_state.get("describe") or manifest.get("nvml")
+        merge_ranks(
+            run_dir,
+            manifest,
+            world_size=world,
+            launcher_status=None,
+            distributed={"launcher": "external", "nnodes": os.environ.get("GROUP_WORLD_SIZE")},
+            unfinished_reason="running",
+        )
+        nvml = manifest.get("nvml") or {}
+        if not nvml.get("available") and rundir.DEGRADED_NVML_UNAVAILABLE not in manifest["degraded"]:
+            manifest["degraded"].append(rundir.DEGRADED_NVML_UNAVAILABLE)
+            manifest["messages"].append(f"GPU samples were not recorded: {nvml.get('reason')}.")
+        now = time.time()
+        manifest.update(ended_at=utc_iso(now), ended_unix_s=now)
+        if nvml_state is not None and nvml_state.get("driver"):
+            from gpuadvisor.capture.runner import _add_driver
+
+            _add_driver(run_dir, str(nvml_state["driver"]))
+        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
+        complete = all(r["exit_reason"] != "running" for r in manifest["ranks"])
+        claim = run_dir / ".analysis.claim"
+        if not (complete and ns.analyze):
+            return
+        try:
+            claim.touch(exist_ok=False)  # one rank analyzes: the one that saw every rank finished first
+        except FileExistsError:
+            return
+    from gpuadvisor.capture.runner import _analyze
+
+    _analyze(run_dir, ns.quiet)
+
+
+# ---------------------------------------------------------------------------------- NVML, once per node
+def _nvml_state_file(node_rank: int) -> str:
+    return f".nvml_state.node{node_rank}.json"
+
+
+def _start_nvml_process(run_dir: Path, interval: float, node_rank: int) -> subprocess.Popen[bytes] | None:
+    """A separate sampler process (NVML never runs in a training process); it ends with us."""
+    try:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuadvisor.capture.rank",
+                "--nvml-sampler",
+                str(run_dir.resolve()),
+                str(interval),
+                str(node_rank),
+                str(os.getpid()),
+            ],
+            stdin=subprocess.DEVNULL,
+        )
+    except OSError:
+        return None
+
+
+def _stop_nvml_process(proc: subprocess.Popen[bytes], run_dir: Path, node_rank: int) -> dict[str, Any] | None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+    state = read_json(run_dir / _nvml_state_file(node_rank))
+    return state if isinstance(state, dict) else None
+
+
+def nvml_sampler_main(run_dir: str, interval: str, node_rank: str, watch_pid: str) -> None:
+    """Sample NVML until SIGTERM or until the process `watch_pid` is gone; write the sampler's state."""
+    import threading
+
+    from gpuadvisor.capture.nvml import NvmlSampler
+
+    out = Path(run_dir)
+    node = int(node_rank)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the training process decides when we stop
+    sampler = NvmlSampler(out, float(interval))
+    if node != 0:
+        sampler.path = out / f"nvml.node{node}.csv.gz"  # one file per node on a shared file system
+    sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    pid = int(watch_pid)
+    while sampler.available and not stop.wait(0.5):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+    sampler.stop()
+    describe = sampler.describe()
+    if node != 0 and describe.get("file"):
+        describe["file"] = sampler.path.name
+    write_json_atomic(out / _nvml_state_file(node), {"describe": describe, "driver": sampler.driver})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--nvml-sampler":
+        nvml_sampler_main(*sys.argv[2:6])
+    else:
+        # Run from the importable module (the script's module replaces sys.modules["__main__"]).
+        import gpuadvisor.capture.rank as _rank
+
+        _rank.main()

@@ -1,0 +1,41 @@
+"""Tiny DDP training script for the distributed capture tests (gloo on the CPU, NCCL on GPUs).
+
+Run under torchrun (RANK/WORLD_SIZE/MASTER_* set by the launcher). Options:
+  --steps N                  optimizer steps (default 30)
+  --fail-rank R --fail-step S   rank R raises RuntimeError at the start of step S (S steps done)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--fail-step", type=int, default=-1)
+    args = p.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32), torch.randn(16, 4)
+    for step in range(args.steps):
+        if rank == args.fail_rank and step == args.fail_step:
+            raise RuntimeError(f"planted failure on rank {rank} at step {step}")
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
