@@ -106,3 +106,16 @@ def test_diff_of_planted_and_fixed_shows_the_improvement() -> None:
     assert delta.step_time.beyond_noise is True
     resolved = {f.rule for f in delta.resolved_findings}
     assert "GA102" in resolved and "GA101" in resolved, resolved
+
+
+def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
+    """2x H200, NCCL, one trace per rank in one run directory (gpuadvisor profile --nproc-per-node 2)."""
+    result = _result("ddp_straggler-planted")
+    assert result.source.ranks == (0, 1)
+    top = result.findings[0]
+    assert top.rule == "GA1002" and top.severity.value == "high", [f.rule for f in result.findings]
+    assert top.evidence["straggler_rank"] == 1
+    # The planted lateness is far larger than in the fixed run (see sample_runs/ddp_straggler-fixed/README.md).
+    fixed = [f for f in _result("ddp_straggler-fixed").findings if f.rule == "GA1002"]
+    late_fixed = fixed[0].evidence["late_ms_per_step"] if fixed else 0.0
+    assert top.evidence["late_ms_per_step"] > 10 * late_fixed
