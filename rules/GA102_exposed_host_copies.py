@@ -82,17 +82,7 @@ class ExposedHostCopies(Rule):
             s for s in hs.callsites(ctx, "host_to_device") if not s.get("non_blocking") or not s.get("pinned")
         ]
         locations = [
-            Location(
-                file=str(s.get("file")) if s.get("file") else None,
-                line=int(s["line"]) if s.get("line") else None,
-                code=s.get("code"),
-                function=s.get("function"),
-                detail={
-                    "pinned": s.get("pinned"),
-                    "non_blocking": s.get("non_blocking"),
-                    "per_step": s.get("per_step"),
-                },
-            )
+            hs.site_location(s, "pinned", "non_blocking", "per_step")
             for s in sites
         ] or [Location(op=str(n)) for n in sorted(set(c["name"].astype(str)))]
         pageable = bool((c["src_kind"].astype(str) == "Pageable").any())

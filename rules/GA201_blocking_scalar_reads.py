@@ -95,13 +95,7 @@ class BlockingScalarReads(Rule):
             return
         sites = hs.callsites(ctx, "host_sync", SCALAR_CALLS)
         locations = [
-            Location(
-                file=str(s.get("file")) if s.get("file") else None,
-                line=int(s["line"]) if s.get("line") else None,
-                code=s.get("code"),
-                function=s.get("function"),
-                detail={"call": s.get("call"), "per_step": s.get("per_step"), "count": s.get("count")},
-            )
+            hs.site_location(s, "call", "per_step", "count")
             for s in sites
             if float(s.get("per_step") or 0) >= ctx.threshold("min_reads_per_step")
         ]

@@ -78,13 +78,7 @@ class ExplicitSynchronize(Rule):
             return
         sites = hs.callsites(ctx, "host_sync", SYNC_CALLS)
         locations = [
-            Location(
-                file=str(s.get("file")) if s.get("file") else None,
-                line=int(s["line"]) if s.get("line") else None,
-                code=s.get("code"),
-                function=s.get("function"),
-                detail={"call": s.get("call"), "per_step": s.get("per_step")},
-            )
+            hs.site_location(s, "call", "per_step")
             for s in sites
         ] or [Location(op="cudaDeviceSynchronize", detail={"per_step": round(per_step, 2)})]
         where = (

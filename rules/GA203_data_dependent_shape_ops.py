@@ -79,13 +79,7 @@ class DataDependentShapeOps(Rule):
         ]
         sites = hs.callsites(ctx, "host_sync", SITE_CALLS)
         site_locations = [
-            Location(
-                file=str(s.get("file")) if s.get("file") else None,
-                line=int(s["line"]) if s.get("line") else None,
-                code=s.get("code"),
-                function=s.get("function"),
-                detail={"call": s.get("call"), "per_step": s.get("per_step")},
-            )
+            hs.site_location(s, "call", "per_step")
             for s in sites
         ]
         locations = site_locations + op_locations

@@ -26,10 +26,12 @@ Heavy imports are inside the functions: rule files are imported by `gpuadvisor r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import metrics as _metrics
+from gpuadvisor.model import Location
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -410,3 +412,15 @@ def copy_stats(ctx: RuleContext, mask: Any, win: Window | None = None) -> CopySt
 
 def gbps(nbytes: float, us: float) -> float | None:
     return nbytes / us / 1e3 if us > 0 else None
+
+
+def site_location(site: Mapping[str, Any], *detail_keys: str) -> Location:
+    """A finding location for a captured call site (callsites.json entry): file:line, the source line,
+    the function, and the named fields of the site as detail."""
+    return Location(
+        file=str(site["file"]) if site.get("file") else None,
+        line=int(site["line"]) if site.get("line") else None,
+        code=site.get("code"),
+        function=site.get("function"),
+        detail={key: site.get(key) for key in detail_keys},
+    )
