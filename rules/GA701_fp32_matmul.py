@@ -36,9 +36,12 @@ class Fp32Matmul(Rule):
     core (the name list drifted). Fires when the FP32 matmul time is at least `min_fp32_fraction` of
     the step on a GPU of compute capability >= 8.0.
 
-    Impact = FP32 matmul time / step time x (1 - 1/`autocast_speedup`): the time BF16 autocast would
-    save if those GEMMs ran `autocast_speedup` times faster (3x is conservative against the 15x peak
-    ratio; TF32 alone, `tf32_speedup`, is quoted in the message).
+    Impact = the time BF16 autocast would save on those kernels, over the step time. Each kernel's
+    expected speed-up follows from its achieved FLOP/s (FLOPs of the launching op over its time): its
+    share of the FP32 CUDA-core peak x the BF16/FP32 peak ratio (~15x on Hopper) x
+    `tensor_core_efficiency`, at least `min_autocast_speedup` (a memory-bound GEMM still moves half the
+    bytes) and at most `max_autocast_speedup`; kernels without a FLOP count (convolutions in torch 2.11
+    traces) get `autocast_speedup`. TF32 alone, `tf32_speedup`, is quoted in the message.
 
     How to fix
     ----------
@@ -67,7 +70,16 @@ class Fp32Matmul(Rule):
         "min_fp32_fraction": Threshold(
             0.05, "FP32 matmul/conv kernel time as a share of the step worth reporting", "fraction"
         ),
-        "autocast_speedup": Threshold(3.0, "conservative speed-up of those kernels under BF16 autocast", "x"),
+        "autocast_speedup": Threshold(
+            3.0, "speed-up under BF16 autocast assumed for kernels whose FLOP/s is unknown", "x"
+        ),
+        "min_autocast_speedup": Threshold(
+            2.0, "speed-up of memory-bound FP32 GEMMs under BF16 (half the bytes)", "x"
+        ),
+        "max_autocast_speedup": Threshold(8.0, "cap on the expected BF16 speed-up of one kernel", "x"),
+        "tensor_core_efficiency": Threshold(
+            0.5, "share of the BF16 tensor-core peak a compute-bound GEMM is expected to reach", "fraction"
+        ),
         "tf32_speedup": Threshold(2.0, "conservative speed-up of those kernels with TF32 enabled", "x"),
         "min_compute_capability": Threshold(8.0, "first compute capability with TF32/BF16 tensor cores", ""),
     }
@@ -138,9 +150,27 @@ class Fp32Matmul(Rule):
         fp32_fraction = fp32_us / window.total_us
         if not fp32 or fp32_fraction < ctx.threshold("min_fp32_fraction"):
             return
-        speedup = ctx.threshold("autocast_speedup")
+        # Expected BF16 speed-up per kernel, from how hard it already drives the CUDA cores: an FP32 GEMM
+        # near the FP32 peak is compute-bound and gains up to the tensor-core/FP32 peak ratio (at
+        # `tensor_core_efficiency` of the tensor-core peak); a GEMM far below it is bound by memory or
+        # launches and gains about 2x (half the bytes). Kernels without a FLOP count get
+        # `autocast_speedup`.
+        gpu_peak = getattr(ctx.metrics, "gpu_peak", None)
+        bf16_peak = gpu_peak.peak("bf16") if gpu_peak is not None else None
+        ratio = bf16_peak / peak if bf16_peak and peak else None
+        saved_us = 0.0
+        for r in fp32:
+            if r["achieved_tflops"] is not None and ratio is not None and peak:
+                use = min(1.0, r["achieved_tflops"] / peak)
+                s_k = use * ratio * ctx.threshold("tensor_core_efficiency")
+                s_k = min(ctx.threshold("max_autocast_speedup"), max(ctx.threshold("min_autocast_speedup"), s_k))
+            else:
+                s_k = ctx.threshold("autocast_speedup")
+            r["expected_speedup"] = s_k
+            saved_us += r["time_us"] * (1.0 - 1.0 / s_k)
+        speedup = fp32_us / (fp32_us - saved_us) if fp32_us > saved_us else ctx.threshold("max_autocast_speedup")
         tf32_speedup = ctx.threshold("tf32_speedup")
-        impact = fp32_fraction * (1.0 - 1.0 / speedup)
+        impact = saved_us / window.total_us
         autocast_used = gw.setting_used(ctx, "autocast")
         evidence = {
             "compute_capability": cc,
@@ -153,7 +183,7 @@ class Fp32Matmul(Rule):
             "float32_matmul_precision": settings.get("float32_matmul_precision"),
             "autocast_used": autocast_used,
             "fp32_peak_tflops": peak,
-            "assumed_speedup_autocast": speedup,
+            "expected_speedup_autocast": speedup,
             "assumed_speedup_tf32": tf32_speedup,
         }
         top = fp32[0]
@@ -177,7 +207,7 @@ class Fp32Matmul(Rule):
             "(weights and optimizer stay FP32; no GradScaler needed for bf16, only for float16). "
             "Minimal change: `torch.backends.cuda.matmul.allow_tf32 = True` (or "
             '`torch.set_float32_matmul_precision("high")`) and `torch.backends.cudnn.allow_tf32 = True`, '
-            f"expected ~{tf32_speedup:g}x on these kernels vs ~{speedup:g}x for bf16. Numerics: TF32 and "
+            f"expected ~{tf32_speedup:g}x on these kernels vs ~{speedup:.1f}x for bf16. Numerics: TF32 and "
             "BF16 round matmul inputs to 10/7 mantissa bits; check the loss curve against an FP32 run."
         )
         if all(_is_attention(r["name"]) for r in fp32):
@@ -211,8 +241,9 @@ class Fp32Matmul(Rule):
                 for r in fp32[:5]
             ],
             impact_explanation=(
-                f"FP32 matmul/conv time share ({gw.pct(fp32_fraction)}) x (1 - 1/{speedup:g}): the time "
-                f"saved if these kernels ran {speedup:g}x faster on tensor cores under BF16 autocast."
+                f"FP32 matmul/conv time share ({gw.pct(fp32_fraction)}) x (1 - 1/{speedup:.1f}): the time "
+                f"saved if these kernels ran {speedup:.1f}x faster on tensor cores under BF16 autocast (per kernel: "
+                "from its achieved share of the FP32 peak)."
             ),
         )
 

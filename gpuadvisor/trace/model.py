@@ -260,13 +260,24 @@ class TraceModel:
             out["op_input_dims"] = pd.Series([None] * len(k), index=k.index, dtype=object)
             out["op_flops"] = pd.Series(float("nan"), index=k.index, dtype="float64")
             return out
+        import numpy as np
+
+        from gpuadvisor.metrics import matmul_flops
+
         ops = self.cpu_ops[self.cpu_ops["external_id"].notna()].sort_values("ts")
-        ops = ops.drop_duplicates("external_id", keep="last").set_index("external_id")
+        ops = ops.drop_duplicates("external_id", keep="last")
+        # The op's FLOPs: the trace's `flops` arg, else 2*M*K*N from its input dims (torch 2.11 writes no
+        # `flops` arg); shared by the op's kernels in proportion to their duration, so that a split-K
+        # reduce or an epilogue kernel is not credited with the whole GEMM's FLOPs.
+        derived = matmul_flops(ops)
+        ops = ops.assign(_flops=np.where(derived > 0, derived, np.nan)).set_index("external_id")
         ext = k["external_id"]
         out["op_name"] = ext.map(ops["name"].astype(object)).astype(object)
         out["op_input_types"] = ext.map(ops["input_types"]).astype(object)
         out["op_input_dims"] = ext.map(ops["input_dims"]).astype(object)
-        out["op_flops"] = ext.map(ops["flops"]).astype("float64")
+        dur = k["dur"].astype("float64")
+        share = dur / dur.groupby(ext).transform("sum").replace(0.0, np.nan)
+        out["op_flops"] = (ext.map(ops["_flops"]).astype("float64") * share).astype("float64")
         return out
 
 
