@@ -72,6 +72,13 @@ from gpuadvisor.errors import GpuAdvisorError
     help="Seconds without optimizer step or DataLoader batch before counting steps by time (0: never).",
 )
 @click.option(
+    "--open",
+    "open_report",
+    is_flag=True,
+    default=False,
+    help="Open RUN/report.html in a web browser when the run is analyzed.",
+)
+@click.option(
     "--analyze/--no-analyze",
     "analyze",
     default=True,
@@ -118,6 +125,7 @@ def profile(
     time_step_seconds: float,
     time_fallback_after: float,
     analyze: bool,
+    open_report: bool,
     quiet: bool,
     nproc_per_node: str | None,
     nnodes: str | None,
@@ -196,4 +204,10 @@ def profile(
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {err}", err=True)
         sys.exit(err.exit_code)
+    report = outcome.run_dir / "report.html"
+    if open_report and report.is_file():
+        import webbrowser
+
+        if not webbrowser.open(report.resolve().as_uri()):
+            click.echo(f"gpuadvisor: could not open a web browser; the report is {report}", err=True)
     sys.exit(outcome.exit_status)
