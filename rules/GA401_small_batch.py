@@ -204,6 +204,8 @@ class SmallBatch(Rule):
             )
         else:
             message += " Peak memory was not captured (raw trace), so the headroom is unknown."
+        if not deflation.get("profiler_overhead_corrected"):
+            message += gw.UNCORRECTED_PROFILER_NOTE
         if idle_dataloader > 0.05:
             message += f" {gw.pct(idle_dataloader)} of the step the GPU waits for the DataLoader (see GA301)."
 

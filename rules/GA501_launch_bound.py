@@ -152,6 +152,8 @@ class LaunchBound(Rule):
             f"is idle {gw.pct(launch_idle)} of the {gw.us(window.median_step_us)} step waiting for the host "
             f"to launch the next kernel (kernels themselves run {gw.us(kernel_us_per_step)} per step)."
         )
+        if not deflation.get("profiler_overhead_corrected"):
+            message += gw.UNCORRECTED_PROFILER_NOTE
         if compiled or graphs:
             used = " and ".join(n for n, u in (("torch.compile", compiled), ("CUDA graphs", graphs)) if u)
             message += f" The run uses {used}, yet launches still dominate."

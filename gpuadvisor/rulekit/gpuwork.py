@@ -516,3 +516,10 @@ def launch_share(kernels_per_step: float) -> float:
     span = MANY_KERNELS_PER_STEP - FEW_KERNELS_PER_STEP
     s = min(1.0, max(0.0, (kernels_per_step - FEW_KERNELS_PER_STEP) / span))
     return 0.5 + 0.5 * s
+
+
+UNCORRECTED_PROFILER_NOTE = (
+    " Measured under the profiler, whose per-op CPU cost inflates host-side idle; this trace has no "
+    "step times from outside the profiler to correct it (`gpuadvisor profile` records them), so the "
+    "estimate is an upper bound."
+)
