@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +18,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
     A reader never sees a half-written file; a crash leaves at most a stray `.tmp` file.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    text = json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, default=str)
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        # Leave no temporary file behind (disk full: free what we took).
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    from gpuadvisor._atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def read_json(path: Path) -> Any:

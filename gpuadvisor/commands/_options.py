@@ -67,3 +67,28 @@ def rule_options(*, thresholds: bool = True, progress: bool = True) -> Callable[
         return f
 
     return decorate
+
+
+def output_option(f: F) -> F:
+    """-o/--output FILE (default: stdout)."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write the output to FILE instead of stdout.",
+    )(f)
+
+
+def emit(text: str, output: Path | None) -> None:
+    """Write `text` to OUTPUT atomically, or to stdout. OutputLostError (exit 74) when it cannot."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from gpuadvisor._atomic import write_text_atomic
+    from gpuadvisor.errors import OutputLostError
+
+    try:
+        write_text_atomic(output, text)
+    except OSError as err:
+        raise OutputLostError(f"cannot write {output}: {err.strerror or err}") from None

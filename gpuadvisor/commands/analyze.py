@@ -9,8 +9,8 @@ from typing import NoReturn
 
 import click
 
-from gpuadvisor.commands._options import rule_options
-from gpuadvisor.errors import EXIT_INTERNAL, EXIT_USAGE, GpuAdvisorError, OutputLostError
+from gpuadvisor.commands._options import emit, output_option, rule_options
+from gpuadvisor.errors import EXIT_INTERNAL, EXIT_USAGE, GpuAdvisorError
 
 FORMATS = ("text", "json", "markdown", "junit", "sarif")
 _RENDERERS = {
@@ -32,13 +32,7 @@ def _fail(message: str, code: int) -> NoReturn:
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help="Output format."
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the output to FILE instead of stdout.",
-)
+@output_option
 @click.option(
     "--fail-on",
     type=click.Choice(["high", "medium", "low", "none"]),
@@ -80,13 +74,7 @@ def analyze(
             path, select=select_f, ignore=ignore_f, thresholds=thresholds, rules_dirs=dirs, progress=progress
         )
         text = renderer.render(result, fail_on=gate)
-        if output is not None:
-            try:
-                output.write_text(text, encoding="utf-8")
-            except OSError as err:
-                raise OutputLostError(f"cannot write {output}: {err.strerror or err}") from None
-        else:
-            click.echo(text, nl=False)
+        emit(text, output)
         sys.exit(result.exit_code(gate) if gate else 0)
     except GpuAdvisorError as err:
         _fail(str(err), err.exit_code)

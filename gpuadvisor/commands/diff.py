@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuadvisor.commands._options import rule_options
+from gpuadvisor.commands._options import emit, output_option, rule_options
 from gpuadvisor.errors import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USAGE,
     GpuAdvisorError,
-    OutputLostError,
 )
 
 if TYPE_CHECKING:
@@ -86,13 +85,7 @@ def _fail(message: str, code: int) -> None:
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help="Output format."
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the output to FILE instead of stdout.",
-)
+@output_option
 @click.option(
     "--fail-on-regression",
     type=float,
@@ -168,13 +161,7 @@ def diff(
             text = render_diff(result, fail_on_regression=pct)
         else:
             text = render_text(result, pct)
-        if output is not None:
-            try:
-                output.write_text(text, encoding="utf-8")
-            except OSError as err:
-                raise OutputLostError(f"cannot write {output}: {err.strerror or err}") from None
-        else:
-            click.echo(text, nl=False)
+        emit(text, output)
         sys.exit(EXIT_FINDINGS if result.exit_code(pct) else EXIT_OK)
     except GpuAdvisorError as err:
         _fail(str(err), err.exit_code)
