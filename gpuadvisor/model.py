@@ -103,6 +103,15 @@ class Finding:
     locations: tuple[Location, ...] = ()
     references: tuple[str, ...] = ()
     impact_explanation: str = ""  # how the impact was computed, in words
+    # The remedy that fixes it (a gpuadvisor.remedies.RemedyId value, or a user rule's own id).
+    remedy: str | None = None
+    # What the step model's what-if replay predicts for the remedy: {"step_time_ms", "speedup",
+    # "recovered_fraction", "basis", ...}; None when the impact is not from a replay.
+    prediction: Mapping[str, Any] | None = None
+    # What `gpuadvisor verify` measured for the remedy: {"status", "speedup", "low", "high", "trials", ...}.
+    verified: Mapping[str, Any] | None = None
+    # Findings whose remedies act on the same time share a group id (and one combined prediction).
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +127,10 @@ class Finding:
             "locations": [loc.to_dict() for loc in self.locations],
             "recommendation": self.recommendation,
             "references": list(self.references),
+            "remedy": self.remedy,
+            "prediction": None if self.prediction is None else _jsonable(self.prediction),
+            "verified": None if self.verified is None else _jsonable(self.verified),
+            "group": self.group,
         }
 
 

@@ -123,6 +123,8 @@ class Rule:
         references: Iterable[str] = (),
         impact_explanation: str = "",
         severity: Severity | None = None,
+        remedy: str | None = None,
+        prediction: Mapping[str, Any] | None = None,
     ) -> Finding:
         if impact is not None:
             impact = max(0.0, min(1.0, float(impact)))
@@ -139,4 +141,6 @@ class Rule:
             locations=tuple(locations),
             references=tuple(references) or tuple(self.references),
             impact_explanation=impact_explanation,
+            remedy=str(remedy) if remedy is not None else None,
+            prediction=dict(prediction) if prediction is not None else None,
         )
