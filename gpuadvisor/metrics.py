@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.stepmodel import StepModel
     from gpuadvisor.trace.model import TraceModel
+
+from gpuadvisor.stepmodel import build as _intervals
 
 WindowValue = float | int | str | bool | None
 
@@ -94,6 +97,10 @@ WINDOW_KEYS: tuple[str, ...] = (
     "nvml_pcie_gen_max",
     "nvml_pcie_width",
     "nvml_pcie_width_max",
+    "idle_dependency_fraction",
+    "replay_step_time_ms",
+    "replay_fit",
+    "profiler_host_scale",
 )
 
 PER_STEP_COLUMNS: tuple[str, ...] = (
@@ -180,6 +187,7 @@ class Metrics:
     gaps: pd.DataFrame
     gpu_peak: GpuPeak | None = None
     notes: list[str] = field(default_factory=list)
+    model: StepModel | None = None  # the step model the metrics were computed from
 
     def get(self, key: str) -> Any:
         return self.window.get(key)
@@ -247,67 +255,13 @@ def gpu_peak_for(name: str | None, sm_count: int | None = None) -> GpuPeak | Non
 
 # ---- interval helpers (vectorized) -----------------------------------------------------------------
 
-_SYNC_RUNTIME = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",  # the blocking variant (cudaMemcpyAsync is not here)
-        "cudaStreamWaitEvent_host",  # never seen; harmless
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH_v2",
-        "cuMemcpyHtoD_v2",
-    }
-)
-_SCALAR_READ_OP = "aten::_local_scalar_dense"
-_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
-TINY_COPY_BYTES = 64  # a DtoH copy this small followed by a sync is a scalar read
+TINY_COPY_BYTES = _intervals.TINY_COPY_BYTES  # a DtoH copy this small is a scalar read
 _HALF_TYPES = ("BFloat16", "Half", "Float8", "bfloat16", "float16")
 
 
-def union_intervals(starts: Any, ends: Any) -> tuple[Any, Any]:
-    """Merge intervals: sort by start, running max of ends, cut where a start exceeds it.
-
-    Returns (merged_starts, merged_ends) as float64 numpy arrays, sorted and disjoint.
-    """
-    import numpy as np
-
-    s = np.asarray(starts, dtype=np.float64)
-    e = np.asarray(ends, dtype=np.float64)
-    keep = ~(np.isnan(s) | np.isnan(e))
-    s, e = s[keep], e[keep]
-    if len(s) == 0:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], np.maximum(e[order], s[order])
-    run_max = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_max[:-1]
-    idx = np.flatnonzero(new)
-    last = np.r_[idx[1:] - 1, len(s) - 1]
-    return s[idx], run_max[last]
-
-
-def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
-    """Length of [a, b) covered by the disjoint sorted intervals (ms, me); vectorized over a, b."""
-    import numpy as np
-
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    if len(ms) == 0:
-        return np.zeros(np.broadcast(a, b).shape)
-    cum = np.r_[0.0, np.cumsum(me - ms)]
-
-    def f(t: Any) -> Any:
-        i = np.searchsorted(ms, t, side="right") - 1
-        ic = np.clip(i, 0, len(ms) - 1)
-        part = np.clip(np.minimum(t, me[ic]) - ms[ic], 0.0, None)
-        return np.where(i < 0, 0.0, cum[ic] + part)
-
-    return np.clip(f(b) - f(a), 0.0, None)
+# The interval algebra lives in the step model (one implementation for the whole analysis).
+union_intervals = _intervals.union_intervals
+covered = _intervals.covered
 
 
 def _per_step_union(df: pd.DataFrame, mask: Any, starts: Any, ends: Any) -> Any:
@@ -524,13 +478,20 @@ def _mode(series: pd.Series) -> Any:
     return s.value_counts(sort=True).index[0]
 
 
-def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
-    """Compute every metric of docs/metrics.md. Never raises for missing inputs: values become None."""
+def compute_metrics(
+    trace: TraceModel, run: RunInfo | None = None, model: StepModel | None = None
+) -> Metrics:
+    """Compute every metric of docs/metrics.md from the step model (built here unless given).
+    Never raises for missing inputs: values become None."""
     import numpy as np
     import pandas as pd
 
+    from gpuadvisor.stepmodel import build as sb
+    from gpuadvisor.stepmodel import build_step_model
     from gpuadvisor.trace.kernels import MATMUL_FAMILIES
 
+    if model is None:
+        model = build_step_model(trace, run)
     notes: list[str] = []
     settings = run.settings if run is not None else {}
     num_sms = trace.meta.num_sms
@@ -545,130 +506,64 @@ def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
         num_sms = peak.sm_count
 
     steps = trace.steps
-    S = steps["start"].to_numpy(dtype=np.float64)
-    E = steps["end"].to_numpy(dtype=np.float64)
-    outlier = steps["outlier"].to_numpy(dtype=bool)
+    S = model.segments.starts
+    E = model.segments.ends
+    outlier = steps["outlier"].to_numpy(dtype=bool) if len(steps) == len(S) else np.zeros(len(S), dtype=bool)
     analyzed = ~outlier if (~outlier).any() else np.ones(len(S), dtype=bool)
     dur = E - S
 
-    k, c, m, rt, ops, ann = (
-        trace.kernels,
-        trace.copies,
-        trace.memsets,
-        trace.runtime,
-        trace.cpu_ops,
-        trace.annotations,
-    )
-    # --- GPU busy and time by kind
-    # A scalar read's few-byte device-to-host copy does not make the GPU busy: counting it would cut
-    # the idle stretch of a `.item()` loop into hundreds of slivers, each too short to show the cost.
-    c_busy = c[~(c["direction"].astype(str).eq("DtoH") & (c["bytes"] <= TINY_COPY_BYTES))] if len(c) else c
-    gpu_all = (
-        pd.concat([df[["ts", "end"]] for df in (k, c_busy, m) if len(df)], ignore_index=True)
-        if trace.has_gpu_activity
-        else pd.DataFrame({"ts": [], "end": []})
-    )
-    bs, be = union_intervals(gpu_all["ts"].to_numpy(), gpu_all["end"].to_numpy())
+    k, ops = trace.kernels, trace.cpu_ops
+    o = model.ops
+    # --- GPU busy and time by kind (the step model's busy intervals: a scalar read's few-byte copy is
+    # not GPU work)
+    bs, be = model.busy
     busy = covered(bs, be, S, E)
-    coll = k["is_collective"].to_numpy(dtype=bool) if len(k) else None
-    compute_us = _per_step_union(k, ~coll if coll is not None else None, S, E)
-    collective_us = _per_step_union(k, coll, S, E)
-    memset_us = _per_step_union(m, None, S, E)
-    cdir = c["direction"].astype(str) if len(c) else pd.Series([], dtype=object)
-    csrc = c["src_kind"].astype(str) if len(c) else pd.Series([], dtype=object)
-    cdst = c["dst_kind"].astype(str) if len(c) else pd.Series([], dtype=object)
-    copy_us = _per_step_union(c, None, S, E)
-    htod_us = _per_step_union(c, (cdir == "HtoD").to_numpy(), S, E)
-    dtoh_us = _per_step_union(c, (cdir == "DtoH").to_numpy(), S, E)
-    dtod_us = _per_step_union(c, (cdir == "DtoD").to_numpy(), S, E)
-    pageable_us = _per_step_union(c, ((csrc == "Pageable") | (cdst == "Pageable")).to_numpy(), S, E)
-    pinned_us = _per_step_union(c, ((csrc == "Pinned") | (cdst == "Pinned")).to_numpy(), S, E)
+    kind = o["kind"].to_numpy(dtype=object) if len(o) else np.zeros(0, dtype=object)
+    is_kernel = kind == "kernel"
+    coll = o["is_collective"].to_numpy(dtype=bool) if len(o) else np.zeros(0, dtype=bool)
+    is_copy = kind == "copy"
+    cdir = o["direction"].astype(str).to_numpy() if len(o) else np.zeros(0, dtype=object)
+    csrc = o["src_kind"].astype(str).to_numpy() if len(o) else np.zeros(0, dtype=object)
+    cdst = o["dst_kind"].astype(str).to_numpy() if len(o) else np.zeros(0, dtype=object)
+    compute_us = _per_step_union(o, is_kernel & ~coll, S, E)
+    collective_us = _per_step_union(o, is_kernel & coll, S, E)
+    memset_us = _per_step_union(o, kind == "memset", S, E)
+    copy_us = _per_step_union(o, is_copy, S, E)
+    htod_us = _per_step_union(o, is_copy & (cdir == "HtoD"), S, E)
+    dtoh_us = _per_step_union(o, is_copy & (cdir == "DtoH"), S, E)
+    dtod_us = _per_step_union(o, is_copy & (cdir == "DtoD"), S, E)
+    pageable_us = _per_step_union(o, is_copy & ((csrc == "Pageable") | (cdst == "Pageable")), S, E)
+    pinned_us = _per_step_union(o, is_copy & ((csrc == "Pinned") | (cdst == "Pinned")), S, E)
 
-    # --- CPU-side interval sets
-    ann_names = ann["name"].astype(str) if len(ann) else pd.Series([], dtype=object)
-    dl_mask = (
-        (~ann["on_gpu"].to_numpy(dtype=bool))
-        & ann_names.str.contains(r"DataLoader.*__next__").to_numpy(dtype=bool)
-        if len(ann)
-        else np.zeros(0, dtype=bool)
-    )
-    dls, dle = (
-        union_intervals(ann["ts"].to_numpy()[dl_mask], ann["end"].to_numpy()[dl_mask])
-        if len(ann)
-        else (
-            np.zeros(0),
-            np.zeros(0),
-        )
-    )
-    rt_names = rt["name"].astype(str) if len(rt) else pd.Series([], dtype=object)
-    sync_mask = rt_names.isin(_SYNC_RUNTIME).to_numpy(dtype=bool) if len(rt) else np.zeros(0, dtype=bool)
-    op_names = ops["name"].astype(str) if len(ops) else pd.Series([], dtype=object)
-    scalar_mask = (op_names == _SCALAR_READ_OP).to_numpy(dtype=bool) if len(ops) else np.zeros(0, dtype=bool)
-    if scalar_mask.any():
-        # Only reads of a GPU value block: `.item()` on a CPU tensor (AdamW's step counter) also runs
-        # aten::_local_scalar_dense, without any CUDA call inside it. Keep the ones that hold a copy/sync.
-        cuda_io = rt_names.isin(_SYNC_RUNTIME | {"cudaMemcpyAsync"}).to_numpy(dtype=bool) if len(rt) else None
-        if cuda_io is not None and cuda_io.any():
-            cs_, ce_ = union_intervals(rt["ts"].to_numpy()[cuda_io], rt["end"].to_numpy()[cuda_io])
-            hit = covered(cs_, ce_, ops["ts"].to_numpy()[scalar_mask], ops["end"].to_numpy()[scalar_mask]) > 0
-            scalar_mask = scalar_mask.copy()
-            scalar_mask[np.flatnonzero(scalar_mask)[~hit]] = False
-        else:
-            scalar_mask = np.zeros(len(ops), dtype=bool)
-    sync_s = np.r_[
-        rt["ts"].to_numpy()[sync_mask] if len(rt) else [],
-        ops["ts"].to_numpy()[scalar_mask] if len(ops) else [],
-    ]
-    sync_e = np.r_[
-        rt["end"].to_numpy()[sync_mask] if len(rt) else [],
-        ops["end"].to_numpy()[scalar_mask] if len(ops) else [],
-    ]
-    ss, se = union_intervals(sync_s, sync_e)
-    sync_blocked = covered(ss, se, S, E)
-    dataloader_wait = covered(dls, dle, S, E)
-
-    # --- scalar reads: _local_scalar_dense ops, plus tiny DtoH copies followed by a sync outside them
-    scalar_reads = (
-        _count_in(ops["ts"].to_numpy()[scalar_mask], S, E) if len(ops) else np.zeros(len(S), dtype=int)
-    )
-    if len(c):
-        cl = trace.copy_launches()
-        tiny = ((cl["direction"].astype(str) == "DtoH") & (cl["bytes"] <= TINY_COPY_BYTES)).to_numpy(
-            dtype=bool
-        )
-        tiny = tiny & cl["launch_ts"].notna().to_numpy(dtype=bool)
-        if tiny.any():
-            lts = cl["launch_ts"].to_numpy(dtype=np.float64)[tiny]
-            lend = lts + cl["launch_dur"].to_numpy(dtype=np.float64)[tiny]
-            in_op = np.zeros(len(lts), dtype=bool)
-            if scalar_mask.any():
-                os_, oe_ = union_intervals(
-                    ops["ts"].to_numpy()[scalar_mask], ops["end"].to_numpy()[scalar_mask]
-                )
-                in_op = covered(os_, oe_, lts, lend) > 0
-            sync_starts = np.sort(rt["ts"].to_numpy()[sync_mask]) if len(rt) else np.zeros(0)
-            nxt = np.searchsorted(sync_starts, lts, side="left")
-            has_sync = nxt < len(sync_starts)
-            gap = (
-                np.where(has_sync, sync_starts[np.clip(nxt, 0, max(len(sync_starts) - 1, 0))] - lend, np.inf)
-                if len(sync_starts)
-                else np.full(len(lts), np.inf)
-            )
-            extra = (~in_op) & (gap < 100.0)
-            scalar_reads = scalar_reads + _count_in(lts[extra], S, E)
-
-    # --- idle gaps and their causes
-    gaps = _idle_gaps(trace, bs, be, S, E, dls, dle, ss, se)
-    idle_by: dict[str, Any] = {cause: np.zeros(len(S)) for cause in GAP_CAUSES}
-    if len(gaps):
-        for cause in GAP_CAUSES:
-            sel = gaps["cause"].to_numpy() == cause
-            idle_by[cause] = 1.0 * np.bincount(
-                gaps["_i"].to_numpy()[sel], weights=gaps["dur"].to_numpy()[sel], minlength=len(S)
-            )
-        gaps = gaps.drop(columns=["_i"])
+    # --- host side: waiting for data, waiting on the device, scalar reads
+    dataloader_wait = model.data_spans.covered(S, E) if model.data_spans.count else np.zeros(len(S))
+    waits = model.host[(model.host["kind"] == sb.SYNC) | model.host["blocking"].astype(bool)] if len(model.host) else model.host
+    if len(waits):
+        ws, we = union_intervals(waits["ts"].to_numpy(), waits["end"].to_numpy())
+        sync_blocked = covered(ws, we, S, E)
+        reads = waits[waits["sync_kind"] == sb.SCALAR_READ]
+        scalar_reads = _count_in(reads["ts"].to_numpy(), S, E)
     else:
-        gaps = _empty(GAP_COLUMNS)
+        sync_blocked = np.zeros(len(S))
+        scalar_reads = np.zeros(len(S), dtype=int)
+
+    # --- idle gaps and their causes (the step model's attribution)
+    idle = model.idle
+    idle_by: dict[str, Any] = {cause: np.zeros(len(S)) for cause in sb.IDLE_CAUSES}
+    if len(idle):
+        seg = idle["seg"].to_numpy(dtype=np.int64)
+        ok = seg >= 0
+        for cause in sb.IDLE_CAUSES:
+            sel = ok & (idle["cause"].to_numpy() == cause)
+            idle_by[cause] = 1.0 * np.bincount(seg[sel], weights=idle["dur"].to_numpy()[sel], minlength=len(S))
+    gaps = (
+        idle[["seg", "start", "end", "dur", "cause"]].rename(columns={"seg": "step"}).assign(
+            step=lambda df: steps["step"].to_numpy()[df["step"].to_numpy()] if len(df) else df["step"]
+        )
+        if len(idle)
+        else _empty(GAP_COLUMNS)
+    )
+    idle_other = idle_by[sb.IDLE_OTHER] + idle_by[sb.IDLE_DEPENDENCY]
 
     # --- kernels per step, flops
     kts = k["ts"].to_numpy() if len(k) else np.zeros(0)
@@ -705,10 +600,10 @@ def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
             "copy_dtod_us": dtod_us,
             "copy_pageable_us": pageable_us,
             "copy_pinned_us": pinned_us,
-            "idle_data_loading_us": idle_by["data_loading"],
-            "idle_host_sync_us": idle_by["host_sync"],
-            "idle_launch_overhead_us": idle_by["launch_overhead"],
-            "idle_other_us": idle_by["other"],
+            "idle_data_loading_us": idle_by[sb.IDLE_DATA],
+            "idle_host_sync_us": idle_by[sb.IDLE_SYNC],
+            "idle_launch_overhead_us": idle_by[sb.IDLE_LAUNCH],
+            "idle_other_us": idle_other,
             "dataloader_wait_us": dataloader_wait,
             "sync_blocked_us": sync_blocked,
             "scalar_reads": np.asarray(scalar_reads, dtype=np.int64),
@@ -845,91 +740,22 @@ def compute_metrics(trace: TraceModel, run: RunInfo | None = None) -> Metrics:
 
     ops_agg = _ops_agg(ops, lo, hi)
     # (A trace without kernels is already explained by the loader's warning.)
+    if len(A) and total_t > 0 and trace.has_gpu_activity:
+        w["idle_dependency_fraction"] = _f(float(idle_by[sb.IDLE_DEPENDENCY][analyzed].sum()) / total_t)
+    if model.program.steps:
+        w["replay_step_time_ms"] = _f(model.baseline.period_us / 1e3)
+        w["replay_fit"] = _f(model.replay_fit)
+        w["profiler_host_scale"] = _f(model.host_scale)
     return Metrics(
-        window=w, per_step=per_step, kernels=kagg, ops=ops_agg, gaps=gaps, gpu_peak=peak, notes=notes
+        window=w,
+        per_step=per_step,
+        kernels=kagg,
+        ops=ops_agg,
+        gaps=gaps,
+        gpu_peak=peak,
+        notes=notes,
+        model=model,
     )
-
-
-def _idle_gaps(
-    trace: TraceModel, bs: Any, be: Any, S: Any, E: Any, dls: Any, dle: Any, ss: Any, se: Any
-) -> pd.DataFrame:
-    """Idle GPU gaps inside the steps, with a cause (first match wins):
-
-    data_loading: the gap overlaps a DataLoader `__next__` CPU span;
-    host_sync: it overlaps a sync runtime call or an `aten::_local_scalar_dense` op (the host drained
-      the queue and waited; the gap runs from the GPU going idle to the next work after the sync);
-    launch_overhead: the GPU work that ends the gap was launched (its runtime call started) after the
-      gap began: the GPU waited for the host to issue work;
-    other: anything else (e.g. the next work was queued but waited on another stream or event).
-    """
-    import numpy as np
-    import pandas as pd
-
-    if len(S) == 0 or len(bs) == 0:
-        return _empty((*GAP_COLUMNS, "_i"))
-    lo, hi = float(S.min()), float(E.max())
-    pts = np.unique(np.clip(np.concatenate([bs, be, S, E]), lo, hi))
-    a, b = pts[:-1], pts[1:]
-    idle = covered(bs, be, a, b) <= 0
-    a, b = a[idle], b[idle]
-    sidx = np.searchsorted(S, a, side="right") - 1
-    ok = (sidx >= 0) & (a < E[np.clip(sidx, 0, len(E) - 1)])
-    a, b, sidx = a[ok], b[ok], sidx[ok]
-    if len(a) == 0:
-        return _empty((*GAP_COLUMNS, "_i"))
-    # merge idle pieces that touch inside the same step
-    new = np.r_[True, (a[1:] != b[:-1]) | (sidx[1:] != sidx[:-1])]
-    grp = np.cumsum(new) - 1
-    g0 = a[new]
-    g1 = np.maximum.reduceat(b, np.flatnonzero(new))
-    gi = sidx[new]
-    cause = np.full(len(g0), "other", dtype=object)
-    # launch overhead: launch time of the first GPU activity starting at or after the gap's end
-    acts = []
-    for launched in (trace.kernel_launches(), trace.copy_launches()):
-        if len(launched):
-            acts.append(launched[["ts", "launch_ts"]])
-    if len(trace.memsets):
-        acts.append(_memset_launches(trace))
-    if acts:
-        act = pd.concat(acts, ignore_index=True).sort_values("ts")
-        ats = act["ts"].to_numpy(dtype=np.float64)
-        alt = act["launch_ts"].to_numpy(dtype=np.float64)
-        j = np.searchsorted(ats, g1, side="left")
-        has = j < len(ats)
-        lt = np.where(has, alt[np.clip(j, 0, len(ats) - 1)], np.nan)
-        cause[has & (lt >= g0)] = "launch_overhead"
-    cause[covered(ss, se, g0, g1) > 0] = "host_sync"
-    cause[covered(dls, dle, g0, g1) > 0] = "data_loading"
-    del grp
-    result: pd.DataFrame = pd.DataFrame(
-        {
-            "step": trace.steps["step"].to_numpy()[gi],
-            "start": g0,
-            "end": g1,
-            "dur": g1 - g0,
-            "cause": cause,
-            "_i": gi,
-        }
-    )
-    return result
-
-
-def _memset_launches(trace: TraceModel) -> pd.DataFrame:
-    import numpy as np
-    import pandas as pd
-
-    m = trace.memsets
-    rt = trace.runtime
-    out: pd.DataFrame
-    if len(rt) == 0:
-        out = pd.DataFrame({"ts": m["ts"].to_numpy(), "launch_ts": np.full(len(m), np.nan)})
-        return out
-    r = rt[rt["correlation"].notna()].drop_duplicates("correlation").set_index("correlation")
-    out = pd.DataFrame(
-        {"ts": m["ts"].to_numpy(), "launch_ts": m["correlation"].map(r["ts"]).astype("float64").to_numpy()}
-    )
-    return out
 
 
 def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:

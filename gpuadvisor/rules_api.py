@@ -33,7 +33,9 @@ from gpuadvisor.model import Category, Finding, Location, Severity
 
 if TYPE_CHECKING:
     from gpuadvisor.metrics import Metrics
+    from gpuadvisor.remedies import RemedyId
     from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.stepmodel import Prediction, StepModel
     from gpuadvisor.trace.model import TraceModel
 
 __all__ = [
@@ -89,6 +91,24 @@ class RuleContext:
     def threshold(self, key: str) -> float:
         return float(self.thresholds[key])
 
+    @property
+    def model(self) -> StepModel:
+        """The step model of this analysis (docs/model.md): the analyzed window, GPU work, host calls,
+        idle time by cause, and the what-if replay. Built once, shared by every rule."""
+        model = getattr(self.metrics, "model", None)
+        if model is None:
+            from gpuadvisor.stepmodel import build_step_model
+
+            model = build_step_model(self.trace, self.run)
+            self.metrics.model = model
+        return model
+
+    def predict(self, remedy: RemedyId | str, **params: Any) -> Prediction:
+        """What `remedy` would gain on this run, from the replay (gpuadvisor.stepmodel.predict)."""
+        from gpuadvisor.stepmodel.predict import predict
+
+        return predict(self.model, remedy, **params)
+
 
 class Rule:
     """Base class of every rule. Subclasses set the class attributes and implement `check`."""
@@ -124,7 +144,8 @@ class Rule:
         impact_explanation: str = "",
         severity: Severity | None = None,
         remedy: str | None = None,
-        prediction: Mapping[str, Any] | None = None,
+        prediction: Mapping[str, Any] | Prediction | None = None,
+        group: str | None = None,
     ) -> Finding:
         if impact is not None:
             impact = max(0.0, min(1.0, float(impact)))
@@ -142,5 +163,10 @@ class Rule:
             references=tuple(references) or tuple(self.references),
             impact_explanation=impact_explanation,
             remedy=str(remedy) if remedy is not None else None,
-            prediction=dict(prediction) if prediction is not None else None,
+            prediction=(
+                None
+                if prediction is None
+                else dict(prediction) if isinstance(prediction, Mapping) else prediction.to_dict()
+            ),
+            group=group,
         )

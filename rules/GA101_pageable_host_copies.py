@@ -3,7 +3,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
+from gpuadvisor.rulekit import transfers as tr
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 
 
@@ -19,12 +22,13 @@ class PageableHostCopies(Rule):
 
     How it is detected
     ------------------
-    `Memcpy HtoD (Pageable -> Device)` copies of at least `min_copy_bytes` in the analyzed steps.
-    Their bandwidth is measured from the trace (bytes / duration); the pinned bandwidth is measured
-    from pinned HtoD copies of the same trace when there are any, else `assumed_pinned_gbps`.
-    Impact = exposed pageable copy time (not overlapped by kernels) x (1 - pageable / pinned
-    bandwidth) / step time: what the faster copy alone would save. Overlapping the copies
-    (GA102) can save more.
+    `Memcpy HtoD (Pageable -> Device)` copies of at least `min_copy_bytes` in the analyzed steps, with
+    their bandwidth (bytes / duration). Impact: the step time recovered in a replay of the analyzed
+    steps in which these copies come from pinned memory with `non_blocking=True`: they run at the
+    pinned bandwidth (measured on pinned copies of the same run, else typical for the PCIe generation
+    NVML reported), their launch returns at once and the host no longer waits for them. Overlapping
+    them with compute (GA102) and narrower inputs (GA103) act on the same copies: the findings share a
+    group and a combined prediction.
 
     How to fix
     ----------
@@ -53,52 +57,36 @@ class PageableHostCopies(Rule):
         "min_copy_bytes": Threshold(
             65536, "ignore smaller copies: they are latency-bound, pinning does not speed them up", "bytes"
         ),
-        "assumed_pinned_gbps": Threshold(
-            25.0,
-            "pinned HtoD bandwidth assumed when the trace has no pinned copy to measure (PCIe gen4 x16 reaches ~25 GB/s)",
-            "GB/s",
-        ),
     }
     references = ("https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        copies = ctx.trace.copies
-        if len(copies) == 0:
+        from gpuadvisor.stepmodel.transforms import pinned_gbps
+
+        model = ctx.model
+        win = model.window
+        copies = tr.window_copies(model, ctx.threshold("min_copy_bytes"), ("HtoD",))
+        pageable = copies[copies["src_kind"].astype(str) == "Pageable"]
+        if win.count == 0 or len(pageable) == 0:
             return
-        htod = copies["direction"].astype(str) == "HtoD"
-        big = copies["bytes"].fillna(0) >= ctx.threshold("min_copy_bytes")
-        src = copies["src_kind"].astype(str)
-        pageable = hs.copy_stats(ctx, htod & big & (src == "Pageable"))
-        win = pageable.window
-        if win.count == 0 or pageable.total_us <= 0:
-            return
-        bw_pageable = hs.gbps(pageable.bytes, pageable.total_us) or 0.0
-        pinned = copies[htod & big & (src == "Pinned")]
-        measured = None
-        if len(pinned):
-            rates = (
-                pinned["bytes"].to_numpy("float64") / pinned["dur"].clip(lower=1e-3).to_numpy("float64") / 1e3
-            )
-            measured = float(sorted(rates)[len(rates) // 2])
-        bw_pinned = measured if measured is not None else ctx.threshold("assumed_pinned_gbps")
+        stats = tr.copy_stats(model, pageable)
+        bw_pageable = stats.gbps() or 0.0
+        bw_pinned, pinned_basis = pinned_gbps(model)
         if bw_pinned <= bw_pageable * 1.05:
             return  # pinning would not be faster on this machine
-        saved_us = pageable.exposed_us * (1 - bw_pageable / bw_pinned)
-        impact = saved_us / win.total_us
+        pred = ctx.predict(RemedyId.PINNED_ASYNC_COPIES, min_bytes=ctx.threshold("min_copy_bytes"))
+        impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
             return
+        group = tr.group_prediction(ctx)
         env = ctx.run.environment if ctx.run is not None else {}
         loaders = [d for d in env.get("dataloaders") or [] if isinstance(d, dict) and not d.get("pin_memory")]
         sites = [s for s in hs.callsites(ctx, "host_to_device") if s.get("pinned") is False]
         locations = [
-            Location(
-                file=str(d.get("file")),
-                line=d.get("line"),
-                code=d.get("code"),
-                detail={"pin_memory": d.get("pin_memory"), "num_workers": d.get("num_workers")},
-            )
+            loc
             for d in loaders
-            if d.get("file")
+            if (loc := cm.location_of(d, pin_memory=d.get("pin_memory"), num_workers=d.get("num_workers")))
+            is not None
         ] + [
             Location(
                 file=str(s.get("file")),
@@ -112,12 +100,7 @@ class PageableHostCopies(Rule):
         ]
         if not locations:
             locations = [Location(op="Memcpy HtoD (Pageable -> Device)")]
-        per_step_ms = pageable.total_us / win.count / 1000
-        src_text = (
-            "measured on pinned copies in this trace"
-            if measured is not None
-            else "assumed (no pinned copy in this trace to measure)"
-        )
+        per_step_ms = win.per_step(stats.total_us) / 1000
         dl = "; ".join(
             f"DataLoader at {loc.label()}: add pin_memory=True"
             for loc in locations
@@ -133,37 +116,43 @@ class PageableHostCopies(Rule):
             for x in (
                 (dl + ".")
                 if dl
-                else "Pin the batches: DataLoader(..., pin_memory=True) (or reuse one pinned buffer; do not call .pin_memory() on a fresh tensor every step).",
+                else "Pin the batches: DataLoader(..., pin_memory=True) (or reuse one pinned buffer; do not "
+                "call .pin_memory() on a fresh tensor every step).",
                 (tos + ".") if tos else "Copy with .to(device, non_blocking=True).",
                 f"At {bw_pinned:.0f} GB/s instead of {bw_pageable:.1f} GB/s the copies take "
-                f"{per_step_ms * bw_pageable / bw_pinned:.2f} ms instead of {per_step_ms:.2f} ms per step "
-                f"(saves up to {hs.fmt_ms(saved_us / win.count)} per step, {hs.fmt_pct(impact)}); overlapping them with compute (GA102) can save the rest.",
+                f"{per_step_ms * bw_pageable / bw_pinned:.2f} ms instead of {per_step_ms:.2f} ms per step. "
+                f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)}).",
             )
             if x
         )
+        mib = stats.bytes / win.count / 2**20
         yield self.finding(
             impact=impact,
-            title=f"Pageable host-to-device copies run at {bw_pageable:.1f} GB/s ({pageable.bytes / win.count / 2**20:.0f} MiB per step)",
+            title=f"Pageable host-to-device copies run at {bw_pageable:.1f} GB/s ({mib:.0f} MiB per step)",
             message=(
-                f"{len(pageable.copies)} pageable HtoD copies in {win.count} analyzed steps move "
-                f"{pageable.bytes / win.count / 2**20:.1f} MiB per step in {per_step_ms:.2f} ms ({bw_pageable:.1f} GB/s); "
-                f"{hs.fmt_ms(pageable.exposed_us / win.count)} per step of it runs while no kernel runs. Pinned copies "
-                f"reach {bw_pinned:.1f} GB/s here ({src_text})."
+                f"{stats.count} pageable HtoD copies in {win.count} analyzed steps move {mib:.1f} MiB per step "
+                f"in {per_step_ms:.2f} ms ({bw_pageable:.1f} GB/s); {cm.ms(win.per_step(stats.exposed_us))} "
+                f"per step of it runs while no kernel runs, and the host waits for each. Pinned copies reach "
+                f"{bw_pinned:.1f} GB/s here ({pinned_basis}). "
+                + cm.prediction_sentence(pred, "pinned, asynchronous copies")
+                + tr.group_sentence(group)
+                + cm.note_uncorrected(pred)
             ),
             evidence={
-                "pageable_copies": len(pageable.copies),
-                "pageable_bytes_per_step": pageable.bytes / win.count,
+                "pageable_copies": stats.count,
+                "pageable_bytes_per_step": stats.bytes / win.count,
                 "pageable_ms_per_step": per_step_ms,
-                "pageable_exposed_ms_per_step": pageable.exposed_us / win.count / 1000,
+                "pageable_exposed_ms_per_step": win.per_step(stats.exposed_us) / 1000,
                 "pageable_gbps": bw_pageable,
                 "pinned_gbps": bw_pinned,
-                "pinned_gbps_measured": measured is not None,
-                "step_time_ms": win.median_step_us / 1000,
+                "pinned_gbps_basis": pinned_basis,
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
             },
             recommendation=rec,
             locations=locations,
-            impact_explanation=(
-                "Exposed pageable copy time x (1 - pageable/pinned bandwidth), divided by the total step time: "
-                "the saving from faster copies alone."
-            ),
+            impact_explanation=cm.impact_explanation(pred, "the copies pinned and asynchronous"),
+            remedy=RemedyId.PINNED_ASYNC_COPIES,
+            prediction=tr.with_group(pred, group),
+            group=tr.GROUP,
         )

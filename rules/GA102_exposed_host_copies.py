@@ -3,8 +3,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
+from gpuadvisor.rulekit import transfers as tr
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 
 class ExposedHostCopies(Rule):
@@ -21,10 +25,13 @@ class ExposedHostCopies(Rule):
     How it is detected
     ------------------
     Host-to-device and device-to-host copies of at least `min_copy_bytes` inside the analyzed
-    steps; the part of their time not overlapped by any kernel is "exposed". Impact = exposed copy
-    time / step time (the upper bound of what overlapping them would save). Blocking copies are
-    counted from a `cudaStreamSynchronize` issued by the copy op itself. Tiny copies belong to
-    GA201 (scalar reads).
+    steps; the part of their time not overlapped by any kernel is "exposed", and copies the host
+    waited for are counted from the step model's waits. Impact: the step time recovered in a replay
+    of the analyzed steps in which the host-to-device copies come from pinned memory, do not block
+    the host, and run on a side stream one step ahead (no compute waits for them; the copy engine
+    still moves every byte each step, so copies longer than the compute keep the step at their
+    length). Tiny copies belong to GA201 (scalar reads). GA101 and GA103 act on the same copies: the
+    findings share a group and a combined prediction.
 
     How to fix
     ----------
@@ -59,41 +66,37 @@ class ExposedHostCopies(Rule):
     references = ("https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        copies = ctx.trace.copies
-        if len(copies) == 0:
+        model = ctx.model
+        win = model.window
+        copies = tr.window_copies(model, ctx.threshold("min_copy_bytes"))
+        if win.count == 0 or len(copies) == 0:
             return
-        direction = copies["direction"].astype(str)
-        big = copies["bytes"].fillna(0) >= ctx.threshold("min_copy_bytes")
-        stats = hs.copy_stats(ctx, direction.isin(["HtoD", "DtoH"]) & big)
-        win = stats.window
-        if win.count == 0 or stats.exposed_us <= 0:
+        stats = tr.copy_stats(model, copies)
+        if stats.exposed_us <= 0:
             return
-        impact = stats.exposed_us / win.total_us
+        pred = ctx.predict(RemedyId.PREFETCH_COPIES, min_bytes=ctx.threshold("min_copy_bytes"))
+        impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
             return
-        c = stats.copies
-        by_dir = {
-            str(d): float(g["exposed_us"].sum())
-            for d, g in c.groupby(c["direction"].astype(str), observed=True)
-        }
-        att = hs.attribute_idle(ctx)
-        blocking = att.calls_by_kind["blocking_htod"]
+        group = tr.group_prediction(ctx)
+        blocking = cm.wait_stats(ctx, sb.BLOCKING_COPY)
         sites = [
             s for s in hs.callsites(ctx, "host_to_device") if not s.get("non_blocking") or not s.get("pinned")
         ]
-        locations = [
-            hs.site_location(s, "pinned", "non_blocking", "per_step")
-            for s in sites
-        ] or [Location(op=str(n)) for n in sorted(set(c["name"].astype(str)))]
-        pageable = bool((c["src_kind"].astype(str) == "Pageable").any())
-        parts = [f"{d} {hs.fmt_ms(att.per_step(us))}" for d, us in sorted(by_dir.items())]
+        locations = [hs.site_location(s, "pinned", "non_blocking", "per_step") for s in sites] or [
+            Location(op=str(n)) for n in sorted(set(copies["name"].astype(str)))
+        ]
+        pageable = bool((copies["src_kind"].astype(str) == "Pageable").any())
+        parts = [f"{d} {cm.ms(win.per_step(us))}" for d, us in sorted(stats.by_direction_exposed_us.items())]
         msg = (
-            f"{len(c)} copies of {stats.bytes / len(c) / 2**20:.1f} MiB on average in {win.count} analyzed steps; "
-            f"{hs.fmt_ms(att.per_step(stats.exposed_us))} per step ran while no kernel ran ({', '.join(parts)}): "
-            f"{hs.fmt_pct(impact)} of the {hs.fmt_ms(win.median_step_us)} step."
+            f"{stats.count} copies of {stats.bytes / stats.count / 2**20:.1f} MiB on average in {win.count} "
+            f"analyzed steps; {cm.ms(win.per_step(stats.exposed_us))} per step ran while no kernel ran "
+            f"({', '.join(parts)}): {cm.pct(win.share(stats.exposed_us))} of the step."
         )
-        if blocking:
-            msg += f" {blocking} copies were blocking (the host waited for them: {att.per_step(blocking):.1f} per step)."
+        if blocking.count:
+            msg += f" {blocking.count} copies were blocking (the host waited for them: {blocking.per_step:.1f} per step)."
+        msg += " " + cm.prediction_sentence(pred, "the input copies pinned, asynchronous and issued a step ahead")
+        msg += tr.group_sentence(group) + cm.note_uncorrected(pred)
         where = "; ".join(f"{loc.label()} `{loc.code}`" for loc in locations if loc.file)[:400]
         rec = (
             "Overlap the copies with compute: "
@@ -102,23 +105,32 @@ class ExposedHostCopies(Rule):
             + (f" at {where}" if where else "")
             + "; issue the next batch's copy before the current step's compute (a prefetcher on a side "
             "CUDA stream), or move preprocessing to the GPU so less data crosses PCIe. "
-            f"Expected gain: up to {hs.fmt_ms(att.per_step(stats.exposed_us))} per step ({hs.fmt_pct(impact)})."
+            f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
         )
         yield self.finding(
             impact=impact,
-            title=f"Host<->device copies on the critical path: {hs.fmt_pct(impact)} of step time",
+            title=f"Host<->device copies on the critical path: overlapping them saves {cm.pct(impact)} of the step",
             message=msg,
             evidence={
-                "copies": len(c),
+                "copies": stats.count,
                 "bytes_per_step": stats.bytes / win.count,
-                "copy_ms_per_step": stats.total_us / win.count / 1000,
-                "exposed_ms_per_step": stats.exposed_us / win.count / 1000,
-                "exposed_ms_per_step_by_direction": {d: us / win.count / 1000 for d, us in by_dir.items()},
-                "blocking_copies": blocking,
+                "copy_ms_per_step": win.per_step(stats.total_us) / 1000,
+                "exposed_ms_per_step": win.per_step(stats.exposed_us) / 1000,
+                "exposed_fraction": win.share(stats.exposed_us),
+                "exposed_ms_per_step_by_direction": {
+                    d: win.per_step(us) / 1000 for d, us in stats.by_direction_exposed_us.items()
+                },
+                "blocking_copies": blocking.count,
                 "pageable_source": pageable,
-                "step_time_ms": win.median_step_us / 1000,
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
             },
             recommendation=rec,
             locations=locations,
-            impact_explanation="Copy time (copies >= min_copy_bytes) not overlapped by any kernel, divided by the total step time.",
+            impact_explanation=cm.impact_explanation(
+                pred, "the input copies pinned, asynchronous and prefetched on a side stream"
+            ),
+            remedy=RemedyId.PREFETCH_COPIES,
+            prediction=tr.with_group(pred, group),
+            group=tr.GROUP,
         )

@@ -1,38 +1,13 @@
 from __future__ import annotations
 
-import ast
-import math
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
+from gpuadvisor.rulekit import transfers as tr
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
-
-CHANNELS = (1, 3, 4)
-
-
-def _image_like(dims: Any) -> list[int] | None:
-    """First input's shape when it looks like a batch of images: NCHW or NHWC with 1/3/4 channels."""
-    try:
-        parsed = ast.literal_eval(dims) if isinstance(dims, str) else dims
-        shape = [int(x) for x in parsed[0]]
-    except (ValueError, SyntaxError, TypeError, IndexError):
-        return None
-    if (
-        len(shape) == 4
-        and (shape[1] in CHANNELS or shape[3] in CHANNELS)
-        and min(shape[2], shape[1 if shape[3] in CHANNELS else 3]) >= 8
-    ):
-        return shape
-    return None
-
-
-def _first_type(types: Any) -> str | None:
-    try:
-        parsed = ast.literal_eval(types) if isinstance(types, str) else types
-        return str(parsed[0])
-    except (ValueError, SyntaxError, TypeError, IndexError):
-        return None
 
 
 class WideInputDtype(Rule):
@@ -48,9 +23,10 @@ class WideInputDtype(Rule):
     ------------------
     Host-to-device copies (at least `min_copy_bytes`) issued by a copy op whose first input is a
     float32 4-D tensor shaped like images (NCHW or NHWC with 1, 3 or 4 channels), from the trace's
-    record_shapes. Impact = the exposed part of those copies (not overlapped by kernels) x 3/4 / step
-    time: shipping uint8 moves a quarter of the bytes. Quiet when the copies are hidden behind
-    compute. The rule cannot know the images came from 8-bit data: check that first.
+    record_shapes. Impact: the step time recovered in a replay of the analyzed steps in which these
+    copies move a quarter of the bytes (uint8). Quiet when the copies are hidden behind compute. The
+    rule cannot know the images came from 8-bit data: check that first. GA101 and GA102 act on the
+    same copies: the findings share a group and a combined prediction.
 
     How to fix
     ----------
@@ -78,66 +54,19 @@ class WideInputDtype(Rule):
     }
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        t = ctx.trace
-        copies = t.copies
-        if len(copies) == 0 or len(t.cpu_ops) == 0:
-            return
-        # Only large host-to-device copies can be selected below: look up just their launching ops
-        # (building the lookup tables over every cpu op dominated this rule on large traces).
-        nbytes_all = copies["bytes"].to_numpy(dtype="float64", na_value=math.nan)
-        htod = copies["direction"].astype(str).eq("HtoD").to_numpy(dtype=bool)
-        big = copies[htod & (nbytes_all >= ctx.threshold("min_copy_bytes"))]
-        rt = t.runtime.dropna(subset=["correlation", "external_id"]).drop_duplicates("correlation")
-        rt = rt[rt["correlation"].isin(big["correlation"].dropna())]
-        ext_of_corr = {int(c): int(x) for c, x in zip(rt["correlation"], rt["external_id"], strict=True)}
-        wanted = {int(x) for x in big["external_id"].dropna()} | set(ext_of_corr.values())
-        ops = t.cpu_ops.dropna(subset=["external_id"]).drop_duplicates("external_id", keep="last")
-        ops = ops[ops["external_id"].isin(sorted(wanted))]
-        op_of_ext = {
-            int(e): (str(n), d, ty)
-            for e, n, d, ty in zip(
-                ops["external_id"], ops["name"], ops["input_dims"], ops["input_types"], strict=True
-            )
-        }
-        selected = []
-        shapes: dict[str, int] = {}
-        for idx, corr, ext, direction, nbytes in zip(
-            copies.index,
-            copies["correlation"],
-            copies["external_id"],
-            copies["direction"],
-            copies["bytes"],
-            strict=True,
-        ):
-            if (
-                str(direction) != "HtoD"
-                or math.isnan(float(nbytes))
-                or nbytes < ctx.threshold("min_copy_bytes")
-            ):
-                continue
-            key = hs._int(ext)
-            if key is None and hs._int(corr) is not None:
-                key = ext_of_corr.get(int(corr))
-            op = op_of_ext.get(key) if key is not None else None
-            if op is None:
-                continue
-            shape = _image_like(op[1])
-            if shape is not None and _first_type(op[2]) == "float":
-                selected.append(idx)
-                shapes[str(shape)] = shapes.get(str(shape), 0) + 1
-        if not selected:
-            return
-        mask = copies.index.isin(selected)
-        import pandas as pd
-
-        stats = hs.copy_stats(ctx, pd.Series(mask, index=copies.index))
-        win = stats.window
+        model = ctx.model
+        win = model.window
         if win.count == 0:
             return
-        saved = stats.exposed_us * 0.75
-        impact = saved / win.total_us
+        images, shapes = tr.image_copies(model, ctx.threshold("min_copy_bytes"))
+        if len(images) == 0:
+            return
+        stats = tr.copy_stats(model, images)
+        pred = ctx.predict(RemedyId.UINT8_INPUTS, rows=tuple(sorted(int(i) for i in images.index)))
+        impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
             return
+        group = tr.group_prediction(ctx)
         shape_text = max(shapes, key=lambda s: shapes[s])
         sites = [s for s in hs.callsites(ctx, "host_to_device") if str(s.get("dtype")) == "torch.float32"]
         locations = [
@@ -155,25 +84,32 @@ class WideInputDtype(Rule):
             impact=impact,
             title=f"float32 image batches ({shape_text}) cross PCIe: {mib:.0f} MiB per step, 4x what uint8 needs",
             message=(
-                f"{len(stats.copies)} host-to-device copies of float32 image-shaped tensors {shape_text} in {win.count} "
-                f"analyzed steps: {mib:.1f} MiB and {stats.total_us / win.count / 1000:.2f} ms per step, of which "
-                f"{hs.fmt_ms(stats.exposed_us / win.count)} runs while no kernel runs."
+                f"{stats.count} host-to-device copies of float32 image-shaped tensors {shape_text} in "
+                f"{win.count} analyzed steps: {mib:.1f} MiB and {cm.ms(win.per_step(stats.total_us))} per step, "
+                f"of which {cm.ms(win.per_step(stats.exposed_us))} runs while no kernel runs. "
+                + cm.prediction_sentence(pred, "uint8 batches (a quarter of the bytes)")
+                + tr.group_sentence(group)
+                + cm.note_uncorrected(pred)
             ),
             evidence={
                 "shape": shape_text,
                 "dtype": "float32",
                 "bytes_per_step": stats.bytes / win.count,
-                "copy_ms_per_step": stats.total_us / win.count / 1000,
-                "exposed_ms_per_step": stats.exposed_us / win.count / 1000,
-                "step_time_ms": win.median_step_us / 1000,
+                "copy_ms_per_step": win.per_step(stats.total_us) / 1000,
+                "exposed_ms_per_step": win.per_step(stats.exposed_us) / 1000,
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
             },
             recommendation=(
                 "If these images come from 8-bit files, keep them uint8 on the CPU (e.g. `T.PILToTensor()` "
                 "instead of `ToTensor()`+`Normalize()`), copy uint8 and convert/normalize on the GPU: "
                 "`x = x.cuda(non_blocking=True).float().div_(255)`"
                 + (f" at {locations[0].label()}" if locations[0].file else "")
-                + f". The copy shrinks 4x: saves up to {hs.fmt_ms(saved / win.count)} per step ({hs.fmt_pct(impact)})."
+                + f". Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
             ),
             locations=locations,
-            impact_explanation="Exposed time of the float32 image copies x 3/4 (uint8 moves a quarter of the bytes), divided by the total step time.",
+            impact_explanation=cm.impact_explanation(pred, "the image copies moving uint8 (a quarter of the bytes)"),
+            remedy=RemedyId.UINT8_INPUTS,
+            prediction=tr.with_group(pred, group),
+            group=tr.GROUP,
         )

@@ -3,8 +3,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 SCALAR_CALLS = (
     "Tensor.item",
@@ -30,13 +33,14 @@ class BlockingScalarReads(Rule):
 
     How it is detected
     ------------------
-    In the trace: `aten::_local_scalar_dense` (`.item()`) or a device-to-host copy followed by
-    `cudaStreamSynchronize`. Each GPU idle gap of the analyzed steps that such a blocking call
-    overlaps, and that began while the host was already waiting, is charged to it (minus any time the
-    host spent in the DataLoader during that gap). Impact = that idle time / step time: the cost is
-    the bubble after the wait, not the wait itself (a wait for work that is queued anyway costs
-    nothing extra). The call sites come from callsites.json when the run recorded them. Quiet when
-    reads are rare (fewer than `min_reads_per_step`) or the bubbles cost less than `min_impact`.
+    In the step model: host waits on the device classified as scalar reads (`aten::_local_scalar_dense`
+    / `aten::item` holding a device-to-host copy and `cudaStreamSynchronize`, or a blocking
+    device-to-host copy). The GPU idle time they cause is attributed to them (an idle gap that began
+    while the host was waiting, or a read loop's span). Impact: the step time recovered in a replay of
+    the analyzed steps without these reads (their waits and their own host cost removed; the rest of
+    the host work kept): a read that waits for work queued anyway costs nothing. The call sites come
+    from callsites.json when the run recorded them. Quiet when reads are rare (fewer than
+    `min_reads_per_step`) or the replay recovers less than `min_impact`.
 
     How to fix
     ----------
@@ -44,7 +48,7 @@ class BlockingScalarReads(Rule):
     logging interval. Before::
 
         for x, y in loader:
-            loss = model(x).loss_fn(y)
+            loss = loss_fn(model(x), y)
             ...
             total += loss.item()          # waits for the GPU every step
 
@@ -83,16 +87,22 @@ class BlockingScalarReads(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        att = hs.attribute_idle(ctx)
-        win = att.window
+        model = ctx.model
+        win = model.window
         if win.count == 0:
             return
-        reads = att.calls_by_kind["scalar_read"]
-        per_step = att.per_step(reads)
-        idle_us = att.by_kind_us["scalar_read"]
-        impact = att.share(idle_us)
-        if per_step < ctx.threshold("min_reads_per_step") or impact < ctx.threshold("min_impact"):
+        waits = model.waits(sb.SCALAR_READ)
+        reads = len(waits)
+        per_step = win.per_step(reads)
+        if per_step < ctx.threshold("min_reads_per_step"):
             return
+        pred = ctx.predict(RemedyId.REMOVE_HOST_SYNCS, kinds=(sb.SCALAR_READ,))
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
+            return
+        idle_us = model.idle_us(sb.IDLE_SYNC, sb.SCALAR_READ)
+        blocked_us = float((waits["end"] - waits["ts"]).sum()) if reads else 0.0
+        inference = cm.is_inference(ctx)
         sites = hs.callsites(ctx, "host_sync", SCALAR_CALLS)
         locations = [
             hs.site_location(s, "call", "per_step", "count")
@@ -101,37 +111,51 @@ class BlockingScalarReads(Rule):
         ]
         if not locations:
             locations = [Location(op="aten::_local_scalar_dense", detail={"per_step": round(per_step, 2)})]
-        blocked_us = att.blocked_by_kind_us["scalar_read"]
         where = (
             "; ".join(f"{loc.label()} `{loc.code}`" if loc.code else loc.label() for loc in locations[:3])
             if sites
             else "call sites not captured (raw trace): look for .item(), .cpu(), .tolist(), .numpy(), "
-            "print(tensor) and `if tensor:` in the training loop"
+            "print(tensor) and `if tensor:` in the loop"
         )
         message = (
-            f"{per_step:.1f} blocking GPU->host reads per step ({reads} in {win.count} analyzed steps). "
-            f"The host waited {hs.fmt_ms(att.per_step(blocked_us))} per step in them, and the GPU then sat "
-            f"idle {hs.fmt_ms(att.per_step(idle_us))} per step until the host refilled its queue: "
-            f"{hs.fmt_pct(impact)} of the {hs.fmt_ms(win.median_step_us)} step."
+            f"{per_step:.1f} blocking reads of device values per step ({reads} in {win.count} analyzed "
+            f"steps). The host waited {cm.ms(win.per_step(blocked_us))} per step in them, and the GPU sat idle "
+            f"{cm.ms(win.per_step(idle_us))} per step behind them ({cm.pct(win.share(idle_us))} of the step). "
+            + cm.prediction_sentence(pred, "the reads taken out of the step")
+            + cm.note_uncorrected(pred)
         )
-        recommendation = (
-            f"Stop reading GPU values every step ({where}). Accumulate on the GPU "
-            "(`total += loss.detach()`) and call `.item()` once every N steps or at the end of the "
-            "epoch; log with `loss.detach()` kept in a list and `torch.stack(...).tolist()` later; "
-            "replace `if tensor:` checks with tensor ops (`torch.where`). Expected gain: up to "
-            f"{hs.fmt_ms(att.per_step(idle_us))} per step ({hs.fmt_pct(impact)})."
-        )
+        if inference:
+            recommendation = (
+                f"Stop copying results to the host batch by batch ({where}): keep predictions and scores "
+                "on the GPU (append the tensors to a list, `torch.cat` them) and copy them back once, at "
+                "the end or every N batches, with one `.cpu()`/`.tolist()`; compute metrics such as "
+                "accuracy with tensor ops on the GPU. "
+            )
+        else:
+            recommendation = (
+                f"Stop reading GPU values every step ({where}). Accumulate on the GPU "
+                "(`total += loss.detach()`) and call `.item()` once every N steps or at the end of the "
+                "epoch; log with `loss.detach()` kept in a list and `torch.stack(...).tolist()` later; "
+                "replace `if tensor:` checks with tensor ops (`torch.where`). "
+            )
+        recommendation += f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
         yield self.finding(
             impact=impact,
-            title=f"{per_step:.1f} blocking .item()/.cpu() reads per step leave the GPU idle {hs.fmt_pct(impact)} of the step",
+            title=(
+                f"{per_step:.1f} blocking .item()/.cpu() reads per step: removing them saves "
+                f"{cm.pct(impact)} of the step"
+            ),
             message=message,
             evidence={
                 "reads_per_step": per_step,
                 "reads": reads,
                 "steps_analyzed": win.count,
-                "host_blocked_ms_per_step": att.per_step(blocked_us) / 1000,
-                "gpu_idle_after_reads_ms_per_step": att.per_step(idle_us) / 1000,
-                "step_time_ms": win.median_step_us / 1000,
+                "host_blocked_ms_per_step": win.per_step(blocked_us) / 1000,
+                "gpu_idle_after_reads_ms_per_step": win.per_step(idle_us) / 1000,
+                "gpu_idle_after_reads_fraction": win.share(idle_us),
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
+                "inference": inference,
                 "callsites": [
                     {
                         "file": s.get("file"),
@@ -144,8 +168,8 @@ class BlockingScalarReads(Rule):
             },
             recommendation=recommendation,
             locations=locations,
-            impact_explanation=(
-                "GPU idle time in the analyzed steps that followed a blocking read (the queue drained while "
-                "the host waited and refilled only after), divided by the total step time."
-            ),
+            impact_explanation=cm.impact_explanation(pred, "the scalar reads removed"),
+            remedy=RemedyId.REMOVE_HOST_SYNCS,
+            prediction=pred,
+            group="host_sync",
         )

@@ -3,8 +3,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 SYNC_CALLS = ("torch.cuda.synchronize",)
 
@@ -21,12 +24,13 @@ class ExplicitSynchronize(Rule):
 
     How it is detected
     ------------------
-    `cudaDeviceSynchronize`, `cudaEventSynchronize`, or a `cudaStreamSynchronize` that no tensor read,
-    copy or data-dependent op issued, inside the analyzed steps. The GPU idle gaps that such a call
-    overlaps, and that began while the host was already waiting, are charged to it (minus DataLoader
-    time in the gap). Impact = that idle time / step time. Call sites come from callsites.json
-    (`torch.cuda.synchronize`). Quiet when the calls are rarer than `min_calls_per_step` or cost
-    less than `min_impact`.
+    In the step model: host waits on the device that no tensor read, copy or data-dependent op
+    issued (`cudaDeviceSynchronize`, `cudaEventSynchronize`, a bare `cudaStreamSynchronize`), inside
+    the analyzed steps; the GPU idle time behind them is attributed to them. Impact: the step time
+    recovered in a replay of the analyzed steps without these waits (a wait for work the host would
+    wait for anyway costs nothing). Call sites come from callsites.json (`torch.cuda.synchronize`).
+    Quiet when the calls are rarer than `min_calls_per_step` or the replay recovers less than
+    `min_impact`.
 
     How to fix
     ----------
@@ -66,54 +70,57 @@ class ExplicitSynchronize(Rule):
     references = ("https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        att = hs.attribute_idle(ctx)
-        win = att.window
+        win = ctx.model.window
         if win.count == 0:
             return
-        calls = att.calls_by_kind["explicit"]
-        per_step = att.per_step(calls)
-        idle_us = att.by_kind_us["explicit"]
-        impact = att.share(idle_us)
-        if per_step < ctx.threshold("min_calls_per_step") or impact < ctx.threshold("min_impact"):
+        st = cm.wait_stats(ctx, sb.EXPLICIT)
+        if st.per_step < ctx.threshold("min_calls_per_step"):
+            return
+        pred = ctx.predict(RemedyId.REMOVE_HOST_SYNCS, kinds=(sb.EXPLICIT,))
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
             return
         sites = hs.callsites(ctx, "host_sync", SYNC_CALLS)
-        locations = [
-            hs.site_location(s, "call", "per_step")
-            for s in sites
-        ] or [Location(op="cudaDeviceSynchronize", detail={"per_step": round(per_step, 2)})]
+        locations = [hs.site_location(s, "call", "per_step") for s in sites] or [
+            Location(op="cudaDeviceSynchronize", detail={"per_step": round(st.per_step, 2)})
+        ]
         where = (
             "; ".join(f"{loc.label()} `{loc.code}`" if loc.code else loc.label() for loc in locations[:3])
             if sites
             else "call sites not captured: search the loop for torch.cuda.synchronize(), "
             "stream.synchronize() and event.synchronize()"
         )
-        blocked = att.blocked_by_kind_us["explicit"]
         yield self.finding(
             impact=impact,
-            title=f"{per_step:.1f} explicit synchronize calls per step leave the GPU idle {hs.fmt_pct(impact)} of the step",
+            title=(
+                f"{st.per_step:.1f} explicit synchronize calls per step: removing them saves {cm.pct(impact)} "
+                "of the step"
+            ),
             message=(
-                f"{calls} synchronize calls in {win.count} analyzed steps ({per_step:.1f} per step). The host "
-                f"blocked {hs.fmt_ms(att.per_step(blocked))} per step in them and the GPU then idled "
-                f"{hs.fmt_ms(att.per_step(idle_us))} per step until new work arrived: {hs.fmt_pct(impact)} of "
-                f"the {hs.fmt_ms(win.median_step_us)} step."
+                f"{st.count} synchronize calls in {win.count} analyzed steps ({st.per_step:.1f} per step). The "
+                f"host blocked {cm.ms(st.blocked_us_per_step)} per step in them and the GPU idled "
+                f"{cm.ms(st.idle_us_per_step)} per step behind them ({cm.pct(st.idle_fraction)} of the step). "
+                + cm.prediction_sentence(pred, "the synchronizes removed")
+                + cm.note_uncorrected(pred)
             ),
             evidence={
-                "calls": calls,
-                "calls_per_step": per_step,
+                "calls": st.count,
+                "calls_per_step": st.per_step,
                 "steps_analyzed": win.count,
-                "host_blocked_ms_per_step": att.per_step(blocked) / 1000,
-                "gpu_idle_after_sync_ms_per_step": att.per_step(idle_us) / 1000,
-                "step_time_ms": win.median_step_us / 1000,
+                "host_blocked_ms_per_step": st.blocked_us_per_step / 1000,
+                "gpu_idle_after_sync_ms_per_step": st.idle_us_per_step / 1000,
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
             },
             recommendation=(
-                f"Remove the synchronize calls from the training loop ({where}). For timing, record "
+                f"Remove the synchronize calls from the loop ({where}). For timing, record "
                 "`torch.cuda.Event(enable_timing=True)` pairs and read `elapsed_time` after the loop; "
                 "keep one `torch.cuda.synchronize()` before stopping a wall-clock timer at the end. "
-                f"Expected gain: up to {hs.fmt_ms(att.per_step(idle_us))} per step ({hs.fmt_pct(impact)})."
+                f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
             ),
             locations=locations,
-            impact_explanation=(
-                "GPU idle time in the analyzed steps that followed an explicit synchronize (the queue drained "
-                "while the host waited), divided by the total step time."
-            ),
+            impact_explanation=cm.impact_explanation(pred, "the explicit synchronizes removed"),
+            remedy=RemedyId.REMOVE_HOST_SYNCS,
+            prediction=pred,
+            group="host_sync",
         )

@@ -3,8 +3,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 SITE_CALLS = ("Tensor.nonzero",)
 
@@ -21,11 +24,12 @@ class DataDependentShapeOps(Rule):
 
     How it is detected
     ------------------
-    A blocking `cudaStreamSynchronize` issued inside `aten::nonzero`, `aten::masked_select`,
+    In the step model: host waits on the device issued inside `aten::nonzero`, `aten::masked_select`,
     `aten::unique*`, `aten::repeat_interleave`, `aten::bincount` (boolean indexing runs
-    `aten::nonzero` inside `aten::index`). The GPU idle gaps such a call overlaps, and that began
-    while the host was already waiting, are charged to it; impact = that idle time / step time.
-    Quiet when the ops run less often than `min_calls_per_step` or cost less than `min_impact`.
+    `aten::nonzero` inside `aten::index`); the GPU idle time behind them is attributed to them.
+    Impact: the step time recovered in a replay of the analyzed steps without these waits (the ops
+    themselves keep their GPU work). Quiet when the ops run less often than `min_calls_per_step` or the
+    replay recovers less than `min_impact`.
 
     How to fix
     ----------
@@ -58,68 +62,68 @@ class DataDependentShapeOps(Rule):
     references = ("https://pytorch.org/docs/stable/generated/torch.nonzero_static.html",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        att = hs.attribute_idle(ctx)
-        win = att.window
+        model = ctx.model
+        win = model.window
         if win.count == 0:
             return
-        calls = att.calls_by_kind["data_dependent"]
-        per_step = att.per_step(calls)
-        idle_us = att.by_kind_us["data_dependent"]
-        impact = att.share(idle_us)
-        if per_step < ctx.threshold("min_calls_per_step") or impact < ctx.threshold("min_impact"):
+        st = cm.wait_stats(ctx, sb.DATA_DEPENDENT)
+        if st.per_step < ctx.threshold("min_calls_per_step"):
+            return
+        pred = ctx.predict(RemedyId.STATIC_SHAPES)
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
             return
         ops = ctx.trace.cpu_ops
         names = ops["name"].astype(str)
-        in_win = hs.in_window(win, ops["ts"].to_numpy("float64"))
-        counts = names[in_win & names.isin(hs.DATA_DEPENDENT_OPS).to_numpy()].value_counts()
+        in_win = win.contains(ops["ts"].to_numpy("float64"))
+        counts = names[in_win & names.isin(sb.DATA_DEPENDENT_OPS).to_numpy()].value_counts()
         op_locations = [
             Location(op=str(op), detail={"per_step": round(int(n) / win.count, 2)})
             for op, n in sorted(counts.items(), key=lambda kv: (-int(kv[1]), str(kv[0])))
             if int(n) > 0
         ]
         sites = hs.callsites(ctx, "host_sync", SITE_CALLS)
-        site_locations = [
-            hs.site_location(s, "call", "per_step")
-            for s in sites
-        ]
+        site_locations = [hs.site_location(s, "call", "per_step") for s in sites]
         locations = site_locations + op_locations
         op_list = (
-            ", ".join(f"{loc.op} ({loc.detail['per_step']}/step)" for loc in op_locations[:4])
-            or "unknown ops"
+            ", ".join(f"{loc.op} ({loc.detail['per_step']}/step)" for loc in op_locations[:4]) or "unknown ops"
         )
         where = (
-            "; ".join(
-                f"{loc.label()} `{loc.code}`" if loc.code else loc.label() for loc in site_locations[:3]
-            )
+            "; ".join(f"{loc.label()} `{loc.code}`" if loc.code else loc.label() for loc in site_locations[:3])
             if site_locations
             else "boolean-mask indexing (`x[mask]`) and nonzero/masked_select/unique calls in the step"
         )
         yield self.finding(
             impact=impact,
-            title=f"Data-dependent ops sync {per_step:.1f} times per step; the GPU idles {hs.fmt_pct(impact)} of the step",
+            title=(
+                f"Data-dependent ops sync {st.per_step:.1f} times per step: static shapes save "
+                f"{cm.pct(impact)} of the step"
+            ),
             message=(
-                f"{calls} syncs inside data-dependent ops in {win.count} analyzed steps: {op_list}. Each waits "
-                f"for the GPU to count the selected elements; the GPU then idled "
-                f"{hs.fmt_ms(att.per_step(idle_us))} per step ({hs.fmt_pct(impact)} of the "
-                f"{hs.fmt_ms(win.median_step_us)} step)."
+                f"{st.count} syncs inside data-dependent ops in {win.count} analyzed steps: {op_list}. Each "
+                f"waits for the GPU to count the selected elements; the GPU idled {cm.ms(st.idle_us_per_step)} "
+                f"per step behind them ({cm.pct(st.idle_fraction)} of the step). "
+                + cm.prediction_sentence(pred, "these waits removed")
+                + cm.note_uncorrected(pred)
             ),
             evidence={
-                "syncs": calls,
-                "syncs_per_step": per_step,
+                "syncs": st.count,
+                "syncs_per_step": st.per_step,
                 "steps_analyzed": win.count,
                 "ops_per_step": {str(op): int(n) / win.count for op, n in counts.items() if int(n) > 0},
-                "gpu_idle_ms_per_step": att.per_step(idle_us) / 1000,
-                "step_time_ms": win.median_step_us / 1000,
+                "gpu_idle_ms_per_step": st.idle_us_per_step / 1000,
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
             },
             recommendation=(
                 f"Keep shapes static in the step ({where}): multiply by the mask or use "
                 "`torch.where(mask, x, 0)` instead of `x[mask]`; compute masked means as "
                 "`(x * m).sum() / m.sum()`; use `torch.nonzero_static(mask, size=k)` when a fixed upper "
-                f"bound exists. Expected gain: up to {hs.fmt_ms(att.per_step(idle_us))} per step."
+                f"bound exists. Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
             ),
             locations=locations,
-            impact_explanation=(
-                "GPU idle time in the analyzed steps that followed a sync inside a data-dependent op, divided "
-                "by the total step time."
-            ),
+            impact_explanation=cm.impact_explanation(pred, "the data-dependent waits removed"),
+            remedy=RemedyId.STATIC_SHAPES,
+            prediction=pred,
+            group="host_sync",
         )

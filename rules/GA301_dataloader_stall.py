@@ -3,8 +3,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from gpuadvisor.rulekit import hostside as hs
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 
 class DataloaderStall(Rule):
@@ -19,12 +21,14 @@ class DataloaderStall(Rule):
 
     How it is detected
     ------------------
-    GPU idle gaps of the analyzed steps (no kernel, copy or memset running) intersected with the
-    `enumerate(DataLoader)#...__next__` annotation of the host: only the time when the GPU is idle
-    AND the host waits for data counts, so a loader that prefetches behind GPU work costs nothing.
-    Impact = that idle time / step time. The annotation says `_SingleProcessDataLoaderIter`
-    (num_workers=0) or `_MultiProcessingDataLoaderIter` (workers); a run adds the DataLoader call
-    site and settings from environment.json and the machine's CPU count.
+    The host's `enumerate(DataLoader)#...__next__` spans in the analyzed steps. On a GPU run, the GPU
+    idle time during them is what waiting for data costs now (a loader that prefetches behind GPU
+    work costs nothing); on a CPU-only run the wait itself is on the critical path. Impact: the step
+    time recovered in a replay of the analyzed steps in which the wait per step shrinks to handing
+    over a ready batch, bounded below by the workers' throughput (one process made a batch in the time
+    the host waited; N workers make N in that time). The annotation says `_SingleProcessDataLoaderIter`
+    (num_workers=0) or `_MultiProcessingDataLoaderIter` (workers); a run adds the DataLoader call site
+    and settings from environment.json and the machine's CPU count.
 
     How to fix
     ----------
@@ -41,7 +45,7 @@ class DataloaderStall(Rule):
     id = "GA301"
     name = "dataloader-stall"
     category = Category.DATA_LOADING
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.STEPS})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_impact": Threshold(
             0.03,
@@ -54,71 +58,69 @@ class DataloaderStall(Rule):
     references = ("https://pytorch.org/docs/stable/data.html#multi-process-data-loading",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        att = hs.attribute_idle(ctx)
-        win = att.window
-        if win.count == 0 or att.data_loading_us <= 0:
+        model = ctx.model
+        win = model.window
+        spans = model.data_spans
+        if win.count == 0 or spans.count == 0:
             return
-        impact = att.share(att.data_loading_us)
-        if impact < ctx.threshold("min_impact"):
+        wait_us = float(spans.covered(win.starts, win.ends).sum())
+        if wait_us <= 0:
             return
-        waits = hs.dataloader_waits(ctx)
-        in_win = hs.in_window(win, waits["ts"].to_numpy("float64"))
-        names = sorted({str(n) for n in waits["name"][in_win]})
+        gpu = model.has_gpu_work
+        idle_us = model.idle_us(sb.IDLE_DATA) if gpu else wait_us
+        names = sorted(spans.names)
         single = any("_SingleProcessDataLoaderIter" in n for n in names)
-        wait_us = float(waits["dur"][in_win].sum())
         env: dict[str, Any] = ctx.run.environment if ctx.run is not None else {}
         cpu_count = env.get("cpu_count") if isinstance(env.get("cpu_count"), int) else None
-        loaders = [d for d in env.get("dataloaders") or [] if isinstance(d, dict)]
-        loaders.sort(key=lambda d: -int(d.get("iterations") or 0))
-        loader = loaders[0] if loaders else None
+        loader = cm.main_dataloader(ctx)
+        fw = cm.framework(ctx)
         cap = int(ctx.threshold("max_workers"))
         workers = min(cap, max(1, cpu_count - 1)) if cpu_count else cap
+        current = int(loader.get("num_workers") or 0) if loader else (0 if single else 1)
+        if current >= workers and not single:
+            workers = current  # already at the machine's size: no worker change to predict
+        pred = ctx.predict(RemedyId.DATALOADER_WORKERS, workers=workers, current_workers=current)
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
+            return
         changes: list[str] = []
-        observed: list[str] = []
+        observed = ""
         if loader is not None:
             nw = loader.get("num_workers")
-            observed.append(
+            observed = (
                 f"num_workers={nw}, pin_memory={loader.get('pin_memory')}, "
                 f"persistent_workers={loader.get('persistent_workers')}, "
                 f"prefetch_factor={loader.get('prefetch_factor')}, batch_size={loader.get('batch_size')}"
             )
             if not nw:
                 changes.append(f"num_workers={workers}")
-            elif cpu_count and nw < workers:
+            elif nw < workers:
                 changes.append(f"num_workers={workers} (now {nw}; the machine has {cpu_count} CPUs)")
-            if not loader.get("pin_memory"):
+            if gpu and not loader.get("pin_memory"):
                 changes.append("pin_memory=True")
             if not loader.get("persistent_workers"):
                 changes.append("persistent_workers=True")
             pf = loader.get("prefetch_factor")
             if nw and (pf is None or (isinstance(pf, int) and pf < 4)):
-                # workers exist but batches arrive late: deeper prefetch absorbs slow batches
                 changes.append("prefetch_factor=4")
         elif single:
-            changes += [f"num_workers={workers}", "pin_memory=True", "persistent_workers=True"]
-        locations: list[Location] = []
-        if loader is not None and loader.get("file"):
-            locations.append(
-                Location(
-                    file=str(loader["file"]),
-                    line=loader.get("line"),
-                    code=loader.get("code"),
-                    detail={k: loader.get(k) for k in ("num_workers", "pin_memory", "batch_size")},
-                )
+            changes += [f"num_workers={workers}", "persistent_workers=True"] + (["pin_memory=True"] if gpu else [])
+        loc = cm.location_of(
+            loader, **({k: loader.get(k) for k in ("num_workers", "pin_memory", "batch_size")} if loader else {})
+        )
+        locations: list[Location] = [loc] if loc is not None else [Location(function=names[0] if names else "DataLoader.__next__")]
+        if fw.is_hf:
+            hf_changes = [f"dataloader_num_workers={workers}", "dataloader_persistent_workers=True"] + (
+                ["dataloader_pin_memory=True"] if gpu else []
             )
-        else:
-            locations.append(Location(function=names[0] if names else "DataLoader.__next__"))
-        if loader is not None:
-            how = f"The DataLoader at {locations[0].label()} runs with " + observed[0] + "."
-        elif single:
-            how = "The trace shows `_SingleProcessDataLoaderIter`: the DataLoader runs with num_workers=0 (call site not captured: raw trace)."
-        else:
-            how = "The trace shows `_MultiProcessingDataLoaderIter`: workers exist but do not keep up."
-        if changes:
+            rec = "Set " + ", ".join(hf_changes) + " in your TrainingArguments"
+            if fw.call_site is not None:
+                rec += f" ({fw.call_site.label()})"
+                locations.insert(0, fw.call_site)
+            rec += "."
+        elif changes:
             rec = (
-                f"Change the DataLoader{' at ' + locations[0].label() if loader is not None and loader.get('file') else ''}: "
-                + ", ".join(changes)
-                + "."
+                f"Change the DataLoader{' at ' + loc.label() if loc is not None else ''}: " + ", ".join(changes) + "."
             )
         else:
             rec = (
@@ -126,34 +128,48 @@ class DataloaderStall(Rule):
                 "per-sample work cheaper (decode once and cache, move augmentation to the GPU, e.g. "
                 "torchvision.transforms.v2 on CUDA tensors or DALI), or use more workers if CPUs allow."
             )
-        rec += (
-            f" Expected gain: up to {hs.fmt_ms(att.per_step(att.data_loading_us))} per step "
-            f"({hs.fmt_pct(impact)}), when batches are ready before the GPU needs them."
-        )
+        rec += f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
         if cpu_count:
-            rec += f" (Suggested worker count from the machine's {cpu_count} CPUs, capped at {cap}.)"
+            rec += f" (Worker count from the machine's {cpu_count} CPUs, capped at {cap}.)"
+        if loader is not None:
+            how = f"The DataLoader at {loc.label() if loc else '?'} runs with {observed}."
+        elif single:
+            how = "The trace shows `_SingleProcessDataLoaderIter`: the DataLoader runs with num_workers=0 (call site not captured: raw trace)."
+        else:
+            how = "The trace shows `_MultiProcessingDataLoaderIter`: workers exist but do not keep up."
+        if gpu:
+            title = f"The GPU waits for data {cm.pct(win.share(idle_us))} of each step"
+            seen = (
+                f"The host spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__; the GPU was "
+                f"idle for {cm.ms(win.per_step(idle_us))} of it ({cm.pct(win.share(idle_us))} of the step). "
+            )
+        else:
+            title = f"The step waits for data {cm.pct(win.share(wait_us))} of the time"
+            seen = (
+                f"The training process spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__ "
+                f"({cm.pct(win.share(wait_us))} of the step; CPU-only run: the wait is on the critical path). "
+            )
         yield self.finding(
             impact=impact,
-            title=f"The GPU waits for data {hs.fmt_pct(impact)} of each step",
-            message=(
-                f"The host spent {hs.fmt_ms(att.per_step(wait_us))} per step in DataLoader __next__; the GPU "
-                f"was idle for {hs.fmt_ms(att.per_step(att.data_loading_us))} of it per step "
-                f"({hs.fmt_pct(impact)} of the {hs.fmt_ms(win.median_step_us)} step). {how}"
-            ),
+            title=title,
+            message=seen + how + " " + cm.prediction_sentence(pred, f"{workers} loader workers") + cm.note_uncorrected(pred),
             evidence={
-                "dataloader_wait_ms_per_step": att.per_step(wait_us) / 1000,
-                "gpu_idle_waiting_for_data_ms_per_step": att.per_step(att.data_loading_us) / 1000,
-                "step_time_ms": win.median_step_us / 1000,
+                "dataloader_wait_ms_per_step": win.per_step(wait_us) / 1000,
+                "idle_waiting_for_data_ms_per_step": win.per_step(idle_us) / 1000,
+                "idle_waiting_for_data_fraction": win.share(idle_us),
+                "gpu": gpu,
+                "step_time_ms": pred.baseline_step_ms,
+                "predicted_step_time_ms": pred.predicted_step_ms,
                 "steps_analyzed": win.count,
                 "iterator": names,
                 "dataloader": loader or {},
                 "cpu_count": cpu_count,
-                "metrics_idle_data_loading_fraction": ctx.metrics.window.get("idle_data_loading_fraction"),
+                "suggested_workers": workers,
+                "framework": fw.name,
             },
             recommendation=rec,
             locations=locations,
-            impact_explanation=(
-                "GPU idle time during which the host was inside DataLoader __next__, divided by the total step "
-                "time of the analyzed steps."
-            ),
+            impact_explanation=cm.impact_explanation(pred, f"the DataLoader running {workers} workers"),
+            remedy=RemedyId.DATALOADER_WORKERS,
+            prediction=pred,
         )

@@ -7,6 +7,8 @@ from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
@@ -26,26 +28,24 @@ class SmallBatch(Rule):
 
     How it is detected
     ------------------
-    Over the analyzed steps: the median kernel duration is short (`max_median_kernel_us`) and the
-    time the GPU is idle or under-filled is a real share of the step (`min_impact`). When the run
-    captured peak memory, the batch multiplier that fits in `memory_target_fraction` of the device
-    memory must be at least `min_batch_multiplier` (peak memory grows roughly linearly with the batch:
-    activations; weights and optimizer state do not grow, so treating the whole peak as
-    batch-proportional is conservative). Host-bound idle has two causes the trace shows alike: too
-    little work per kernel (this rule) and too many kernels (GA501 launch-bound). The kernel count per
-    step apportions it: all of it here at 150 kernels per step or fewer, half at 600 or more (linear
-    between).
-
-    Impact = (GPU idle share of the step, minus idle spent waiting for the DataLoader or in host
-    syncs, which a larger batch does not fix, and minus the profiler's own per-op overhead measured
-    outside the capture window) x that share + (compute-kernel share x (1 - SM use), when the
-    duration-weighted SM use is below `max_sm_use`): the share of step time in which the GPU does
-    nothing or leaves SMs empty, an upper bound on the per-sample time a larger batch recovers.
+    Over the analyzed steps, in the step model's replay (calibrated to the step time measured outside
+    the profiler): the GPU is busy less than `max_gpu_busy` of the step, or its kernels fill fewer than
+    `max_sm_use` of the SMs (duration-weighted min(blocks / SMs, 1)). Then the steps are replayed at a
+    larger batch: host work per step is unchanged (the same ops are dispatched), time waiting for data
+    grows with the samples, input copies grow linearly, optimizer kernels and collectives do not, a
+    GEMM grows with its FLOPs at the larger of its current rate and `gemm_efficiency_at_scale` of the
+    peak, and another kernel keeps its time until its grid fills the GPU (then grows with the work;
+    a long kernel on a small grid grows linearly). The recommended multiplier is the smallest power of
+    two after which doubling again gains less than `min_marginal_gain` per sample, within the memory
+    headroom (peak allocated x multiplier <= `memory_target_fraction` of the device memory; activations
+    grow with the batch, weights and optimizer state do not: conservative) and `max_batch_multiplier`.
+    Impact: 1 - time per sample at that batch / time per sample now. Quiet when the memory allows less
+    than `min_batch_multiplier`.
 
     How to fix
     ----------
-    Raise the batch size at least by the step's host time over its GPU kernel time (the least growth
-    that can make the GPU the bottleneck), within the memory headroom, and scale the learning rate
+    Raise the batch size by the recommended multiplier (at most `max_batch_multiplier` at once; keep
+    doubling while samples/s still improves), within the memory headroom, and scale the learning rate
     with it (linear scaling for SGD, roughly square-root for Adam/AdamW, with warmup). If the
     effective batch must stay fixed (convergence), batch several small models/inputs per launch or
     use CUDA graphs (GA501) instead.
@@ -64,11 +64,10 @@ class SmallBatch(Rule):
     category = Category.SMALL_BATCH
     requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
-        "max_median_kernel_us": Threshold(
-            20.0,
-            "median kernel duration below which kernels are 'short' (a kernel that fills an H100 with "
-            "several waves of blocks takes tens of microseconds at least)",
-            "us",
+        "max_gpu_busy": Threshold(
+            0.8,
+            "GPU busy share of the replayed step below which the step may be too small to keep the GPU busy",
+            "fraction",
         ),
         "max_sm_use": Threshold(
             0.5,
@@ -87,7 +86,15 @@ class SmallBatch(Rule):
             2.0, "smallest batch multiplier the memory must allow for the finding to fire", "x"
         ),
         "max_batch_multiplier": Threshold(
-            256.0, "largest batch multiplier recommended (the estimate host time / GPU time is capped here)", "x"
+            8.0,
+            "largest batch multiplier recommended at once (a larger jump changes the optimization too much to "
+            "advise blindly: re-measure after it)",
+            "x",
+        ),
+        "min_marginal_gain": Threshold(
+            0.05,
+            "stop doubling the recommended batch when one more doubling gains less than this per sample",
+            "fraction",
         ),
     }
     references = (
@@ -96,158 +103,147 @@ class SmallBatch(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        window = gw.step_window(ctx)
-        if window.count == 0 or window.total_us <= 0:
+        model = ctx.model
+        win = model.window
+        if win.count == 0 or win.total_us <= 0:
             return
-        kernels = gw.window_kernels(ctx, window)
-        if len(kernels) == 0:
-            return
-        kernels = kernels[~kernels["name"].astype(str).map(gw.is_collective_kernel)]
+        kernels = model.window_kernels
+        kernels = kernels[~kernels["is_collective"].astype(bool)]
         if len(kernels) == 0:
             return
         sms = gw.sm_count(ctx)
-        median_us = float(kernels["dur"].median())
         sm_use = gw.sm_use(kernels, sms)
-        busy = gw.gpu_busy_fraction(ctx, window)
-        if sm_use is None or busy is None:
+        base = model.baseline
+        if base.period_us <= 0:
             return
-        if median_us >= ctx.threshold("max_median_kernel_us"):
+        busy = min(1.0, base.gpu_busy_us / base.period_us)
+        underfilled = sm_use is not None and sm_use < ctx.threshold("max_sm_use")
+        if busy >= ctx.threshold("max_gpu_busy") and not underfilled:
             return
-        idle = 1.0 - busy
-        idle_dataloader = gw.window_metric(ctx, "idle_data_loading_fraction") or 0.0
-        # Idle time spent waiting for the DataLoader or in host syncs is not per-step launch cost: a
-        # larger batch does not remove it (GA301 / GA2xx own it).
-        idle_sync = gw.window_metric(ctx, "idle_host_sync_fraction") or 0.0
-        idle_fixable, deflation = gw.deflate_host_idle(
-            ctx, max(0.0, idle - idle_dataloader - idle_sync), window
-        )
-        # Under-filled SMs only matter while kernels run: copies and memsets do not use SMs.
-        compute = gw.window_metric(ctx, "compute_fraction")
-        kernel_busy = min(busy, compute) if compute is not None else busy
-        underfill = kernel_busy * (1.0 - sm_use) if sm_use < ctx.threshold("max_sm_use") else 0.0
-        kernels_per_step = len(kernels) / window.count
-        share = 1.5 - gw.launch_share(kernels_per_step)
-        impact = min(1.0, idle_fixable * share + underfill)
+        mem = gw.memory_info(ctx)
+        memory_limit: float | None = None
+        if mem.peak_allocated is not None and mem.capacity:
+            memory_limit = ctx.threshold("memory_target_fraction") * mem.capacity / mem.peak_allocated
+            if memory_limit < ctx.threshold("min_batch_multiplier"):
+                return  # the GPU memory is already mostly used: a larger batch does not fit
+        cap = ctx.threshold("max_batch_multiplier")
+        if memory_limit is not None:
+            cap = min(cap, 2 ** math.floor(math.log2(memory_limit)))
+        # the smallest power of two after which doubling again gains little per sample
+        chosen = None
+        multiplier = 2.0
+        while multiplier <= cap:
+            pred = ctx.predict(RemedyId.LARGER_BATCH, multiplier=multiplier)
+            if chosen is not None:
+                gain = 1.0 - (1.0 / pred.speedup) / (1.0 / chosen.speedup)
+                if gain < ctx.threshold("min_marginal_gain"):
+                    break
+            chosen = pred
+            multiplier *= 2.0
+        if chosen is None:
+            return
+        pred = chosen
+        m = pred.batch_multiplier
+        impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
             return
-
-        mem = gw.memory_info(ctx)
-        raw_multiplier: float | None = None
-        peak = mem.peak_reserved if mem.peak_reserved is not None else mem.peak_allocated
-        if mem.peak_allocated is not None and mem.capacity:
-            # Allocated (not reserved) grows with the batch; reserved includes cache the allocator reuses.
-            raw_multiplier = ctx.threshold("memory_target_fraction") * mem.capacity / mem.peak_allocated
-            if raw_multiplier < ctx.threshold("min_batch_multiplier"):
-                return  # the GPU memory is already mostly used: a larger batch does not fit
-        # The least batch growth that can make the GPU the bottleneck: the step's host time over its
-        # GPU kernel time (kernel time grows at most linearly with the batch, the per-step host time
-        # not at all). Under-filled kernels grow sublinearly, so this is a lower bound.
-        host_ms = gw.window_metric(ctx, "unprofiled_step_time_ms") or window.median_step_us / 1000.0
-        gpu_ms = kernel_busy * window.median_step_us / 1000.0
-        needed = host_ms / gpu_ms if gpu_ms > 0 else float("inf")
-        multiplier = 2 ** math.ceil(math.log2(max(2.0, min(needed, ctx.threshold("max_batch_multiplier")))))
-        memory_bound = False
-        if raw_multiplier is not None and multiplier > raw_multiplier:
-            multiplier = 2 ** math.floor(math.log2(raw_multiplier))
-            memory_bound = True
-
-        loaders = gw.env_list(ctx, "dataloaders")
-        loader = max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
+        memory_bound = memory_limit is not None and m * 2 > memory_limit and m * 2 <= ctx.threshold("max_batch_multiplier")
+        inference = cm.is_inference(ctx)
+        fw = cm.framework(ctx)
+        loader = cm.main_dataloader(ctx)
         batch = loader.get("batch_size") if loader else None
+        if fw.is_hf and isinstance(fw.settings.get("per_device_train_batch_size"), int):
+            batch = fw.settings.get("per_device_train_batch_size")
         batch_size = int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None
-
+        kernels_per_step = len(kernels) / win.count
+        median_us = float(kernels["dur"].median())
         evidence = {
-            "steps_analyzed": window.count,
-            "step_time_ms": window.median_step_us / 1000.0,
+            "steps_analyzed": win.count,
+            "step_time_ms": pred.baseline_step_ms,
+            "predicted_step_time_ms_at_multiplier": pred.predicted_step_ms,
             "kernels_per_step": kernels_per_step,
             "kernel_median_us": median_us,
             "sm_use": sm_use,
-            "batch_share_of_host_idle": share,
             "num_sms": sms,
-            "gpu_busy_fraction": busy,
-            "gpu_idle_fraction": idle,
-            "idle_data_loading_fraction": idle_dataloader,
-            "idle_host_sync_fraction": idle_sync,
-            "compute_fraction": kernel_busy,
+            "gpu_busy_fraction_replayed": busy,
             "peak_allocated_bytes": mem.peak_allocated,
             "peak_reserved_bytes": mem.peak_reserved,
             "memory_capacity_bytes": mem.capacity,
-            "memory_multiplier_possible": raw_multiplier,
-            "host_time_per_step_ms": host_ms,
-            "gpu_kernel_time_per_step_ms": gpu_ms,
-            "recommended_batch_multiplier": multiplier,
+            "memory_multiplier_possible": memory_limit,
+            "recommended_batch_multiplier": m,
+            "samples_per_s_speedup": pred.speedup,
             "batch_size": batch_size,
-            **deflation,
+            "inference": inference,
+            "framework": fw.name,
         }
         locations: list[Location] = []
-        if loader is not None:
-            locations.append(
-                Location(
-                    file=loader.get("file"),
-                    line=loader.get("line"),
-                    code=loader.get("code"),
-                    detail={"batch_size": batch_size, "num_workers": loader.get("num_workers")},
-                )
-            )
+        loc = cm.location_of(loader, batch_size=batch_size, num_workers=loader.get("num_workers") if loader else None)
+        if fw.is_hf and fw.call_site is not None:
+            locations.append(fw.call_site)
+        if loc is not None:
+            locations.append(loc)
+        locations += cm.model_call_locations(ctx)[:1] if not locations else []
         message = (
-            f"Kernels are short and under-fill the GPU: median kernel {gw.us(median_us)}, "
-            f"{kernels_per_step:.0f} kernels per step, duration-weighted SM use {gw.pct(sm_use)}"
-            + (f" of {sms} SMs" if sms else "")
-            + f"; the GPU is busy {gw.pct(busy)} of the {gw.us(window.median_step_us)} step."
+            f"The GPU is busy {cm.pct(busy)} of the {pred.baseline_step_ms:.2f} ms step"
+            + (f" and its kernels fill {cm.pct(sm_use)} of the {sms} SMs" if sm_use is not None and sms else "")
+            + f" ({kernels_per_step:.0f} kernels per step, median {gw.us(median_us)}): each step's work is too "
+            "small to keep it busy, and the per-step host cost does not shrink with the batch. "
         )
         if mem.peak_allocated is not None and mem.capacity:
             message += (
-                f" Peak memory allocated is {gw.gib(mem.peak_allocated)} of {gw.gib(mem.capacity)} "
-                f"({gw.pct(mem.allocated_fraction)})"
-                + (f", reserved {gw.gib(peak)}" if mem.peak_reserved is not None else "")
-                + "."
+                f"Peak memory allocated is {gw.gib(mem.peak_allocated)} of {gw.gib(mem.capacity)} "
+                f"({gw.pct(mem.allocated_fraction)}). "
             )
         else:
-            message += " Peak memory was not captured (raw trace), so the headroom is unknown."
-        if not deflation.get("profiler_overhead_corrected"):
-            message += gw.UNCORRECTED_PROFILER_NOTE
-        if idle_dataloader > 0.05:
-            message += f" {gw.pct(idle_dataloader)} of the step the GPU waits for the DataLoader (see GA301)."
-
+            message += "Peak memory was not captured (raw trace), so the headroom is unknown. "
+        message += cm.prediction_sentence(pred, f"{m:g}x the batch") + cm.note_uncorrected(pred)
         size_text = "the batch size"
-        if loader is not None and batch_size is not None:
+        if fw.is_hf:
+            size_text = "per_device_train_batch_size" + (f"={batch_size}" if batch_size else "") + " in TrainingArguments"
+        elif loader is not None and batch_size is not None:
             size_text = f"batch_size={batch_size} ({loader.get('file')}:{loader.get('line')})"
-        target = f" to {batch_size * multiplier}" if batch_size is not None else ""
+        target = f" to {int(batch_size * m)}" if batch_size is not None else ""
         rec = (
-            f"Raise {size_text} by at least {multiplier}x{target}: the GPU computes for "
-            f"{gpu_ms:.2f} ms of each {host_ms:.2f} ms step; the rest is per-step host work that a larger "
-            "batch spreads over more samples. "
+            f"Raise {size_text} {m:g}x{target}: predicted {cm.times(pred.speedup)} the samples/s "
+            f"({cm.pct(impact)} less time per sample). "
         )
-        if raw_multiplier is not None:
+        if memory_limit is not None:
             rec += (
-                f"Peak memory allows about {raw_multiplier:.0f}x within "
-                f"{gw.pct(ctx.threshold('memory_target_fraction'))} of the GPU (activations grow linearly "
-                "with the batch)" + (", which is the limit here. " if memory_bound else ". ")
+                f"Peak memory allows about {memory_limit:.0f}x within "
+                f"{gw.pct(ctx.threshold('memory_target_fraction'))} of the GPU"
+                + (", which is the limit here. " if memory_bound else ". ")
             )
         else:
             rec += "Watch peak memory (torch.cuda.max_memory_allocated()): the headroom was not captured. "
-        rec += "Keep doubling while samples/s still improves. "
-        rec += (
-            "Scale the learning rate with the batch (linear for SGD, about square-root for Adam/AdamW) "
-            "and keep a warmup; re-check convergence. If the batch must stay fixed, remove the per-step "
-            'CPU cost instead: torch.compile(mode="reduce-overhead") / CUDA graphs (see GA501).'
+        if inference:
+            rec += (
+                "Each request then waits for a larger batch: bound the batch by your latency target. For a "
+                "fixed small batch, cut the per-batch CPU cost instead: torch.compile(mode=\"reduce-overhead\") "
+                "/ CUDA graphs (see GA501), under torch.inference_mode()."
+            )
+        else:
+            rec += (
+                "Scale the learning rate with the batch (linear for SGD, about square-root for Adam/AdamW) "
+                "and keep a warmup; re-check convergence. If the batch must stay fixed, remove the per-step "
+                'CPU cost instead: torch.compile(mode="reduce-overhead") / CUDA graphs (see GA501).'
+            )
+        title = (
+            f"Small batch: the GPU is busy {cm.pct(busy)} of each step; {m:g}x the batch gives "
+            f"{cm.times(pred.speedup)} the samples/s"
         )
+        if busy >= ctx.threshold("max_gpu_busy") and sm_use is not None:
+            title = (
+                f"Small batch: kernels fill {cm.pct(sm_use)} of the SMs; {m:g}x the batch gives "
+                f"{cm.times(pred.speedup)} the samples/s"
+            )
         yield self.finding(
             impact=impact,
-            title=f"Small batch: kernels fill {gw.pct(sm_use)} of the SMs and the GPU idles {gw.pct(idle)} of each step",
+            title=title,
             message=message,
             evidence=evidence,
             recommendation=rec,
             locations=locations,
-            impact_explanation=(
-                f"GPU idle share not caused by the DataLoader or host syncs ({gw.pct(idle_fixable)}) x "
-                f"{share:.2f} (the share attributed to too little work per kernel at {kernels_per_step:.0f} "
-                "kernels per step; GA501 takes the rest) plus "
-                + (
-                    f"compute-kernel share x unused SMs ({gw.pct(kernel_busy)} x {gw.pct(1.0 - sm_use)})"
-                    if underfill > 0
-                    else "nothing for SM use (the kernels fill the SMs)"
-                )
-                + ": the step time a GPU kept full by a larger batch would recover per sample (upper bound)."
-            ),
+            impact_explanation=cm.impact_explanation(pred, f"{m:g}x the batch"),
+            remedy=RemedyId.LARGER_BATCH,
+            prediction=pred,
         )

@@ -6,8 +6,11 @@ from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 
 class LaunchBound(Rule):
@@ -22,23 +25,17 @@ class LaunchBound(Rule):
 
     How it is detected
     ------------------
-    Over the analyzed steps: at least `min_kernels_per_step` kernels per step, a median kernel
-    duration at or below `max_median_kernel_us` (the order of one launch), and GPU idle time in which
-    the host was launching (a gap before a kernel whose launch call started only after the GPU had
-    gone idle, no synchronize or DataLoader wait overlapping it, gap at most `max_gap_us`) of at least
-    `min_launch_idle_fraction` of the step. The idle attribution comes from gpuadvisor.metrics
-    (`idle_launch_overhead_fraction`) when available. Host-bound idle has two causes the trace
-    shows alike, too many kernels (this rule) and too little work per kernel (GA401 small-batch): the
-    kernel count per step apportions it, from half at 150 kernels per step or fewer to all of it at
-    600 or more (linear between). Runs that already use torch.compile or CUDA
-    graphs and have small gaps stay quiet; a run that uses them but is still launch-bound is reported
-    with advice for that case (graph breaks, mode).
-
-    Impact = launch-bound GPU idle time / step time: what removing launch cost entirely would
-    recover (upper bound; CUDA graphs come close for static shapes). The profiler adds CPU time to
-    every op, which in a launch-bound run becomes extra idle time: for a run captured by
-    `gpuadvisor profile`, the idle time per step is reduced by the measured profiler overhead (steps
-    timed outside the capture window) and divided by the unprofiled step time.
+    Over the analyzed steps: at least `min_kernels_per_step` kernels per step with a median duration at
+    or below `max_median_kernel_us` (the order of one launch), and a step model whose replay is paced by
+    the host (its host period at least `min_host_bound` of the step: the GPU waits for launches, not the
+    other way round). Impact: the step time recovered in a replay in which the forward and backward
+    run as torch.compile would run them with mode="reduce-overhead": chains of PyTorch elementwise
+    kernels fused (each chain's time `fusion_factor` of its sum, one launch), and the host work between
+    launches replaced by CUDA graph replays (a small host cost per step, kernels back to back). The
+    optimizer step is left to GA502 and waits on the device to GA2xx: the replay keeps them. The
+    profiler's own per-op cost is removed before (steps timed outside the capture window). Runs that
+    already use torch.compile or CUDA graphs and are still launch-bound are replayed with graphs only
+    and advised for that case (graph breaks, mode).
 
     How to fix
     ----------
@@ -71,15 +68,10 @@ class LaunchBound(Rule):
         "max_median_kernel_us": Threshold(
             10.0, "median kernel duration at or below the cost of one launch (~5-10 us)", "us"
         ),
-        "min_launch_idle_fraction": Threshold(
-            0.10, "launch-bound GPU idle share of the step worth reporting", "fraction"
+        "min_host_bound": Threshold(
+            0.9, "host period / step period in the replay from which the host sets the pace", "fraction"
         ),
-        "max_gap_us": Threshold(
-            200.0,
-            "longest idle gap counted as launch cost (longer gaps are other host work: logging, data "
-            "preparation); used only when gpuadvisor.metrics gives no idle attribution",
-            "us",
-        ),
+        "min_impact": Threshold(0.05, "smallest predicted gain worth a finding", "fraction"),
     }
     references = (
         "https://pytorch.org/docs/stable/generated/torch.compile.html",
@@ -87,49 +79,48 @@ class LaunchBound(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        window = gw.step_window(ctx)
-        if window.count == 0 or window.total_us <= 0:
+        model = ctx.model
+        win = model.window
+        if win.count == 0 or win.total_us <= 0:
             return
-        kernels = gw.window_kernels(ctx, window)
+        kernels = model.window_kernels
         if len(kernels) == 0:
             return
-        kernels_per_step = len(kernels) / window.count
+        kernels_per_step = len(kernels) / win.count
         median_us = float(kernels["dur"].median())
         if kernels_per_step < ctx.threshold("min_kernels_per_step"):
             return
         if median_us > ctx.threshold("max_median_kernel_us"):
             return
-        launch_idle = gw.window_metric(ctx, "idle_launch_overhead_fraction")
-        source = "metrics"
-        gaps = None
-        if launch_idle is None:
-            idle_us, gaps = gw.launch_bound_idle_us(ctx, window, ctx.threshold("max_gap_us"))
-            launch_idle = idle_us / window.total_us
-            source = "rulekit"
-        launch_idle, deflation = gw.deflate_host_idle(ctx, launch_idle, window)
-        share = gw.launch_share(kernels_per_step)
-        impact = launch_idle * share
-        if impact < ctx.threshold("min_launch_idle_fraction"):
-            return
-
+        base = model.baseline
+        if base.period_us <= 0 or base.host_period_us < ctx.threshold("min_host_bound") * base.period_us:
+            return  # the GPU, not the host, sets the pace: fewer launches would not shorten the step
         compiled = gw.setting_used(ctx, "torch_compile")
         graphs = gw.setting_used(ctx, "cuda_graphs")
-        busy = gw.gpu_busy_fraction(ctx, window)
-        kernel_us_per_step = float(kernels["dur"].sum()) / window.count
+        already = bool(compiled or graphs)
+        remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.TORCH_COMPILE
+        pred = ctx.predict(remedy) if already else ctx.predict(remedy, fusion=True)
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
+            return
+        idle_launch = model.idle_share(sb.IDLE_LAUNCH)
+        inference = cm.is_inference(ctx)
+        fw = cm.framework(ctx)
+        kernel_us_per_step = float(kernels["dur"].sum()) / win.count
         evidence = {
-            "steps_analyzed": window.count,
-            "step_time_ms": window.median_step_us / 1000.0,
+            "steps_analyzed": win.count,
+            "step_time_ms": pred.baseline_step_ms,
+            "predicted_step_time_ms": pred.predicted_step_ms,
             "kernels_per_step": kernels_per_step,
             "kernel_median_us": median_us,
             "kernel_time_per_step_ms": kernel_us_per_step / 1000.0,
-            "gpu_busy_fraction": busy,
-            "launch_idle_fraction": launch_idle,
-            "launch_idle_source": source,
-            "launch_share_of_host_idle": share,
-            "launch_bound_gaps": gaps,
+            "gpu_idle_waiting_for_launches_fraction": idle_launch,
+            "host_period_ms": base.host_period_us / 1000.0,
+            "gpu_period_ms": base.gpu_period_us / 1000.0,
             "torch_compile_used": compiled,
             "cuda_graphs_used": graphs,
-            **deflation,
+            "inference": inference,
+            "framework": fw.name,
         }
         top = (
             kernels.groupby(kernels["name"].astype(str), observed=True)["dur"]
@@ -137,54 +128,69 @@ class LaunchBound(Rule):
             .sort_values(["count", "median"], ascending=[False, True])
             .head(3)
         )
-        locations = [
+        locations = cm.model_call_locations(ctx)[:1]
+        if fw.call_site is not None and (fw.is_hf or fw.is_lightning):
+            locations.insert(0, fw.call_site)
+        locations += [
             Location(
-                kernel=gw.short_kernel_name(name),
-                detail={
-                    "count_per_step": float(row["count"]) / window.count,
-                    "median_us": float(row["median"]),
-                },
+                kernel=gw.short_kernel_name(str(name)),
+                detail={"count_per_step": float(row["count"]) / win.count, "median_us": float(row["median"])},
             )
             for name, row in top.iterrows()
         ]
         message = (
-            f"{kernels_per_step:.0f} kernels per step with a median duration of {gw.us(median_us)}: the GPU "
-            f"is idle {gw.pct(launch_idle)} of the {gw.us(window.median_step_us)} step waiting for the host "
-            f"to launch the next kernel (kernels themselves run {gw.us(kernel_us_per_step)} per step)."
+            f"{kernels_per_step:.0f} kernels per step with a median duration of {gw.us(median_us)} "
+            f"({gw.us(kernel_us_per_step)} of kernel time per step): the host, not the GPU, sets the pace; "
+            f"the GPU idles {cm.pct(idle_launch)} of the step waiting for the next launch. "
+            + cm.prediction_sentence(
+                pred, "CUDA graph replay" if already else 'torch.compile(mode="reduce-overhead") (fusion + CUDA graphs)'
+            )
+            + cm.note_uncorrected(pred)
         )
-        if not deflation.get("profiler_overhead_corrected"):
-            message += gw.UNCORRECTED_PROFILER_NOTE
-        if compiled or graphs:
+        if already:
             used = " and ".join(n for n, u in (("torch.compile", compiled), ("CUDA graphs", graphs)) if u)
             message += f" The run uses {used}, yet launches still dominate."
             rec = (
                 "The compiled region does not cover the hot loop or is not captured as a graph: check for "
-                "graph breaks (TORCH_LOGS=graph_breaks), compile the whole training step "
+                "graph breaks (TORCH_LOGS=graph_breaks), compile the whole step "
                 '(forward, loss, backward) rather than one module, use mode="reduce-overhead" for CUDA '
                 "graphs (static shapes, no CPU syncs inside), and a fused optimizer (fused=True)."
             )
-        else:
+        elif fw.is_hf:
             rec = (
-                "Fuse and batch the launches: wrap the model in torch.compile(model) (fuses elementwise "
-                'chains; mode="max-autotune-no-cudagraphs" also autotunes), or '
-                'torch.compile(model, mode="reduce-overhead") to replay the step as CUDA graphs (one '
-                "launch per graph; needs static shapes and no .item()/sync inside). For a hand-written "
-                "loop with static shapes, torch.cuda.CUDAGraph capture does the same. Use fused=True on "
-                "the optimizer (see GA502). Side effects: compilation time on the first steps, and "
-                "recompilation when shapes change (mark dynamic dims or pad)."
+                'Set torch_compile=True and torch_compile_mode="reduce-overhead" in your TrainingArguments'
+                + (f" ({fw.call_site.label()})" if fw.call_site else "")
+                + ": the model's forward and backward then run as fused kernels replayed as CUDA graphs."
             )
+        else:
+            call = locations[0] if locations and locations[0].file else None
+            rec = (
+                'Compile the model: `model = torch.compile(model, mode="reduce-overhead")`'
+                + (f" before the call at {call.label()}" if call else "")
+                + (" (before `trainer.fit(model)`)" if fw.is_lightning else "")
+                + ": elementwise chains fuse into few kernels and the step replays as CUDA graphs (one launch "
+                "per graph; needs static shapes and no .item()/sync inside). For a hand-written loop with static "
+                "shapes, torch.cuda.CUDAGraph capture does the same."
+                + ("" if inference else " Use fused=True on the optimizer too (see GA502).")
+                + " Side effects: compilation time on the first steps, and recompilation when shapes change "
+                "(mark dynamic dims or pad)."
+            )
+        rec += f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
         yield self.finding(
             impact=impact,
-            title=f"Launch-bound: {kernels_per_step:.0f} tiny kernels per step, GPU idle {gw.pct(launch_idle)} waiting for launches",
+            title=(
+                f"Launch-bound: {kernels_per_step:.0f} tiny kernels per step; compiling saves {cm.pct(impact)} "
+                "of the step"
+            ),
             message=message,
             evidence=evidence,
             recommendation=rec,
             locations=locations,
-            impact_explanation=(
-                f"GPU idle time during which the host was still launching the next kernel "
-                f"({gw.pct(launch_idle)} of the step, less the profiler's own overhead when measured) x "
-                f"{share:.2f}, the share attributed to the number of launches ({kernels_per_step:.0f} per "
-                "step; with few kernels per step the batch size is the larger cause, see GA401): recovered "
-                "if launches cost nothing (upper bound; CUDA graphs come close)."
+            impact_explanation=cm.impact_explanation(
+                pred,
+                "the forward and backward replayed as CUDA graphs"
+                + ("" if already else " and their elementwise kernels fused"),
             ),
+            remedy=remedy,
+            prediction=pred,
         )

@@ -7,11 +7,16 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
 _OPT_SPAN = re.compile(r"^Optimizer\.step#(?P<cls>[^.]+)\.step")
 _FUSED_CAPABLE = ("Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam")
+# kernels of torch's fused optimizers (fused=True): multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata<4>,
+# ...FusedAdamMathFunctor...>, and apex/DeepSpeed fused_adam kernels
+_FUSED_KERNEL = re.compile(r"FusedOptimizer|Fused\w*MathFunctor|fused_adam|fused_sgd|_fused_", re.I)
 
 
 class UnfusedOptimizer(Rule):
@@ -28,23 +33,19 @@ class UnfusedOptimizer(Rule):
 
     How it is detected
     ------------------
-    The `Optimizer.step#<Class>.step` annotation spans of the analyzed steps; the kernels launched
-    inside a span are the optimizer's. Fires when the optimizer takes at least
-    `min_optimizer_fraction` of the step, launches at least `min_kernels_per_step` kernels per step,
-    and fewer than half of them are multi-tensor/fused kernels (a per-tensor update). A run that
-    already uses foreach (multi-tensor kernels) but not fused=True, with an optimizer share of at
-    least `min_foreach_fraction`, gets a smaller finding recommending fused=True. The optimizer call
-    site, its foreach/fused flags and its parameter tensor count come from environment.json.
+    The `Optimizer.step#<Class>.step` spans of the analyzed steps; the kernels launched inside a span
+    are the optimizer's. A per-tensor update: fewer than half of them are multi-tensor kernels and
+    there are at least `min_kernels_per_step` per step. A foreach update (multi-tensor kernels) of a
+    class that has a fused implementation gets a smaller finding for fused=True. Already fused
+    (`multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata...>`, `fused_adam...` kernels, or the
+    captured fused=True): quiet. The optimizer call site, its foreach/fused flags and its parameter
+    tensor count come from environment.json.
 
-    The optimizer's share of the step is what it costs the GPU timeline: the GPU time of its own
-    kernels plus the GPU idle time inside the update (host span start to its last kernel's end) while
-    the host issues it, less the profiler's own per-op overhead measured outside the capture window.
-    The span's length alone is not a cost: in a GPU-bound run the update's kernels queue behind the
-    backward pass while the GPU stays busy.
-
-    Impact = optimizer share of the step x (1 - 1/expected speed-up): `per_tensor_speedup` for a
-    per-tensor update (multi-tensor kernels cut launches by more than 10x; 5x is conservative),
-    `foreach_to_fused_speedup` for foreach -> fused.
+    Impact: the step time recovered in a replay of the analyzed steps with the update fused: its host
+    time per step becomes a base cost plus a small cost per parameter tensor (never more than now),
+    and its GPU time shrinks (by `per_tensor_to_fused_gpu` from a per-tensor update, by
+    `foreach_to_fused_gpu` from foreach; docs/model.md). In a GPU-bound run the update queues behind
+    the backward pass and fusing it gains little: the replay says so.
 
     How to fix
     ----------
@@ -62,168 +63,125 @@ class UnfusedOptimizer(Rule):
     category = Category.LAUNCH_OVERHEAD
     requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
-        "min_optimizer_fraction": Threshold(
-            0.05, "optimizer step share of the step worth reporting", "fraction"
-        ),
         "min_kernels_per_step": Threshold(
             30.0, "optimizer kernels per step from which launches dominate a per-tensor update", "kernels"
         ),
-        "per_tensor_speedup": Threshold(
-            5.0, "conservative optimizer speed-up of foreach/fused over a per-tensor update", "x"
-        ),
-        "min_foreach_fraction": Threshold(
-            0.10, "optimizer share from which foreach -> fused is worth reporting", "fraction"
-        ),
-        "foreach_to_fused_speedup": Threshold(1.5, "conservative speed-up of fused over foreach", "x"),
+        "min_impact": Threshold(0.03, "smallest predicted gain worth a finding", "fraction"),
     }
     references = ("https://pytorch.org/docs/stable/optim.html#algorithms",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         import numpy as np
 
-        window = gw.step_window(ctx)
-        ann = ctx.trace.annotations
-        if window.count == 0 or window.total_us <= 0 or len(ann) == 0:
+        model = ctx.model
+        win = model.window
+        spans = model.optimizer_spans
+        if win.count == 0 or win.total_us <= 0 or spans.count == 0:
             return
-        names = ann["name"].astype(str)
-        spans = ann[names.str.match(_OPT_SPAN) & ~ann["on_gpu"].astype(bool)]
-        spans = spans[window.mask(spans["ts"])].sort_values("ts")
-        if len(spans) == 0:
-            return
-        kl = ctx.trace.kernel_launches()
-        kl = kl[kl["launch_ts"].notna()].sort_values("launch_ts")
-        launch_ts = kl["launch_ts"].to_numpy(dtype="float64")
-        s_ts = spans["ts"].to_numpy(dtype="float64")
-        s_end = spans["end"].to_numpy(dtype="float64")
-        # Kernels whose launch call lies inside an optimizer span (spans do not overlap each other).
-        idx = np.searchsorted(s_ts, launch_ts, side="right") - 1
-        inside = (idx >= 0) & (launch_ts < s_end[np.maximum(idx, 0)])
-        opt_k = kl[inside]
-        span_of = idx[inside]
+        o = model.window_ops
+        opt_k = o[(o["kind"] == "kernel") & o["in_optimizer"].astype(bool)]
         if len(opt_k) == 0:
             return
-        # What the optimizer costs the GPU timeline: its own kernels' GPU time, plus the GPU idle time
-        # inside its interval (host span start to the later of span end and last kernel end), when the
-        # GPU ran dry while the host was still issuing the update. The interval's length alone is
-        # not a cost: in a GPU-bound run the update's kernels queue behind earlier work while the GPU
-        # stays busy, and a fused update would not shorten the step by that queueing.
-        from gpuadvisor.metrics import covered, union_intervals
-
-        last_end = np.full(len(spans), -np.inf)
-        np.maximum.at(last_end, span_of, opt_k["end"].to_numpy(dtype="float64"))
-        interval_end = np.maximum(s_end, last_end)
-        occupied = interval_end - s_ts
-        act = gw.gpu_activity(ctx, window)
-        a_s, a_e = union_intervals(act["ts"].to_numpy(dtype="float64"), act["end"].to_numpy(dtype="float64"))
-        idle_in_span = np.clip(occupied - covered(a_s, a_e, s_ts, interval_end), 0.0, None)
-        k_s, k_e = union_intervals(opt_k["ts"].to_numpy(dtype="float64"), opt_k["end"].to_numpy(dtype="float64"))
-        opt_kernel_us = float(np.sum(k_e - k_s))
-        idle_fraction, deflation = gw.deflate_host_idle(ctx, float(idle_in_span.sum()) / window.total_us, window)
-        kernel_fraction = opt_kernel_us / window.total_us
-        opt_fraction = kernel_fraction + idle_fraction
-        kernels_per_step = len(opt_k) / len(spans)
-        multi = opt_k["name"].astype(str).map(gw.is_multi_tensor_kernel)
-        multi_share = float(multi.mean())
-        cls_match = _OPT_SPAN.match(str(spans["name"].iloc[0]))
+        names = opt_k["name"].astype(str)
+        if names.map(lambda n: bool(_FUSED_KERNEL.search(n))).mean() >= 0.5:
+            return  # the fused implementation already runs (multi_tensor_apply with FusedOptimizer... kernels)
+        steps_with = max(1, len(np.unique(opt_k["step"].to_numpy())))
+        kernels_per_step = len(opt_k) / steps_with
+        multi_share = float(names.map(gw.is_multi_tensor_kernel).mean())
+        span_names = [n for n in spans.names if _OPT_SPAN.match(n)]
+        cls_match = _OPT_SPAN.match(span_names[0]) if span_names else None
         opt_class = cls_match.group("cls") if cls_match else "optimizer"
-        optimizer = self._optimizer_entry(ctx, opt_class)
+        optimizer = cm.main_optimizer(ctx, opt_class)
         param_tensors = optimizer.get("param_tensors") if optimizer else None
         fused = optimizer.get("fused") if optimizer else None
         foreach = optimizer.get("foreach") if optimizer else None
-        if opt_fraction < ctx.threshold("min_optimizer_fraction") or fused is True:
+        if fused is True:
             return
         per_tensor = multi_share < 0.5 and kernels_per_step >= ctx.threshold("min_kernels_per_step")
-        if per_tensor:
-            speedup = ctx.threshold("per_tensor_speedup")
-        elif multi_share >= 0.5 and opt_fraction >= ctx.threshold("min_foreach_fraction"):
-            if opt_class not in _FUSED_CAPABLE:
-                return
-            speedup = ctx.threshold("foreach_to_fused_speedup")
-        else:
+        if not per_tensor and multi_share < 0.5:
+            return  # a handful of kernels: nothing to fuse
+        if not per_tensor and opt_class not in _FUSED_CAPABLE:
             return
-        impact = opt_fraction * (1.0 - 1.0 / speedup)
+        pred = ctx.predict(
+            RemedyId.FUSED_OPTIMIZER,
+            per_tensor=per_tensor,
+            param_tensors=int(param_tensors) if isinstance(param_tensors, int) else None,
+        )
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
+            return
+        k_us = float(opt_k["dur"].sum())
+        span_us = float(spans.covered(win.starts, win.ends).sum())
+        fw = cm.framework(ctx)
         evidence: dict[str, Any] = {
             "optimizer_class": opt_class,
-            "optimizer_steps": len(spans),
-            "optimizer_fraction": opt_fraction,
-            "optimizer_kernel_fraction": kernel_fraction,
-            "optimizer_idle_fraction": idle_fraction,
-            "optimizer_interval_per_step_ms": float(occupied.mean()) / 1000.0,
             "optimizer_kernels_per_step": kernels_per_step,
+            "optimizer_kernel_ms_per_step": win.per_step(k_us) / 1000.0,
+            "optimizer_host_span_ms_per_step": win.per_step(span_us) / 1000.0,
             "multi_tensor_kernel_share": multi_share,
             "optimizer_kernel_median_us": float(opt_k["dur"].median()),
             "param_tensors": param_tensors,
             "foreach": foreach,
             "fused": fused,
-            "assumed_speedup": speedup,
-            **deflation,
+            "per_tensor": per_tensor,
+            "step_time_ms": pred.baseline_step_ms,
+            "predicted_step_time_ms": pred.predicted_step_ms,
+            "framework": fw.name,
         }
         if isinstance(param_tensors, int) and param_tensors > 0:
             evidence["kernels_per_param_tensor"] = kernels_per_step / param_tensors
         locations: list[Location] = []
-        if optimizer:
-            locations.append(
-                Location(
-                    file=optimizer.get("file"),
-                    line=optimizer.get("line"),
-                    code=optimizer.get("code"),
-                    detail={
-                        "class": opt_class,
-                        "foreach": foreach,
-                        "fused": fused,
-                        "param_tensors": param_tensors,
-                    },
-                )
-            )
-        top = opt_k["name"].astype(str).value_counts().head(2)
-        for kname, count in top.items():
+        loc = cm.location_of(optimizer, **{"class": opt_class, "foreach": foreach, "fused": fused, "param_tensors": param_tensors}) if optimizer else None
+        if fw.is_hf and fw.call_site is not None:
+            locations.append(fw.call_site)
+        if loc is not None:
+            locations.append(loc)
+        for kname, count in names.value_counts().head(2).items():
             locations.append(
                 Location(
                     op=f"Optimizer.step#{opt_class}.step",
                     kernel=gw.short_kernel_name(str(kname)),
-                    detail={"count_per_step": float(count) / len(spans)},
+                    detail={"count_per_step": float(count) / steps_with},
                 )
             )
-        where = f" ({optimizer.get('file')}:{optimizer.get('line')})" if optimizer else ""
+        where = f" ({loc.label()})" if loc is not None else ""
         fused_ok = opt_class in _FUSED_CAPABLE
+        described = (
+            f"{opt_class}.step launches {kernels_per_step:.0f} kernels per step (median "
+            f"{gw.us(evidence['optimizer_kernel_median_us'])}; {cm.ms(win.per_step(k_us))} of GPU time and "
+            f"{cm.ms(win.per_step(span_us))} of host time per step)"
+        )
         if per_tensor:
-            title = f"Per-tensor optimizer: {kernels_per_step:.0f} kernels per {opt_class}.step, {gw.pct(opt_fraction)} of the step"
+            title = f"Per-tensor optimizer: {kernels_per_step:.0f} kernels per {opt_class}.step; fusing saves {cm.pct(impact)} of the step"
             message = (
-                f"{opt_class}.step launches {kernels_per_step:.0f} kernels per step (median "
-                f"{gw.us(evidence['optimizer_kernel_median_us'])}), only {gw.pct(multi_share)} of them "
-                f"multi-tensor kernels"
+                described
+                + f", only {gw.pct(multi_share)} of them multi-tensor kernels"
                 + (
                     f"; {kernels_per_step / param_tensors:.1f} kernels per parameter tensor ({param_tensors} tensors)"
                     if isinstance(param_tensors, int) and param_tensors > 0
                     else ""
                 )
-                + f". The update costs {gw.pct(opt_fraction)} of the step ({gw.pct(kernel_fraction)} in its "
-                f"kernels, {gw.pct(idle_fraction)} of GPU idle while the host issues them)"
-                + (" and was created with foreach=False." if foreach is False else ".")
-            )
-            rec = (
-                f"Create the optimizer{where} with fused=True"
-                if fused_ok
-                else f"Create the optimizer{where} with foreach=True (no fused variant for {opt_class})"
-            )
-            rec += (
-                " (all parameters on CUDA, floating point); foreach=True is the fallback. If the loop over "
-                "parameters is hand-written, use torch._foreach_* ops or a torch.optim optimizer instead. "
-                "Results are numerically equivalent up to float rounding."
+                + (" (created with foreach=False)." if foreach is False else ".")
             )
         else:
-            title = f"{opt_class} uses foreach but not fused: {gw.pct(opt_fraction)} of the step"
-            message = (
-                f"{opt_class}.step costs {gw.pct(opt_fraction)} of the step ({gw.pct(kernel_fraction)} in "
-                f"its kernels, {gw.pct(idle_fraction)} of GPU idle while the host issues them) with "
-                "multi-tensor (foreach) "
-                f"kernels ({kernels_per_step:.0f} per step); the fused implementation does the update in "
-                "fewer, larger kernels."
-            )
+            title = f"{opt_class} runs foreach, not fused: fusing saves {cm.pct(impact)} of the step"
+            message = described + " with multi-tensor (foreach) kernels; the fused implementation does the update in fewer kernels and less host time."
+        message += " " + cm.prediction_sentence(pred, "the fused update") + cm.note_uncorrected(pred)
+        if fw.is_hf:
+            rec = 'Set optim="adamw_torch_fused" in your TrainingArguments' + (
+                f" ({fw.call_site.label()})" if fw.call_site else ""
+            ) + "."
+        elif fused_ok:
             rec = (
-                f"Pass fused=True to {opt_class}{where} (all parameters must be floating-point CUDA "
-                "tensors; it works with GradScaler). Results match foreach up to float rounding."
+                f"Create the optimizer{where} with fused=True"
+                + (" (in configure_optimizers)" if fw.is_lightning else "")
+                + " (all parameters on CUDA, floating point; it works with GradScaler); foreach=True is the fallback."
             )
+        else:
+            rec = f"Create the optimizer{where} with foreach=True (no fused variant for {opt_class})."
+        if per_tensor:
+            rec += " If the loop over parameters is hand-written, use torch._foreach_* ops or a torch.optim optimizer instead."
+        rec += f" Results match up to float rounding. Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
         yield self.finding(
             impact=impact,
             title=title,
@@ -231,18 +189,7 @@ class UnfusedOptimizer(Rule):
             evidence=evidence,
             recommendation=rec,
             locations=locations,
-            impact_explanation=(
-                f"Optimizer cost share of the step ({gw.pct(opt_fraction)}: its kernels' GPU time plus GPU "
-                f"idle inside the update, less the profiler's own overhead) x (1 - 1/{speedup:g}), the "
-                "assumed conservative speed-up of the fused update."
-            ),
+            impact_explanation=cm.impact_explanation(pred, "the optimizer update fused"),
+            remedy=RemedyId.FUSED_OPTIMIZER,
+            prediction=pred,
         )
-
-    @staticmethod
-    def _optimizer_entry(ctx: RuleContext, opt_class: str) -> dict[str, Any] | None:
-        entries = gw.env_list(ctx, "optimizers")
-        same = [o for o in entries if o.get("class") == opt_class]
-        pool = same or entries
-        if not pool:
-            return None
-        return max(pool, key=lambda o: int(o.get("steps") or 0))

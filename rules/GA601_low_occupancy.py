@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from gpuadvisor.stepmodel import build as sb
+
+if TYPE_CHECKING:
+    from gpuadvisor.stepmodel import Prediction
 
 from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
@@ -25,21 +32,21 @@ class LowOccupancyKernels(Rule):
 
     How it is detected
     ------------------
-    Per kernel name over the analyzed steps: its share of GPU kernel time, its median blocks per SM
-    (grid blocks / SM count) and its estimated achieved occupancy (the trace's
-    `est. achieved occupancy %`). A kernel is under-filling when blocks per SM < `max_blocks_per_sm`
-    (grid smaller than the SM count), or when its occupancy is below `max_occupancy_pct` with a full
-    grid. Not judged by occupancy: persistent / warp-specialized GEMMs and attention kernels
-    (`nvjet_*`, cooperative/warp-specialized CUTLASS, flash/fmha), which run one block per SM and
-    report 0 occupancy by design, and library GEMM/conv kernels, which trade occupancy for
-    instruction-level parallelism. Never judged: multi-tensor optimizer kernels (at most 320 blocks
-    per launch by design; see GA502) and NCCL kernels. A finding per kernel with at least
-    `min_kernel_share` of GPU time, and one for the rest when together they reach `min_total_share`.
-    The limiting factor (grid, registers, shared memory, threads per block) is computed from the
-    kernel's registers per thread, shared memory and block size against the SM limits.
+    Per kernel name over the analyzed steps, for kernels whose launch configuration the user sets:
+    custom kernels (user Triton kernels, CUDA extensions). cuBLAS/cuDNN/CUTLASS/flash-attention
+    kernels, PyTorch's own kernels and torch.compile's generated kernels size their grids from the
+    tensor shapes: when they under-fill the GPU the lever is the batch, the shapes or the dtype
+    (GA401, GA701), not the grid, so they are not reported here; neither are multi-tensor optimizer
+    kernels (at most 320 blocks per launch by design; see GA502) and NCCL kernels. A kernel is
+    under-filling when its median blocks per SM (grid blocks / SM count) is below `max_blocks_per_sm`,
+    or when its estimated achieved occupancy (the trace's `est. achieved occupancy %`) is below
+    `max_occupancy_pct` with a full grid; reported when it takes at least `min_kernel_share` of GPU
+    kernel time. The limiting factor (grid, registers, shared memory, threads per block) is computed
+    from the kernel's registers per thread, shared memory and block size against the SM limits.
 
-    Impact = kernel time / step time x (1 - blocks per SM) for a small grid, or x (1 - occupancy /
-    `target_occupancy_pct`) for low occupancy: the idle part of the chip while it runs (upper bound).
+    Impact: the step time recovered in a replay of the analyzed steps in which the kernel fills the
+    GPU: its time x max(blocks / SMs, 1 / `max_grid_speedup` of the step model) for a small grid, or x
+    occupancy / target for low occupancy. The rest of the step stays as it is (Amdahl).
 
     How to fix
     ----------
@@ -63,12 +70,7 @@ class LowOccupancyKernels(Rule):
     requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_kernel_share": Threshold(
-            0.05, "share of GPU kernel time for a kernel to be reported alone", "fraction"
-        ),
-        "min_total_share": Threshold(
-            0.10,
-            "share of GPU kernel time for the smaller under-filling kernels reported together",
-            "fraction",
+            0.05, "share of GPU kernel time for a kernel to be reported", "fraction"
         ),
         "max_blocks_per_sm": Threshold(
             1.0, "blocks per SM below which the grid leaves SMs empty", "blocks/SM"
@@ -76,10 +78,7 @@ class LowOccupancyKernels(Rule):
         "max_occupancy_pct": Threshold(
             20.0, "estimated achieved occupancy below which a full-grid kernel cannot hide latency", "%"
         ),
-        "target_occupancy_pct": Threshold(
-            50.0, "occupancy assumed sufficient for memory-bound kernels (impact reference)", "%"
-        ),
-        "min_impact": Threshold(0.01, "smallest impact (share of step time) worth a finding", "fraction"),
+        "min_impact": Threshold(0.01, "smallest predicted gain worth a finding", "fraction"),
     }
     references = (
         "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#occupancy",
@@ -89,46 +88,36 @@ class LowOccupancyKernels(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         import pandas as pd
 
-        window = gw.step_window(ctx)
-        if window.count == 0 or window.total_us <= 0:
+        model = ctx.model
+        win = model.window
+        if win.count == 0 or win.total_us <= 0:
             return
-        kernels = gw.window_kernels(ctx, window)
+        kernels = model.window_kernels
         if len(kernels) == 0:
             return
         total_kernel_us = float(kernels["dur"].sum())
         if total_kernel_us <= 0:
             return
         sms = gw.sm_count(ctx)
-        k = ctx.trace.kernel_ops().loc[kernels.index]
-        k = k.assign(bps=gw.blocks_per_sm(k, sms), kname=k["name"].astype(str))
+        k = kernels.assign(bps=gw.blocks_per_sm(kernels, sms), kname=kernels["name"].astype(str))
         rows: list[dict[str, Any]] = []
         for kname, group in k.groupby("kname", sort=True):
             name = str(kname)
-            if (
-                gw.is_multi_tensor_kernel(name)
-                or gw.is_collective_kernel(name)
-                or bool(group["is_collective"].any())
-            ):
+            origin = str(group["origin"].iloc[0])
+            if origin != sb.ORIGIN_CUSTOM:
+                # cuBLAS/cuDNN/PyTorch/compiler kernels: their grid follows the tensor sizes; the lever
+                # the user has is the batch, shapes or dtype (GA401, GA701), not the grid
                 continue
             dur = float(group["dur"].sum())
             share = dur / total_kernel_us
             bps = gw.finite(group["bps"].median())
             occ = gw.finite(group["occupancy_pct"].median())
-            family = str(group["family"].iloc[0]) if pd.notna(group["family"].iloc[0]) else None
             reason: str | None = None
-            waste = 0.0
             if bps is not None and bps < ctx.threshold("max_blocks_per_sm"):
                 reason = "grid"
-                waste = 1.0 - bps
-            elif (
-                occ is not None
-                and 0.0 < occ < ctx.threshold("max_occupancy_pct")
-                and not gw.is_persistent_kernel(name)
-                and not gw.is_matmul_kernel(name, family)
-            ):
+            elif occ is not None and 0.0 < occ < ctx.threshold("max_occupancy_pct"):
                 reason = "occupancy"
-                waste = max(0.0, 1.0 - occ / ctx.threshold("target_occupancy_pct"))
-            if reason is None:
+            if reason is None or share < ctx.threshold("min_kernel_share"):
                 continue
             first = group.iloc[0]
             ops = group["op_name"].dropna().astype(str)
@@ -137,9 +126,8 @@ class LowOccupancyKernels(Rule):
                     "name": name,
                     "reason": reason,
                     "share": share,
-                    "time_per_step_us": dur / window.count,
-                    "count_per_step": len(group) / window.count,
-                    "impact": dur / window.total_us * waste,
+                    "time_per_step_us": dur / win.count,
+                    "count_per_step": len(group) / win.count,
                     "blocks_per_sm": bps,
                     "occupancy_pct": occ,
                     "grid": _dims(first, "grid"),
@@ -148,25 +136,14 @@ class LowOccupancyKernels(Rule):
                     "shared_memory": gw.finite(first["shared_memory"]),
                     "threads_per_block": gw.finite(first["threads_per_block"]),
                     "op": ops.mode().iloc[0] if len(ops) else None,
-                    "family": family,
+                    "family": str(first["family"]) if pd.notna(first["family"]) else None,
                 }
             )
-        if not rows:
-            return
-        rows.sort(key=lambda r: (-r["impact"], r["name"]))
-        big = [r for r in rows if r["share"] >= ctx.threshold("min_kernel_share")]
-        small = [r for r in rows if r["share"] < ctx.threshold("min_kernel_share")]
-        for r in big:
-            if r["impact"] >= ctx.threshold("min_impact"):
-                yield self._one(ctx, r, sms)
-        small_share = sum(r["share"] for r in small)
-        small_impact = sum(r["impact"] for r in small)
-        if (
-            small
-            and small_share >= ctx.threshold("min_total_share")
-            and small_impact >= ctx.threshold("min_impact")
-        ):
-            yield self._group(small, small_share, small_impact, sms)
+        for r in rows:
+            pred = ctx.predict(RemedyId.FIX_KERNEL_GRID, kernels=(r["name"],))
+            r["impact"] = pred.recovered_fraction
+            if pred.recovered_fraction >= ctx.threshold("min_impact"):
+                yield self._one(ctx, r, sms, pred)
 
     def _limiting_factor(self, ctx: RuleContext, r: dict[str, Any], sms: int | None) -> str:
         if r["reason"] == "grid":
@@ -201,17 +178,17 @@ class LowOccupancyKernels(Rule):
         }[factor]
         return f"limited by {factor} ({detail}: {cap[factor]:.0f} resident blocks per SM)"
 
-    def _one(self, ctx: RuleContext, r: dict[str, Any], sms: int | None) -> Finding:
+    def _one(self, ctx: RuleContext, r: dict[str, Any], sms: int | None, pred: Prediction) -> Finding:
         why = self._limiting_factor(ctx, r, sms)
-        r = {**r, "limiting_factor": why}
+        r = {**r, "limiting_factor": why, "step_time_ms": pred.baseline_step_ms, "predicted_step_time_ms": pred.predicted_step_ms}
         name = gw.short_kernel_name(r["name"])
         if r["reason"] == "grid":
             what = f"uses {gw.pct(r['blocks_per_sm'])} of the SMs (blocks per SM {r['blocks_per_sm']:.2f})"
             rec = (
                 "Give each launch more blocks: split the work over more blocks (rows, columns, or the "
-                "reduction dimension: split-K), or in Triton launch more programs with a smaller BLOCK; "
-                "batch several small launches of this kernel into one; or pick a variant of the op that "
-                "parallelizes this shape better."
+                "reduction dimension: split-K), or in Triton launch more programs with a smaller BLOCK "
+                "(e.g. one program per row: grid=(n_rows,)); batch several small launches of this kernel "
+                "into one."
             )
         else:
             what = f"has {r['occupancy_pct']:.0f}% estimated achieved occupancy with a full grid"
@@ -222,46 +199,27 @@ class LowOccupancyKernels(Rule):
             )
         if r["op"]:
             rec = f"Launched by {r['op']}. " + rec
+        rec += f" Predicted gain: {cm.pct(pred.recovered_fraction)} of the step ({cm.times(pred.speedup)})."
         return self.finding(
-            impact=r["impact"],
+            impact=pred.recovered_fraction,
             title=f"Low occupancy: {name} ({gw.pct(r['share'])} of GPU time) {what}",
             message=(
                 f"{name} runs {r['count_per_step']:.0f}x per step for {gw.us(r['time_per_step_us'])} "
-                f"({gw.pct(r['share'])} of GPU kernel time) and {what}; {why}."
+                f"({gw.pct(r['share'])} of GPU kernel time) and {what}; {why}. "
+                + cm.prediction_sentence(pred, "the kernel given enough blocks to fill the GPU")
+                + cm.note_uncorrected(pred)
             ),
             evidence=r,
             recommendation=rec,
             locations=[_location(r)],
-            impact_explanation=(
-                "Kernel time as a share of the step x the idle part of the GPU while it runs "
-                "(1 - blocks per SM, or 1 - occupancy / target): upper bound if the kernel filled the GPU."
-            ),
-        )
-
-    def _group(self, rows: list[dict[str, Any]], share: float, impact: float, sms: int | None) -> Finding:
-        return self.finding(
-            impact=impact,
-            title=f"Low occupancy: {len(rows)} smaller kernels under-fill the GPU ({gw.pct(share)} of GPU time)",
-            message=(
-                f"{len(rows)} kernels, each under the per-kernel threshold, together take {gw.pct(share)} of "
-                "GPU kernel time with grids smaller than the SM count or low occupancy: "
-                + ", ".join(
-                    f"{gw.short_kernel_name(r['name'], 60)} ({gw.pct(r['share'], 1)})" for r in rows[:5]
-                )
-                + "."
-            ),
-            evidence={"kernels": len(rows), "share": share, "num_sms": sms, "top": rows[:5]},
-            recommendation=(
-                "Batch the small launches (fewer, larger kernels: torch.compile fuses elementwise chains), "
-                "or give each kernel more blocks (larger inputs per launch, a larger batch: see GA401)."
-            ),
-            locations=[_location(r) for r in rows[:5]],
-            impact_explanation="Sum over these kernels of kernel time share of the step x idle part of the GPU.",
+            impact_explanation=cm.impact_explanation(pred, "this kernel filling the GPU"),
+            remedy=RemedyId.FIX_KERNEL_GRID,
+            prediction=pred,
         )
 
 
 def _dims(row: Any, prefix: str) -> str | None:
-    values = [gw.finite(row[f"{prefix}_{axis}"]) for axis in ("x", "y", "z")]
+    values = [gw.finite(row.get(f"{prefix}_{axis}")) if hasattr(row, "get") else None for axis in ("x", "y", "z")]
     if any(v is None for v in values):
         return None
     return ",".join(f"{v:.0f}" for v in values if v is not None)

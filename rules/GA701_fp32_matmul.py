@@ -6,13 +6,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
 # Dense FP32 (CUDA-core, no tensor core) peak TFLOP/s by compute capability: an FP32 SIMT GEMM cannot
 # run faster than this, so a "fp32-looking" kernel that does is on tensor cores (TF32).
 # H100 SXM 67, A100 19.5 (NVIDIA datasheets); other parts are lower.
-_FP32_PEAK_TFLOPS = {9.0: 67.0, 8.0: 19.5}
 
 
 class Fp32Matmul(Rule):
@@ -27,21 +28,22 @@ class Fp32Matmul(Rule):
 
     How it is detected
     ------------------
-    Matmul/conv/attention kernels (by the trace's family label or by name) in the analyzed steps are
-    classified by name: tensor-core names (`nvjet_*`, `*tensorop*`, `*16816*`, `hmma`/`gmma`, bf16,
-    fp16, tf32) versus FP32 CUDA-core names (`*simt_sgemm*`, `sgemm`, and `xmma_gemm_f32f32_f32f32_f32_*ffma*`:
-    it says xmma but computes with FFMA). Names that say neither are judged by the launching op's
-    input dtypes (all `float` -> FP32 unless TF32 was enabled). A kernel classified FP32 whose
-    achieved TFLOP/s (from the op's FLOP count) beats the GPU's FP32 CUDA-core peak is moved to tensor
-    core (the name list drifted). Fires when the FP32 matmul time is at least `min_fp32_fraction` of
-    the step on a GPU of compute capability >= 8.0.
+    Matmul/conv/attention kernels of the analyzed steps are classified (the step model's
+    `matmul_math`): by name first (tensor-core names such as `nvjet_*`, `*tensorop*`, `*16816*`,
+    `hmma`/`gmma`, bf16, fp16, tf32 against FP32 CUDA-core names such as `*simt_sgemm*`, `sgemm`, and
+    `xmma_gemm_f32f32_f32f32_f32_*ffma*`: it says xmma but computes with FFMA), then by the launching
+    op's input dtypes with the captured TF32 settings, and a kernel "FP32" by name whose achieved
+    TFLOP/s beats the FP32 CUDA-core peak is moved to tensor core (the name list drifted). Fires when
+    the FP32 matmul time is at least `min_fp32_fraction` of the step on a GPU of compute capability
+    >= 8.0.
 
-    Impact = the time BF16 autocast would save on those kernels, over the step time. Each kernel's
-    expected speed-up follows from its achieved FLOP/s (FLOPs of the launching op over its time): its
-    share of the FP32 CUDA-core peak x the BF16/FP32 peak ratio (~15x on Hopper) x
-    `tensor_core_efficiency`, at least `min_autocast_speedup` (a memory-bound GEMM still moves half the
-    bytes) and at most `max_autocast_speedup`; kernels without a FLOP count (convolutions in torch 2.11
-    traces) get `autocast_speedup`. TF32 alone, `tf32_speedup`, is quoted in the message.
+    Impact: the step time recovered in a replay of the analyzed steps under bf16 autocast. Each FP32
+    matmul kernel's speed-up follows from its achieved FLOP/s: its share of the FP32 CUDA-core peak x
+    the bf16/fp32 peak ratio x the tensor-core efficiency of the step model, within bounds (a
+    memory-bound GEMM still moves half the bytes; kernels without a FLOP count get a default), and
+    the forward/backward elementwise kernels move half the bytes. TF32 alone is replayed too and
+    quoted. The location is where the fix goes: the framework's switch (HF `TrainingArguments`,
+    Lightning `Trainer`) or the user's model call, captured at run time.
 
     How to fix
     ----------
@@ -70,17 +72,7 @@ class Fp32Matmul(Rule):
         "min_fp32_fraction": Threshold(
             0.05, "FP32 matmul/conv kernel time as a share of the step worth reporting", "fraction"
         ),
-        "autocast_speedup": Threshold(
-            3.0, "speed-up under BF16 autocast assumed for kernels whose FLOP/s is unknown", "x"
-        ),
-        "min_autocast_speedup": Threshold(
-            2.0, "speed-up of memory-bound FP32 GEMMs under BF16 (half the bytes)", "x"
-        ),
-        "max_autocast_speedup": Threshold(8.0, "cap on the expected BF16 speed-up of one kernel", "x"),
-        "tensor_core_efficiency": Threshold(
-            0.5, "share of the BF16 tensor-core peak a compute-bound GEMM is expected to reach", "fraction"
-        ),
-        "tf32_speedup": Threshold(2.0, "conservative speed-up of those kernels with TF32 enabled", "x"),
+        "min_impact": Threshold(0.02, "smallest predicted gain worth a finding", "fraction"),
         "min_compute_capability": Threshold(8.0, "first compute capability with TF32/BF16 tensor cores", ""),
     }
     references = (
@@ -92,109 +84,80 @@ class Fp32Matmul(Rule):
         cc = gw.compute_capability(ctx)
         if cc is None or cc < ctx.threshold("min_compute_capability"):
             return  # unknown GPU or no TF32/BF16 tensor cores: nothing to recommend with confidence
-        window = gw.step_window(ctx)
-        if window.count == 0 or window.total_us <= 0:
+        model = ctx.model
+        win = model.window
+        if win.count == 0 or win.total_us <= 0:
             return
-        kernels = gw.window_kernels(ctx, window)
+        kernels = model.window_kernels
         if len(kernels) == 0:
             return
-        k = ctx.trace.kernel_ops().loc[kernels.index]
-        names = k["name"].astype(str)
-        families = k["family"].astype(object)
-        is_mm = [
-            gw.is_matmul_kernel(n, f if isinstance(f, str) else None)
-            for n, f in zip(names, families, strict=True)
-        ]
-        mm = k[is_mm]
+        math_of = model.matmul_math()
+        names = kernels["name"].astype(str)
+        is_mm = names.map(lambda n: n in math_of)
+        mm = kernels[is_mm.to_numpy(dtype=bool)]
         if len(mm) == 0:
             return
-        settings = gw.settings(ctx)
-        tf32_on = settings.get("allow_tf32_matmul") is True or settings.get("float32_matmul_precision") in (
-            "high",
-            "medium",
-        )
-        peak = _FP32_PEAK_TFLOPS.get(9.0 if cc >= 9.0 else 8.0) if cc < 10.0 else None
         rows: list[dict[str, Any]] = []
         for kname, group in mm.groupby(mm["name"].astype(str), sort=True):
             name = str(kname)
-            math_kind = gw.matmul_math(name)
             types = group["op_input_types"].dropna().astype(str)
-            dtype = types.mode().iloc[0] if len(types) else None
-            basis = "name"
-            if math_kind == "unknown" and dtype is not None:
-                fp32_inputs = "float" in dtype and "BFloat16" not in dtype and "Half" not in dtype
-                math_kind = "fp32" if fp32_inputs and not tf32_on else "tensor_core"
-                basis = "input dtype"
             dur = float(group["dur"].sum())
             flops = float(group["op_flops"].sum(min_count=1)) if group["op_flops"].notna().any() else None
-            tflops = flops / dur / 1e6 if flops and dur > 0 else None
-            if math_kind == "fp32" and tflops is not None and peak is not None and tflops > peak * 1.05:
-                math_kind, basis = "tensor_core", "achieved TFLOP/s above the FP32 peak"
             ops = group["op_name"].dropna().astype(str)
             rows.append(
                 {
                     "name": name,
-                    "math": math_kind,
-                    "basis": basis,
+                    "tensor_core": math_of.get(name),
                     "time_us": dur,
-                    "count_per_step": len(group) / window.count,
+                    "count_per_step": len(group) / win.count,
                     "op": ops.mode().iloc[0] if len(ops) else None,
-                    "input_types": dtype,
-                    "achieved_tflops": tflops,
+                    "input_types": types.mode().iloc[0] if len(types) else None,
+                    "achieved_tflops": flops / dur / 1e6 if flops and dur > 0 else None,
                 }
             )
         mm_us = sum(r["time_us"] for r in rows)
-        fp32 = sorted((r for r in rows if r["math"] == "fp32"), key=lambda r: (-r["time_us"], r["name"]))
-        tc_us = sum(r["time_us"] for r in rows if r["math"] == "tensor_core")
+        fp32 = sorted((r for r in rows if r["tensor_core"] is False), key=lambda r: (-r["time_us"], r["name"]))
+        tc_us = sum(r["time_us"] for r in rows if r["tensor_core"] is True)
         fp32_us = sum(r["time_us"] for r in fp32)
-        fp32_fraction = fp32_us / window.total_us
+        fp32_fraction = fp32_us / win.total_us
         if not fp32 or fp32_fraction < ctx.threshold("min_fp32_fraction"):
             return
-        # Expected BF16 speed-up per kernel, from how hard it already drives the CUDA cores: an FP32 GEMM
-        # near the FP32 peak is compute-bound and gains up to the tensor-core/FP32 peak ratio (at
-        # `tensor_core_efficiency` of the tensor-core peak); a GEMM far below it is bound by memory or
-        # launches and gains about 2x (half the bytes). Kernels without a FLOP count get
-        # `autocast_speedup`.
-        gpu_peak = getattr(ctx.metrics, "gpu_peak", None)
-        bf16_peak = gpu_peak.peak("bf16") if gpu_peak is not None else None
-        ratio = bf16_peak / peak if bf16_peak and peak else None
-        saved_us = 0.0
-        for r in fp32:
-            if r["achieved_tflops"] is not None and ratio is not None and peak:
-                use = min(1.0, r["achieved_tflops"] / peak)
-                s_k = use * ratio * ctx.threshold("tensor_core_efficiency")
-                s_k = min(ctx.threshold("max_autocast_speedup"), max(ctx.threshold("min_autocast_speedup"), s_k))
-            else:
-                s_k = ctx.threshold("autocast_speedup")
-            r["expected_speedup"] = s_k
-            saved_us += r["time_us"] * (1.0 - 1.0 / s_k)
-        speedup = fp32_us / (fp32_us - saved_us) if fp32_us > saved_us else ctx.threshold("max_autocast_speedup")
-        tf32_speedup = ctx.threshold("tf32_speedup")
-        impact = saved_us / window.total_us
+        pred = ctx.predict(RemedyId.BF16_AUTOCAST)
+        tf32 = ctx.predict(RemedyId.TF32)
+        impact = pred.recovered_fraction
+        if impact < ctx.threshold("min_impact"):
+            return
+        settings = gw.settings(ctx)
         autocast_used = gw.setting_used(ctx, "autocast")
+        fw = cm.framework(ctx)
         evidence = {
             "compute_capability": cc,
-            "matmul_time_fraction": mm_us / window.total_us,
+            "matmul_time_fraction": mm_us / win.total_us,
             "fp32_matmul_fraction": fp32_fraction,
             "fp32_share_of_matmul_time": fp32_us / mm_us if mm_us else None,
             "tensor_core_share_of_matmul_time": tc_us / mm_us if mm_us else None,
-            "fp32_kernels": [{k: v for k, v in r.items() if k != "math"} for r in fp32[:5]],
+            "fp32_kernels": [{k: v for k, v in r.items() if k != "tensor_core"} for r in fp32[:5]],
             "allow_tf32_matmul": settings.get("allow_tf32_matmul"),
             "float32_matmul_precision": settings.get("float32_matmul_precision"),
             "autocast_used": autocast_used,
-            "fp32_peak_tflops": peak,
-            "expected_speedup_autocast": speedup,
-            "assumed_speedup_tf32": tf32_speedup,
+            "step_time_ms": pred.baseline_step_ms,
+            "predicted_step_time_ms_bf16": pred.predicted_step_ms,
+            "predicted_step_time_ms_tf32": tf32.predicted_step_ms,
+            "predicted_speedup_tf32": tf32.speedup,
+            "framework": fw.name,
         }
         top = fp32[0]
         message = (
             f"{gw.pct(fp32_fraction)} of the step is matmul/conv work in plain FP32 on CUDA cores "
             f"({gw.pct(fp32_us / mm_us if mm_us else None)} of matmul time) on a compute capability {cc:.1f} "
             f"GPU with tensor cores. Largest: {gw.short_kernel_name(top['name'], 90)} "
-            f"({gw.us(top['time_us'] / window.count)} per step"
+            f"({gw.us(top['time_us'] / win.count)} per step"
             + (f", inputs {top['input_types']}" if top["input_types"] else "")
             + (f", {top['achieved_tflops']:.1f} TFLOP/s" if top["achieved_tflops"] else "")
-            + ")."
+            + "). "
+            + cm.prediction_sentence(pred, "bf16 autocast")
+            + f" TF32 alone: {cm.times(tf32.speedup)}."
+            + cm.note_uncorrected(pred)
         )
         if settings:
             message += (
@@ -202,49 +165,75 @@ class Fp32Matmul(Rule):
                 f"float32_matmul_precision={settings.get('float32_matmul_precision')!r}, "
                 f"autocast {'used' if autocast_used else 'not used'}."
             )
-        rec = (
-            'Wrap the forward pass and the loss in `with torch.autocast("cuda", dtype=torch.bfloat16):` '
-            "(weights and optimizer stay FP32; no GradScaler needed for bf16, only for float16). "
-            "Minimal change: `torch.backends.cuda.matmul.allow_tf32 = True` (or "
-            '`torch.set_float32_matmul_precision("high")`) and `torch.backends.cudnn.allow_tf32 = True`, '
-            f"expected ~{tf32_speedup:g}x on these kernels vs ~{speedup:.1f}x for bf16. Numerics: TF32 and "
-            "BF16 round matmul inputs to 10/7 mantissa bits; check the loss curve against an FP32 run."
+        locations: list[Location] = []
+        if fw.call_site is not None and (fw.is_hf or fw.is_lightning):
+            locations.append(fw.call_site)
+        locations += cm.model_call_locations(ctx)[:2]
+        locations += [
+            Location(
+                op=r["op"],
+                kernel=gw.short_kernel_name(r["name"]),
+                detail={"dtype": r["input_types"], "count_per_step": r["count_per_step"]},
+            )
+            for r in fp32[:5]
+        ]
+        gains = (
+            f" Predicted: {cm.times(pred.speedup)} with bf16, {cm.times(tf32.speedup)} with TF32 alone."
         )
+        numerics = (
+            " Numerics: TF32 and BF16 round matmul inputs to 10/7 mantissa bits; check the loss curve against "
+            "an FP32 run."
+        )
+        if fw.is_hf:
+            rec = (
+                "Set bf16=True in your TrainingArguments"
+                + (f" ({fw.call_site.label()})" if fw.call_site else "")
+                + " (mixed precision: weights and optimizer stay FP32); tf32=True is the minimal change."
+            )
+        elif fw.is_lightning:
+            rec = (
+                'Pass precision="bf16-mixed" to the Trainer'
+                + (f" ({fw.call_site.label()})" if fw.call_site else "")
+                + '; or, minimal, torch.set_float32_matmul_precision("high") before fit (TF32).'
+            )
+        elif fw.name == cm.HF_ACCELERATE:
+            rec = 'Create the Accelerator with mixed_precision="bf16" (weights and optimizer stay FP32).'
+        else:
+            call = next((loc for loc in locations if loc.file), None)
+            rec = (
+                'Wrap the forward pass and the loss in `with torch.autocast("cuda", dtype=torch.bfloat16):`'
+                + (f" (the model call at {call.label()}: `{call.code}`)" if call and call.code else "")
+                + " (weights and optimizer stay FP32; no GradScaler needed for bf16, only for float16). "
+                "Minimal change: `torch.backends.cuda.matmul.allow_tf32 = True` (or "
+                '`torch.set_float32_matmul_precision("high")`) and `torch.backends.cudnn.allow_tf32 = True`.'
+            )
         if all(_is_attention(r["name"]) for r in fp32):
             rec = (
                 "The FP32 time is in attention kernels (memory-efficient attention in float32), which TF32 "
-                'does not cover: run the model under `with torch.autocast("cuda", dtype=torch.bfloat16):` so '
-                "scaled_dot_product_attention uses the flash/bf16 kernels (no GradScaler needed for bf16). "
-                "Numerics: BF16 rounds inputs to 7 mantissa bits; check the loss curve against an FP32 run."
+                "does not cover: run the model under bf16 autocast"
+                + (" (TrainingArguments(bf16=True))" if fw.is_hf else "")
+                + " so scaled_dot_product_attention uses the flash/bf16 kernels."
             )
         if autocast_used:
             rec = (
                 "Autocast was used, yet these matmuls still ran in FP32: they are outside the autocast "
                 "region or forced to float (e.g. .float() inputs, custom ops). Move them inside autocast. "
             ) + rec
+        rec += gains + numerics
         yield self.finding(
             impact=impact,
-            title=f"FP32 matmuls on a tensor-core GPU: {gw.pct(fp32_fraction)} of the step",
+            title=f"FP32 matmuls on a tensor-core GPU ({gw.pct(fp32_fraction)} of the step): bf16 saves {cm.pct(impact)}",
             message=message,
             evidence=evidence,
             recommendation=rec,
-            locations=[
-                Location(
-                    op=r["op"],
-                    kernel=gw.short_kernel_name(r["name"]),
-                    detail={
-                        "dtype": r["input_types"],
-                        "count_per_step": r["count_per_step"],
-                        "basis": r["basis"],
-                    },
-                )
-                for r in fp32[:5]
-            ],
-            impact_explanation=(
-                f"FP32 matmul/conv time share ({gw.pct(fp32_fraction)}) x (1 - 1/{speedup:.1f}): the time "
-                f"saved if these kernels ran {speedup:.1f}x faster on tensor cores under BF16 autocast (per kernel: "
-                "from its achieved share of the FP32 peak)."
+            locations=locations,
+            impact_explanation=cm.impact_explanation(
+                pred,
+                "the FP32 matmul/conv kernels in bf16 (each kernel's speed-up from its achieved share of the "
+                "FP32 peak) and the forward/backward elementwise kernels moving half the bytes",
             ),
+            remedy=RemedyId.BF16_AUTOCAST,
+            prediction={**pred.to_dict(), "tf32_speedup": round(tf32.speedup, 4), "tf32_recovered_fraction": round(tf32.recovered_fraction, 4)},
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
-from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.model import Category, Finding, Location, Severity
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rulekit import nvml as nv
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
@@ -30,7 +30,9 @@ class ClocksThrottled(Rule):
 
     Impact = GPU busy fraction x mean clock deficit (1 - clock / max clock) over the busy samples: the
     time compute-bound kernels lose to the lower clock (upper bound; memory-bound kernels lose less).
-    Info when clocks were not reported.
+    Info when clocks were not reported, and when only the power cap acts with the power limit at the
+    card's default (NVML's default limit when the capture recorded it, else the datasheet value for
+    the card): a power-heavy load running into the designed limit is not a fault to fix.
 
     How to fix
     ----------
@@ -75,7 +77,8 @@ class ClocksThrottled(Rule):
         names = nv.reason_names(mask & nv.THROTTLE_MASK)
         impact = None
         deficit = None
-        busy = gw.gpu_busy_fraction(ctx, gw.step_window(ctx)) if len(ctx.trace.kernels) else None
+        model = ctx.model
+        busy = model.busy_us() / model.window.total_us if len(ctx.trace.kernels) and model.window.total_us > 0 else None
         if busy is None:
             util_mean = gw.finite(busy_rows["util_gpu_pct"].mean())
             busy = util_mean / 100.0 if util_mean is not None else None
@@ -97,6 +100,14 @@ class ClocksThrottled(Rule):
         )
         power_cap = bool(mask & 0x4 or mask & 0x80)
         thermal = bool(mask & 0x20 or mask & 0x40 or mask & 0x8)
+        default_limit = _default_power_limit_w(ctx)
+        at_default = (
+            power_cap
+            and not thermal
+            and limit is not None
+            and default_limit is not None
+            and limit >= 0.98 * default_limit
+        )
         rec_parts = []
         if power_cap:
             rec_parts.append(
@@ -109,8 +120,14 @@ class ClocksThrottled(Rule):
                 "thermal/HW slowdown: check cooling, airflow, fan and power-supply health "
                 "(`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`) and report it to the machine's administrator"
             )
+        if at_default:
+            message += (
+                f" The power limit is the card's default ({default_limit:.0f} W): clocks dropping under a "
+                "power-heavy load is the card working as designed, not a fault."
+            )
         yield self.finding(
             impact=impact,
+            severity=Severity.INFO if at_default else None,
             title=f"GPU clocks throttled ({', '.join(names)}) in {gw.pct(share)} of busy samples",
             message=message,
             evidence={
@@ -135,3 +152,41 @@ class ClocksThrottled(Rule):
                 else "Clocks were not reported by NVML: the cost could not be measured."
             ),
         )
+
+
+# Board default power limits (W) by device name, from the vendors' datasheets (first match wins); used
+# when the capture did not record NVML's default limit.
+_DEFAULT_POWER_W: tuple[tuple[str, float], ...] = (
+    ("H200 NVL", 600.0),
+    ("H200", 700.0),
+    ("H100 NVL", 400.0),
+    ("H100 PCIe", 350.0),
+    ("H100", 700.0),
+    ("A100-PCIE", 250.0),
+    ("A100 PCIe", 300.0),
+    ("A100", 400.0),
+    ("L40S", 350.0),
+    ("L40", 300.0),
+    ("L4", 72.0),
+    ("A10", 150.0),
+    ("V100", 300.0),
+    ("T4", 70.0),
+)
+
+
+def _default_power_limit_w(ctx: RuleContext) -> float | None:
+    """The card's default power limit: environment.json (NVML's default limit) when recorded, else the
+    datasheet value for its name."""
+    if ctx.run is not None:
+        g = ctx.run.gpu(0) or {}
+        v = g.get("power_default_limit_w")
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+        name = str(g.get("name") or "")
+    else:
+        name = ""
+    name = name or (ctx.trace.meta.gpu_name or "")
+    for key, watts in _DEFAULT_POWER_W:
+        if key.lower() in name.lower():
+            return watts
+    return None

@@ -70,7 +70,7 @@ class PcieLinkDegraded(Rule):
         gen_max, width_max = float(bad["pcie_gen_max"].max()), float(bad["pcie_width_max"].max())
         current_bw = nv.link_gbps(gen, width)
         max_bw = nv.link_gbps(gen_max, width_max)
-        window = gw.step_window(ctx)
+        window = ctx.model.window
         copy_fraction = None
         copies = ctx.trace.copies
         if window.total_us > 0 and len(copies):

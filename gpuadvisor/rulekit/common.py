@@ -1,0 +1,209 @@
+"""Pieces every rule built on the step model shares: how a prediction is said, how impact is
+explained, how the run's framework changes the words of a fix, and where in the user's code a fix goes.
+
+Heavy imports are inside functions: rule files are imported by `gpuadvisor rules`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.model import Location
+
+if TYPE_CHECKING:
+    from gpuadvisor.rules_api import RuleContext
+    from gpuadvisor.stepmodel import Prediction
+
+
+# ---- numbers -----------------------------------------------------------------------------------------
+
+
+def ms(us: float | None) -> str:
+    """Microseconds as a short duration: "0.85 ms", "12.3 ms", "1.20 s"."""
+    if us is None or not math.isfinite(us):
+        return "n/a"
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e4:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us / 1e3:.2f} ms"
+
+
+def pct(fraction: float | None) -> str:
+    if fraction is None or not math.isfinite(fraction):
+        return "n/a"
+    value = 100.0 * fraction
+    return f"{value:.1f}%" if abs(value) < 10 else f"{value:.0f}%"
+
+
+def times(speedup: float) -> str:
+    if not math.isfinite(speedup):
+        return "many times"
+    return f"{speedup:.2f}x" if speedup < 10 else f"{speedup:.0f}x"
+
+
+# ---- predictions in words -------------------------------------------------------------------------
+
+
+PROFILER_NOTE = (
+    " Measured under the profiler, whose per-op host cost this raw trace cannot separate (no step times "
+    "from outside the profiler): host-bound predictions are upper bounds."
+)
+
+
+def prediction_sentence(pred: Prediction, what: str) -> str:
+    """"Replaying the steps with <what>: 14.6 -> 4.5 ms per step (3.26x)." (per sample for a batch change)."""
+    if pred.batch_multiplier != 1.0:
+        m = pred.batch_multiplier
+        return (
+            f"Replaying the steps with {what}: {pred.baseline_step_ms:.2f} ms per step now, "
+            f"{pred.predicted_step_ms:.2f} ms per step at {m:g}x the batch: {times(pred.speedup)} the samples/s."
+        )
+    return (
+        f"Replaying the steps with {what}: {pred.baseline_step_ms:.2f} -> {pred.predicted_step_ms:.2f} ms "
+        f"per step ({times(pred.speedup)})."
+    )
+
+
+def impact_explanation(pred: Prediction, what: str) -> str:
+    """The finding's impact_explanation for a replay prediction."""
+    basis = (
+        "the step time measured outside the profiler"
+        if pred.profiler_corrected
+        else "the step as traced (no correction for the profiler's own cost)"
+    )
+    per = "per sample" if pred.batch_multiplier != 1.0 else "per step"
+    return (
+        f"1 - predicted/observed time {per}, from a replay of the analyzed steps (host calls, waits and "
+        f"GPU work with their dependencies) with {what}, calibrated to {basis}."
+    )
+
+
+def note_uncorrected(pred: Prediction) -> str:
+    return "" if pred.profiler_corrected else PROFILER_NOTE
+
+
+# ---- the framework that drives the loop -------------------------------------------------------------
+
+PLAIN = "plain"
+HF_TRAINER = "hf_trainer"
+HF_ACCELERATE = "hf_accelerate"
+LIGHTNING = "lightning"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What drives the training loop (environment.json `framework`, recorded by the capture)."""
+
+    name: str = PLAIN
+    version: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    call_site: Location | None = None
+
+    @property
+    def is_hf(self) -> bool:
+        return self.name == HF_TRAINER
+
+    @property
+    def is_lightning(self) -> bool:
+        return self.name == LIGHTNING
+
+
+def location_of(site: Mapping[str, Any] | None, **detail: Any) -> Location | None:
+    """A Location for a recorded call site ({file, line, code, function}), or None."""
+    if not isinstance(site, Mapping) or not site.get("file"):
+        return None
+    line = site.get("line")
+    return Location(
+        file=str(site["file"]),
+        line=int(line) if isinstance(line, (int, float)) and not isinstance(line, bool) else None,
+        code=str(site["code"]) if site.get("code") else None,
+        function=str(site["function"]) if site.get("function") else None,
+        detail={k: v for k, v in detail.items() if v is not None},
+    )
+
+
+def framework(ctx: RuleContext) -> Framework:
+    env = ctx.run.environment if ctx.run is not None else {}
+    fw = env.get("framework") if isinstance(env, Mapping) else None
+    if not isinstance(fw, Mapping):
+        return Framework()
+    settings = fw.get("settings")
+    return Framework(
+        name=str(fw.get("name") or PLAIN),
+        version=str(fw["version"]) if fw.get("version") else None,
+        settings=dict(settings) if isinstance(settings, Mapping) else {},
+        call_site=location_of(fw.get("call_site") if isinstance(fw.get("call_site"), Mapping) else None),
+    )
+
+
+def model_call_locations(ctx: RuleContext) -> list[Location]:
+    """Where the user's code calls the top-level model (environment.json `model_calls`), most calls first."""
+    env = ctx.run.environment if ctx.run is not None else {}
+    calls = env.get("model_calls") if isinstance(env, Mapping) else None
+    if not isinstance(calls, list):
+        return []
+    out: list[Location] = []
+    for c in sorted(
+        (c for c in calls if isinstance(c, Mapping)), key=lambda c: -float(c.get("calls_per_step") or c.get("count") or 0)
+    ):
+        loc = location_of(c, module=c.get("module"), calls_per_step=c.get("calls_per_step"))
+        if loc is not None:
+            out.append(loc)
+    return out
+
+
+def env_list(ctx: RuleContext, key: str) -> list[dict[str, Any]]:
+    """environment.json list of dicts (dataloaders, optimizers); [] when absent."""
+    if ctx.run is None:
+        return []
+    value = ctx.run.environment.get(key)
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def main_dataloader(ctx: RuleContext) -> dict[str, Any] | None:
+    loaders = env_list(ctx, "dataloaders")
+    return max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
+
+
+def main_optimizer(ctx: RuleContext, cls: str | None = None) -> dict[str, Any] | None:
+    entries = env_list(ctx, "optimizers")
+    same = [o for o in entries if cls is None or o.get("class") == cls]
+    pool = same or entries
+    return max(pool, key=lambda o: int(o.get("steps") or 0)) if pool else None
+
+
+def is_inference(ctx: RuleContext) -> bool:
+    """No optimizer step and no backward pass in the analyzed steps: an evaluation/inference run."""
+    return not ctx.model.is_training
+
+
+@dataclass(frozen=True)
+class WaitStats:
+    """Host waits on the device of one kind in the analyzed steps (the step model's host calls)."""
+
+    count: int
+    per_step: float
+    blocked_us_per_step: float  # host time blocked in them
+    idle_us_per_step: float  # GPU idle time the model attributes to them
+    idle_fraction: float
+
+
+def wait_stats(ctx: RuleContext, kind: str) -> WaitStats:
+    from gpuadvisor.stepmodel import build as sb
+
+    model = ctx.model
+    win = model.window
+    waits = model.waits(kind)
+    blocked = float((waits["end"] - waits["ts"]).sum()) if len(waits) else 0.0
+    idle = model.idle_us(sb.IDLE_SYNC, kind)
+    return WaitStats(
+        count=len(waits),
+        per_step=win.per_step(len(waits)),
+        blocked_us_per_step=win.per_step(blocked),
+        idle_us_per_step=win.per_step(idle),
+        idle_fraction=win.share(idle),
+    )

@@ -1,0 +1,808 @@
+"""Building the step model from a trace (and a run's captured information).
+
+What is built here, once per analysis (docs/model.md explains each piece):
+
+* `ops`: every GPU activity (kernel, copy, memset) that runs in or is launched in the analyzed window,
+  joined with the host call that launched it, the cpu op behind it, and its classification (family,
+  origin, matmul math, optimizer kernel, scalar-read copy);
+* `host`: the host calls of the threads that launch GPU work, in time order, each classified as a
+  launch, a wait on the device (sync: scalar read, data-dependent op, blocking copy, explicit
+  synchronize, allocator), an allocation, or other host work, with what a wait waited for;
+* the host spans that label host time: DataLoader `__next__` (waiting for data), `Optimizer.step`;
+* `busy`: the union of GPU work intervals (a scalar read's few-byte copy is not work);
+* `idle`: every GPU idle interval inside the analyzed steps, each assigned to exactly one cause.
+
+Everything is vectorized; only gaps that overlap a wait on the device are visited one by one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.stepmodel.window import StepWindow
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.trace.model import TraceModel
+
+# ---- vocabularies -----------------------------------------------------------------------------------
+
+# Host call kinds
+LAUNCH = "launch"
+SYNC = "sync"
+ALLOC = "alloc"
+WORK = "work"
+
+# Why the host waited on the device (host call `sync_kind`)
+SCALAR_READ = "scalar_read"  # .item(), .cpu(), .tolist(), printing a tensor
+DATA_DEPENDENT = "data_dependent"  # nonzero, boolean-mask indexing, unique...
+BLOCKING_COPY = "blocking_copy"  # a host<->device copy the host waited for (pageable or non_blocking=False)
+EXPLICIT = "explicit"  # torch.cuda.synchronize(), stream/event synchronize
+ALLOCATOR = "allocator"  # cudaFree (synchronizes the device)
+SYNC_KINDS: tuple[str, ...] = (SCALAR_READ, DATA_DEPENDENT, BLOCKING_COPY, EXPLICIT, ALLOCATOR)
+
+# Causes of GPU idle time (idle `cause`), in the order they are assigned
+IDLE_DATA = "data_loading"  # the host was waiting for the DataLoader
+IDLE_SYNC = "host_sync"  # the host was blocked on the device when the queue drained, or in a read loop
+IDLE_LAUNCH = "launch_overhead"  # the next work was not yet issued: the host was busy (Python, dispatch, launches)
+IDLE_DEPENDENCY = "dependency"  # the next work was queued but waited (another stream, an event)
+IDLE_OTHER = "other"  # nothing follows in the window, or the launch is unknown
+IDLE_CAUSES: tuple[str, ...] = (IDLE_DATA, IDLE_SYNC, IDLE_LAUNCH, IDLE_DEPENDENCY, IDLE_OTHER)
+
+# Kernel origin: who decides the kernel's launch configuration (and so which lever the user has)
+ORIGIN_LIBRARY = "library"  # cuBLAS/cuDNN/CUTLASS/flash attention: batch, shapes, dtype, layout
+ORIGIN_ATEN = "aten"  # PyTorch's own kernels: grid follows the tensor size (batch)
+ORIGIN_INDUCTOR = "inductor"  # torch.compile generated Triton kernels
+ORIGIN_CUSTOM = "custom"  # user Triton kernels, custom CUDA extensions: the user sets the grid
+ORIGIN_OPTIMIZER = "optimizer"  # multi-tensor / fused optimizer kernels
+ORIGIN_COLLECTIVE = "collective"  # NCCL/RCCL
+
+OP_COLUMNS: tuple[str, ...] = (
+    "kind",  # kernel / copy / memset
+    "name",
+    "ts",
+    "dur",
+    "end",
+    "stream",
+    "correlation",
+    "external_id",
+    "launch_ts",  # host call that launched it (NaN when unknown)
+    "launch_end",
+    "launch_tid",
+    "step",  # analyzed step index of its launch (else of its start), -1 outside the window
+    "seg",  # index of that step among all segmented steps (the first, outlier step included), -1 outside
+    "busy",  # counts as GPU work (a scalar read's <= 64-byte copy does not)
+    "family",  # gpuadvisor.trace.kernels family for kernels; "copy"/"memset" otherwise
+    "origin",  # ORIGIN_* for kernels, "" for copies/memsets
+    "is_collective",
+    "in_optimizer",  # launched inside an Optimizer.step span
+    "bytes",  # copies and memsets
+    "direction",  # HtoD / DtoH / DtoD / ... for copies
+    "src_kind",  # Pageable / Pinned / Device ... for copies
+    "dst_kind",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "blocks",
+    "blocks_per_sm",
+    "occupancy_pct",
+    "registers_per_thread",
+    "shared_memory",
+    "threads_per_block",
+    "op_name",  # the cpu op that launched it
+    "op_input_types",
+    "op_input_dims",
+    "op_flops",  # FLOPs of the launching op, shared among its kernels by duration
+)
+
+HOST_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "dur",
+    "end",
+    "name",
+    "tid",
+    "correlation",
+    "external_id",
+    "kind",  # LAUNCH / SYNC / ALLOC / WORK
+    "sync_kind",  # SYNC_KINDS for syncs and blocking copies, "" otherwise
+    "blocking",  # a launch the host waited for (pageable copy, cudaMemcpy)
+    "backpressure",  # a launch call held up by a full launch queue
+    "drain_ts",  # end of the GPU work the call waited for (NaN when it did not wait)
+    "step",  # analyzed step index, -1 outside
+    "seg",  # segmented step index, -1 outside
+    "in_data",  # inside a DataLoader __next__ span
+    "in_optimizer",  # inside an Optimizer.step span
+    "in_read",  # inside a scalar read (aten::item / _local_scalar_dense of a device value)
+)
+
+IDLE_COLUMNS: tuple[str, ...] = ("step", "seg", "start", "end", "dur", "cause", "sync_kind")
+
+TINY_COPY_BYTES = 64  # a device-to-host copy this small is a scalar read, not GPU work
+READ_LOOP_GAP_US = 100.0  # scalar reads closer than this form one read loop
+
+_LAUNCH_RE = re.compile(
+    r"^(?:cuda|hip)(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|Memcpy2DAsync|"
+    r"Memcpy3DAsync|MemsetAsync|Memset2DAsync|ExtModuleLaunchKernel|ModuleLaunchKernel|LaunchKernelExC|"
+    r"MemcpyPeerAsync|MemcpyFromSymbolAsync|MemcpyToSymbolAsync|MemcpyWithStream)|"
+    r"^cu(?:LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemcpyHtoDAsync|"
+    r"MemcpyDtoHAsync|MemcpyDtoDAsync|MemsetD\w*Async)"
+)
+_BLOCKING_COPY_RE = re.compile(r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy(?:HtoD|DtoH|DtoD)?(?:_v2)?$")
+_SYNC_RE = re.compile(
+    r"^(?:cuda|hip)(?:StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)$|"
+    r"^cu(?:StreamSynchronize|CtxSynchronize|EventSynchronize)$"
+)
+_FREE_RE = re.compile(r"^(?:cuda|hip)Free(?:Host|Async)?$|^cuMemFree(?:Host)?(?:_v2)?$")
+_ALLOC_RE = re.compile(
+    r"^(?:cuda|hip)(?:Malloc|MallocHost|HostAlloc|MallocAsync|HostRegister)$|^cuMem(?:Alloc|HostAlloc)"
+)
+
+SCALAR_OPS = ("aten::_local_scalar_dense", "aten::item")
+DATA_DEPENDENT_OPS = (
+    "aten::nonzero",
+    "aten::nonzero_numpy",
+    "aten::argwhere",
+    "aten::masked_select",
+    "aten::masked_scatter",
+    "aten::unique",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_dim",
+    "aten::unique_consecutive",
+    "aten::repeat_interleave",
+    "aten::bincount",
+    "aten::histc",
+)
+_DATALOADER_RE = re.compile(r"DataLoader.*__next__")
+_OPTIMIZER_SPAN_RE = re.compile(r"^Optimizer\.step#[^.]+\.step$")
+
+_LIBRARY_RE = re.compile(
+    r"nvjet|cutlass|cublas|cudnn|xmma|sm\d+_|gemm|gemv|fmha|flash|implicit_convolve|winograd|"
+    r"cutensor|cufft|fft|miopen|rocblas|hipblas|ck::|kernel_func",
+    re.I,
+)
+_INDUCTOR_RE = re.compile(r"^triton_(?:poi|red|per|tem|for|mm|bmm|addmm|fused|helper)_|^triton_\w*fused", re.I)
+_ATEN_RE = re.compile(r"at::native|at::cuda|\bc10::|^void at::|elementwise_kernel|reduce_kernel|index_elementwise", re.I)
+_OPTIMIZER_KERNEL_RE = re.compile(r"multi_tensor_apply|fused_?adam|FusedOptimizer|_fused_sgd|fused_sgd", re.I)
+
+
+def kernel_origin(name: str, family: str) -> str:
+    """Who sets this kernel's launch configuration: see the ORIGIN_* constants."""
+    if family == "collective":
+        return ORIGIN_COLLECTIVE
+    if _OPTIMIZER_KERNEL_RE.search(name):
+        return ORIGIN_OPTIMIZER
+    if _INDUCTOR_RE.search(name):
+        return ORIGIN_INDUCTOR
+    if _ATEN_RE.search(name):
+        return ORIGIN_ATEN
+    if _LIBRARY_RE.search(name) or family in ("gemm", "conv", "attention"):
+        return ORIGIN_LIBRARY
+    return ORIGIN_CUSTOM
+
+
+# ---- interval algebra (one implementation for the whole analysis) ----------------------------------
+
+
+def union_intervals(starts: Any, ends: Any) -> tuple[Any, Any]:
+    """Merge intervals: sort by start, running max of ends, cut where a start exceeds it.
+    Returns (merged_starts, merged_ends) as float64 numpy arrays, sorted and disjoint (NaN dropped)."""
+    import numpy as np
+
+    s = np.asarray(starts, dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    keep = ~(np.isnan(s) | np.isnan(e))
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum(e[order], s[order])
+    run_max = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_max[:-1]
+    idx = np.flatnonzero(new)
+    last = np.r_[idx[1:] - 1, len(s) - 1]
+    return s[idx], run_max[last]
+
+
+def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
+    """Length of [a, b) covered by the disjoint sorted intervals (ms, me); vectorized over a, b."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if len(ms) == 0:
+        return np.zeros(np.broadcast(a, b).shape)
+    cum = np.r_[0.0, np.cumsum(me - ms)]
+
+    def f(t: Any) -> Any:
+        i = np.searchsorted(ms, t, side="right") - 1
+        ic = np.clip(i, 0, len(ms) - 1)
+        part = np.clip(np.minimum(t, me[ic]) - ms[ic], 0.0, None)
+        return np.where(i < 0, 0.0, cum[ic] + part)
+
+    return np.clip(f(b) - f(a), 0.0, None)
+
+
+def complement_in(ms: Any, me: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
+    """The parts of each [starts[i], ends[i]) NOT covered by the disjoint sorted intervals (ms, me).
+    Returns (gap_starts, gap_ends, interval_index), sorted."""
+    import numpy as np
+
+    gs_all = np.r_[-np.inf, me]
+    ge_all = np.r_[ms, np.inf]
+    out_s: list[Any] = []
+    out_e: list[Any] = []
+    out_i: list[Any] = []
+    for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        lo = np.searchsorted(ge_all, s, side="right")
+        hi = np.searchsorted(gs_all, e, side="left")
+        gs = np.clip(gs_all[lo:hi], s, e)
+        ge = np.clip(ge_all[lo:hi], s, e)
+        keep = ge > gs
+        out_s.append(gs[keep])
+        out_e.append(ge[keep])
+        out_i.append(np.full(int(keep.sum()), i, dtype=np.int64))
+    if not out_s:
+        z = np.zeros(0)
+        return z, z.copy(), np.zeros(0, dtype=np.int64)
+    return np.concatenate(out_s), np.concatenate(out_e), np.concatenate(out_i)
+
+
+# ---- the model's pieces ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spans:
+    """Host spans of one kind (disjoint after union), e.g. DataLoader waits."""
+
+    starts: Any
+    ends: Any
+    names: tuple[str, ...] = ()  # the distinct annotation names seen
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def covered(self, a: Any, b: Any) -> Any:
+        return covered(self.starts, self.ends, a, b)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Numbers about the machine and the run that the replay needs, read off the trace."""
+
+    launch_lag_us: float  # host launch call start -> GPU start on an idle stream (5th percentile)
+    launch_call_us: float  # median duration of a kernel launch call
+    queue_depth: int  # launches the host may be ahead of the GPU before a launch call blocks
+    queue_depth_observed: bool  # inferred from launch calls held up by a full queue
+    pageable_htod_gbps: float | None
+    pinned_htod_gbps: float | None
+    num_sms: int | None
+    main_tid: int | None
+
+
+def _empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
+    frame: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in columns})
+    return frame
+
+
+def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optimizer: Spans) -> pd.DataFrame:
+    """The GPU activities of the segmented steps (see OP_COLUMNS), sorted by start time."""
+    import numpy as np
+    import pandas as pd
+
+    lo, hi = segments.lo, segments.hi
+    parts: list[pd.DataFrame] = []
+    nan = float("nan")
+    if len(trace.kernels):
+        k = trace.kernel_ops()
+        kl = trace.kernel_launches()
+        families = k["family"].astype(str)
+        names = k["name"].astype(str)
+        origin_of = {
+            (n, f): kernel_origin(n, f) for n, f in set(zip(names.tolist(), families.tolist(), strict=True))
+        }
+        parts.append(
+            pd.DataFrame(
+                {
+                    "kind": "kernel",
+                    "name": names.to_numpy(dtype=object),
+                    "ts": k["ts"].to_numpy(dtype=np.float64),
+                    "dur": k["dur"].to_numpy(dtype=np.float64),
+                    "end": k["end"].to_numpy(dtype=np.float64),
+                    "stream": k["stream"].astype("float64").to_numpy(),
+                    "correlation": k["correlation"].astype("float64").to_numpy(),
+                    "external_id": k["external_id"].astype("float64").to_numpy(),
+                    "launch_ts": kl["launch_ts"].to_numpy(dtype=np.float64),
+                    "launch_dur": kl["launch_dur"].to_numpy(dtype=np.float64),
+                    "launch_tid": kl["launch_tid"].astype("float64").to_numpy(),
+                    "family": families.to_numpy(dtype=object),
+                    "origin": [origin_of[(n, f)] for n, f in zip(names.tolist(), families.tolist(), strict=True)],
+                    "is_collective": k["is_collective"].to_numpy(dtype=bool),
+                    "bytes": nan,
+                    "direction": "",
+                    "src_kind": "",
+                    "dst_kind": "",
+                    **{
+                        c: k[c].to_numpy(dtype=np.float64)
+                        for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+                    },
+                    "blocks": k["blocks"].to_numpy(dtype=np.float64),
+                    "blocks_per_sm": k["blocks_per_sm"].to_numpy(dtype=np.float64),
+                    "occupancy_pct": k["occupancy_pct"].to_numpy(dtype=np.float64),
+                    "registers_per_thread": k["registers_per_thread"].to_numpy(dtype=np.float64),
+                    "shared_memory": k["shared_memory"].to_numpy(dtype=np.float64),
+                    "threads_per_block": k["threads_per_block"].to_numpy(dtype=np.float64),
+                    "op_name": k["op_name"].to_numpy(dtype=object),
+                    "op_input_types": k["op_input_types"].to_numpy(dtype=object),
+                    "op_input_dims": k["op_input_dims"].to_numpy(dtype=object),
+                    "op_flops": k["op_flops"].to_numpy(dtype=np.float64),
+                }
+            )
+        )
+    for kind, table, launched in (
+        ("copy", trace.copies, trace.copy_launches() if len(trace.copies) else None),
+        ("memset", trace.memsets, None),
+    ):
+        if len(table) == 0:
+            continue
+        if launched is None:
+            from gpuadvisor.trace.model import _join_launch
+
+            launched = _join_launch(table, trace.runtime)
+        is_copy = kind == "copy"
+        parts.append(
+            pd.DataFrame(
+                {
+                    "kind": kind,
+                    "name": table["name"].astype(str).to_numpy(dtype=object),
+                    "ts": table["ts"].to_numpy(dtype=np.float64),
+                    "dur": table["dur"].to_numpy(dtype=np.float64),
+                    "end": table["end"].to_numpy(dtype=np.float64),
+                    "stream": table["stream"].astype("float64").to_numpy(),
+                    "correlation": table["correlation"].astype("float64").to_numpy(),
+                    "external_id": (
+                        table["external_id"].astype("float64").to_numpy() if is_copy else np.full(len(table), nan)
+                    ),
+                    "launch_ts": launched["launch_ts"].to_numpy(dtype=np.float64),
+                    "launch_dur": launched["launch_dur"].to_numpy(dtype=np.float64),
+                    "launch_tid": launched["launch_tid"].astype("float64").to_numpy(),
+                    "family": kind,
+                    "origin": "",
+                    "is_collective": False,
+                    "bytes": table["bytes"].to_numpy(dtype=np.float64),
+                    "direction": table["direction"].astype(str).to_numpy(dtype=object) if is_copy else "",
+                    "src_kind": table["src_kind"].astype(str).to_numpy(dtype=object) if is_copy else "",
+                    "dst_kind": table["dst_kind"].astype(str).to_numpy(dtype=object) if is_copy else "",
+                    **{c: nan for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")},
+                    "blocks": nan,
+                    "blocks_per_sm": nan,
+                    "occupancy_pct": nan,
+                    "registers_per_thread": nan,
+                    "shared_memory": nan,
+                    "threads_per_block": nan,
+                    "op_name": None,
+                    "op_input_types": None,
+                    "op_input_dims": None,
+                    "op_flops": nan,
+                }
+            )
+        )
+    if not parts or segments.count == 0:
+        out = _empty_frame((*OP_COLUMNS, "launch_dur"))
+        return out
+    ops = pd.concat(parts, ignore_index=True)
+    # In a step: launched inside it, or (launch unknown) started inside it. Work launched in a step
+    # that drains after its end is kept: it is that step's work.
+    anchor = np.where(np.isnan(ops["launch_ts"].to_numpy()), ops["ts"].to_numpy(), ops["launch_ts"].to_numpy())
+    seg = segments.step_index(anchor)
+    running = (ops["ts"].to_numpy() < hi) & (ops["end"].to_numpy() > lo)
+    keep = (seg >= 0) | running
+    ops = ops[keep].copy()
+    ops["seg"] = seg[keep]
+    ops["step"] = window.step_index(anchor[keep])
+    d = ops["direction"].astype(str)
+    ops["busy"] = ~((ops["kind"] == "copy") & d.eq("DtoH") & (ops["bytes"].fillna(np.inf) <= TINY_COPY_BYTES))
+    lts = ops["launch_ts"].to_numpy(dtype=np.float64)
+    ops["in_optimizer"] = optimizer.covered(lts - 1e-3, lts) > 0 if optimizer.count else False
+    ops["launch_end"] = lts + ops["launch_dur"].to_numpy(dtype=np.float64)
+    ops = ops.sort_values(["ts", "end"], kind="stable").reset_index(drop=True)
+    result: pd.DataFrame = ops[list(OP_COLUMNS)]
+    return result
+
+
+def host_spans(trace: TraceModel, pattern: re.Pattern[str]) -> Spans:
+    """CPU-side annotation spans whose name matches `pattern` (union of them)."""
+    import numpy as np
+
+    ann = trace.annotations
+    if len(ann) == 0:
+        z = np.zeros(0)
+        return Spans(z, z.copy())
+    names = ann["name"].astype(str)
+    mask = names.str.contains(pattern.pattern, regex=True).to_numpy(dtype=bool) & ~ann["on_gpu"].to_numpy(dtype=bool)
+    s, e = union_intervals(ann["ts"].to_numpy()[mask], ann["end"].to_numpy()[mask])
+    return Spans(s, e, tuple(sorted(set(names[mask].tolist()))))
+
+
+def scalar_read_spans(trace: TraceModel) -> Spans:
+    """Spans of the cpu ops that read a device value to the host (`aten::item`,
+    `aten::_local_scalar_dense`) and hold a CUDA copy or synchronize: a `.item()` of a CPU tensor
+    (AdamW's step counter) is not a read of the device."""
+    import numpy as np
+
+    ops = trace.cpu_ops
+    rt = trace.runtime
+    if len(ops) == 0 or len(rt) == 0:
+        z = np.zeros(0)
+        return Spans(z, z.copy())
+    names = ops["name"].astype(str)
+    sel = names.isin(SCALAR_OPS).to_numpy(dtype=bool)
+    if not sel.any():
+        z = np.zeros(0)
+        return Spans(z, z.copy())
+    rn = rt["name"].astype(str)
+    io = (rn.str.contains("Memcpy", regex=False) | rn.str.contains("Synchronize", regex=False)).to_numpy(dtype=bool)
+    cs, ce = union_intervals(rt["ts"].to_numpy()[io], rt["end"].to_numpy()[io])
+    s_, e_ = ops["ts"].to_numpy(dtype=np.float64)[sel], ops["end"].to_numpy(dtype=np.float64)[sel]
+    holds = covered(cs, ce, s_, e_) > 0
+    s2, e2 = union_intervals(s_[holds], e_[holds])
+    # A read loop (`for i in range(n): x[i].item()`): reads closer together than READ_LOOP_GAP_US are one
+    # span, Python between them included: vectorizing the loop removes all of it.
+    if len(s2) > 1:
+        close = (s2[1:] - e2[:-1]) < READ_LOOP_GAP_US
+        keep_start = np.r_[True, ~close]
+        keep_end = np.r_[~close, True]
+        s2, e2 = s2[keep_start], e2[keep_end]
+    return Spans(s2, e2, tuple(SCALAR_OPS))
+
+
+def optimizer_spans(trace: TraceModel) -> Spans:
+    return host_spans(trace, _OPTIMIZER_SPAN_RE)
+
+
+def dataloader_spans(trace: TraceModel) -> Spans:
+    return host_spans(trace, _DATALOADER_RE)
+
+
+def _launch_tids(ops: pd.DataFrame) -> list[int]:
+    tids = ops["launch_tid"].dropna()
+    return sorted({int(t) for t in tids.tolist()})
+
+
+def build_host(
+    trace: TraceModel,
+    segments: StepWindow,
+    window: StepWindow,
+    ops: pd.DataFrame,
+    data: Spans,
+    optimizer: Spans,
+    reads: Spans,
+) -> pd.DataFrame:
+    """Host calls of the launching threads in the segmented steps (see HOST_COLUMNS), sorted by start."""
+    import numpy as np
+
+    rt = trace.runtime
+    tids = _launch_tids(ops)
+    if len(rt) == 0 or segments.count == 0 or not tids:
+        return _empty_frame(HOST_COLUMNS)
+    h = rt[rt["tid"].isin(tids) & segments.mask(rt["ts"])].copy()
+    if len(h) == 0:
+        return _empty_frame(HOST_COLUMNS)
+    names = h["name"].astype(str)
+    h["name"] = names.to_numpy(dtype=object)
+    distinct = set(names.tolist())
+    launch_names = {n for n in distinct if _LAUNCH_RE.search(n)}
+    blocking_names = {n for n in distinct if _BLOCKING_COPY_RE.search(n)}
+    sync_names = {n for n in distinct if _SYNC_RE.search(n)}
+    free_names = {n for n in distinct if _FREE_RE.search(n)}
+    alloc_names = {n for n in distinct if _ALLOC_RE.search(n)}
+    corr = h["correlation"].astype("float64").to_numpy()
+    launched_corr = set(ops["correlation"].dropna().astype("int64").tolist())
+    has_op = np.array([c == c and int(c) in launched_corr for c in corr.tolist()], dtype=bool)
+    nm = names.to_numpy(dtype=object)
+    is_launch = np.isin(nm, sorted(launch_names | blocking_names)) & has_op
+    is_sync = np.isin(nm, sorted(sync_names | free_names))
+    is_alloc = np.isin(nm, sorted(alloc_names))
+    kind = np.where(is_launch, LAUNCH, np.where(is_sync, SYNC, np.where(is_alloc, ALLOC, WORK)))
+    h["kind"] = kind.astype(object)
+
+    # Copies behind each launch: direction and whether the host waited for them.
+    copies = ops[ops["kind"] == "copy"]
+    blocking = np.isin(nm, sorted(blocking_names)) & is_launch
+    direction_of: dict[int, str] = {}
+    pageable_corr: set[int] = set()
+    for c, d, s, dst in zip(
+        copies["correlation"].tolist(),
+        copies["direction"].tolist(),
+        copies["src_kind"].tolist(),
+        copies["dst_kind"].tolist(),
+        strict=True,
+    ):
+        if c == c:
+            direction_of[int(c)] = str(d)
+            if "Pageable" in (str(s), str(dst)):
+                pageable_corr.add(int(c))
+    blocking |= np.array([c == c and int(c) in pageable_corr for c in corr.tolist()], dtype=bool) & is_launch
+    h["blocking"] = blocking
+
+    # Launch calls held up by a full launch queue (a GPU-bound run whose host ran ahead).
+    launch_dur = h["dur"].to_numpy(dtype=np.float64)
+    plain_launch = is_launch & ~blocking
+    typical = float(np.median(launch_dur[plain_launch])) if plain_launch.any() else 5.0
+    h["backpressure"] = plain_launch & (launch_dur > max(50.0, 10.0 * typical))
+
+    # Sync kinds
+    ops_cpu = trace.cpu_ops
+    op_names = ops_cpu["name"].astype(str) if len(ops_cpu) else None
+    mid = h["ts"].to_numpy(dtype=np.float64) + launch_dur / 2.0
+
+    def inside(op_list: tuple[str, ...]) -> Any:
+        if op_names is None:
+            return np.zeros(len(h), dtype=bool)
+        sel = op_names.isin(op_list).to_numpy(dtype=bool)
+        s, e = union_intervals(ops_cpu["ts"].to_numpy()[sel], ops_cpu["end"].to_numpy()[sel])
+        return covered(s, e, mid - 1e-3, mid) > 0
+
+    in_dd = inside(DATA_DEPENDENT_OPS)
+    in_scalar = inside(SCALAR_OPS)
+    ext = h["external_id"].astype("float64").to_numpy()
+    # direction of copies launched under the same external id (the op that copied, then synced)
+    dir_by_ext: dict[int, str] = {}
+    for c, x in zip(copies["correlation"].tolist(), copies["external_id"].tolist(), strict=True):
+        if x == x and c == c:
+            dir_by_ext.setdefault(int(x), direction_of.get(int(c), ""))
+    rt_ext = h[is_launch][["correlation", "external_id"]].dropna()
+    for c, x in zip(rt_ext["correlation"].tolist(), rt_ext["external_id"].tolist(), strict=True):
+        if int(c) in direction_of:
+            dir_by_ext.setdefault(int(x), direction_of[int(c)])
+    sync_kind = np.full(len(h), "", dtype=object)
+    for i in np.flatnonzero(is_sync | blocking).tolist():
+        name = str(nm[i])
+        if name in free_names:
+            sync_kind[i] = ALLOCATOR
+            continue
+        x = ext[i]
+        direction = dir_by_ext.get(int(x), "") if x == x else ""
+        if blocking[i]:
+            c = corr[i]
+            direction = direction_of.get(int(c), direction) if c == c else direction
+            sync_kind[i] = SCALAR_READ if direction == "DtoH" and in_scalar[i] else BLOCKING_COPY
+        elif in_dd[i]:
+            sync_kind[i] = DATA_DEPENDENT
+        elif in_scalar[i] or direction == "DtoH":
+            sync_kind[i] = SCALAR_READ
+        elif direction == "HtoD":
+            sync_kind[i] = BLOCKING_COPY
+        else:
+            sync_kind[i] = EXPLICIT
+    h["sync_kind"] = sync_kind
+
+    # What a wait waited for: the end of the GPU work launched before it (device-wide).
+    h["drain_ts"] = np.nan
+    busy_ops = ops[ops["launch_ts"].notna()].sort_values("launch_ts")
+    if len(busy_ops) and (is_sync | blocking).any():
+        lts = busy_ops["launch_ts"].to_numpy(dtype=np.float64)
+        cummax_end = np.maximum.accumulate(busy_ops["end"].to_numpy(dtype=np.float64))
+        cs = h["ts"].to_numpy(dtype=np.float64)
+        j = np.searchsorted(lts, cs, side="right") - 1
+        drain = np.where(j >= 0, cummax_end[np.clip(j, 0, None)], np.nan)
+        # a blocking launch waits for its own copy too
+        end_by_corr = dict(
+            zip(
+                busy_ops["correlation"].dropna().astype("int64").tolist(),
+                busy_ops.loc[busy_ops["correlation"].notna(), "end"].tolist(),
+                strict=True,
+            )
+        )
+        own = np.array([end_by_corr.get(int(c), np.nan) if c == c else np.nan for c in corr.tolist()])
+        drain = np.where(blocking, np.fmax(drain, own), drain)
+        waited = (is_sync | blocking) & (drain > cs + 1.0)
+        h["drain_ts"] = np.where(waited, drain, np.nan)
+
+    ts = h["ts"].to_numpy(dtype=np.float64)
+    h["step"] = window.step_index(ts)
+    h["seg"] = segments.step_index(ts)
+    h["in_data"] = data.covered(ts - 1e-3, ts) > 0 if data.count else False
+    h["in_optimizer"] = optimizer.covered(ts - 1e-3, ts) > 0 if optimizer.count else False
+    h["in_read"] = reads.covered(ts - 1e-3, ts) > 0 if reads.count else False
+    h = h.sort_values(["ts", "end"], kind="stable").reset_index(drop=True)
+    result: pd.DataFrame = h[list(HOST_COLUMNS)]
+    return result
+
+
+def busy_intervals(ops: pd.DataFrame) -> tuple[Any, Any]:
+    """Union of the GPU work intervals (kernels, copies, memsets on every stream)."""
+    sel = ops[ops["busy"].astype(bool)] if len(ops) else ops
+    return union_intervals(sel["ts"].to_numpy(dtype="float64"), sel["end"].to_numpy(dtype="float64"))
+
+
+def attribute_idle(
+    segments: StepWindow,
+    window: StepWindow,
+    ops: pd.DataFrame,
+    host: pd.DataFrame,
+    busy: tuple[Any, Any],
+    data: Spans,
+) -> pd.DataFrame:
+    """Every GPU idle interval inside the segmented steps, each with exactly one cause (IDLE_COLUMNS;
+    `step` is the analyzed step index, -1 for the outlier first step).
+
+    Within an idle gap [g0, g1):
+      1. the part during which the host was inside DataLoader `__next__` -> data_loading;
+      2. the rest, when the host was blocked on the device at g0 (the queue drained because the host
+         waited, and the GPU stays idle until the host refills it) -> host_sync, with the wait's kind;
+      3. otherwise, waits on the device inside the gap: from the first wait's start to the last wait's
+         end (a read loop `for i: x[i].item()` keeps the GPU idle from its first read to its last)
+         -> host_sync, with the kind of most of them;
+      4. the remainder: if the work that ends the gap was launched after g0, the host was busy
+         issuing it -> launch_overhead; if it was already queued -> dependency; if no work follows
+         in the window, or its launch is unknown -> other.
+    Pieces of one gap are laid out in that order from g0 (their lengths are exact; their placement
+    inside the gap is a presentation choice).
+    """
+    import numpy as np
+    import pandas as pd
+
+    if segments.count == 0:
+        return _empty_frame(IDLE_COLUMNS)
+    bs, be = busy
+    gs, ge, gi = complement_in(bs, be, segments.starts, segments.ends)
+    if len(gs) == 0:
+        return _empty_frame(IDLE_COLUMNS)
+    n = len(gs)
+    data_us = data.covered(gs, ge) if data.count else np.zeros(n)
+    sync_us = np.zeros(n)
+    sync_kind = np.full(n, "", dtype=object)
+    waits = host[(host["kind"] == SYNC) | host["blocking"].astype(bool)] if len(host) else host
+    if len(waits):
+        cs = waits["ts"].to_numpy(dtype=np.float64)
+        ce = waits["end"].to_numpy(dtype=np.float64)
+        ck = waits["sync_kind"].to_numpy(dtype=object)
+        order = np.argsort(cs, kind="stable")
+        cs, ce, ck = cs[order], ce[order], ck[order]
+        longest = float((ce - cs).max())
+        los = np.searchsorted(cs, gs - longest, side="left")
+        his = np.searchsorted(cs, ge, side="left")
+        for j in np.flatnonzero(his > los).tolist():
+            g0, g1 = gs[j], ge[j]
+            lo, hi = int(los[j]), int(his[j])
+            cand = lo + np.flatnonzero(ce[lo:hi] > g0)
+            if len(cand) == 0:
+                continue
+            rest = max(0.0, (g1 - g0) - data_us[j])
+            first = int(cand[0])
+            if cs[first] <= g0:
+                sync_us[j] = rest
+                sync_kind[j] = str(ck[first])
+                continue
+            span = min(rest, max(0.0, min(float(ce[cand].max()), g1) - cs[first]))
+            kinds, counts = np.unique(ck[cand].astype(str), return_counts=True)
+            sync_us[j] = span
+            sync_kind[j] = str(kinds[int(np.argmax(counts))])
+    remainder = np.clip((ge - gs) - data_us - sync_us, 0.0, None)
+    # what ended the gap: the first GPU work starting at or after g1
+    after = np.full(n, IDLE_OTHER, dtype=object)
+    work = ops[ops["busy"].astype(bool)] if len(ops) else ops
+    if len(work):
+        wts = work["ts"].to_numpy(dtype=np.float64)
+        wl = work["launch_ts"].to_numpy(dtype=np.float64)
+        j = np.searchsorted(wts, ge - 1e-6, side="left")
+        has = j < len(wts)
+        lt = np.where(has, wl[np.clip(j, 0, len(wts) - 1)], np.nan)
+        ended_in_step = has & (np.where(has, wts[np.clip(j, 0, len(wts) - 1)], np.inf) <= ge + 1e-3)
+        after[ended_in_step & (lt >= gs - 1.0)] = IDLE_LAUNCH
+        after[ended_in_step & (lt < gs - 1.0)] = IDLE_DEPENDENCY
+    rows_step: list[Any] = []
+    rows_s: list[Any] = []
+    rows_e: list[Any] = []
+    rows_c: list[Any] = []
+    rows_k: list[Any] = []
+    cursor = gs.copy()
+    for amount, cause, kinds in (
+        (data_us, np.full(n, IDLE_DATA, dtype=object), np.full(n, "", dtype=object)),
+        (sync_us, np.full(n, IDLE_SYNC, dtype=object), sync_kind),
+        (remainder, after, np.full(n, "", dtype=object)),
+    ):
+        sel = amount > 0
+        rows_step.append(gi[sel])
+        rows_s.append(cursor[sel])
+        rows_e.append(np.minimum(cursor[sel] + amount[sel], ge[sel]))
+        rows_c.append(cause[sel])
+        rows_k.append(kinds[sel])
+        cursor = cursor + amount
+    start = np.concatenate(rows_s)
+    end = np.concatenate(rows_e)
+    seg = np.concatenate(rows_step).astype(np.int64)
+    out = pd.DataFrame(
+        {
+            "step": window.step_index(segments.starts[seg] + 1e-6) if len(seg) else seg,
+            "seg": seg,
+            "start": start,
+            "end": end,
+            "dur": end - start,
+            "cause": np.concatenate(rows_c).astype(object),
+            "sync_kind": np.concatenate(rows_k).astype(object),
+        }
+    )
+    result: pd.DataFrame = out[out["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+    return result
+
+
+def estimate_facts(trace: TraceModel, ops: pd.DataFrame, host: pd.DataFrame, run: RunInfo | None) -> Facts:
+    """Launch latency, launch cost, launch queue depth and copy bandwidths, from the trace."""
+    import numpy as np
+
+    lag = 6.0
+    call = 5.0
+    depth = 1024
+    depth_observed = False
+    if len(ops):
+        k = ops[ops["launch_ts"].notna() & ops["busy"].astype(bool)].sort_values("launch_ts")
+        if len(k):
+            # an op that started on an idle stream shows the pure launch latency
+            start = k["ts"].to_numpy(dtype=np.float64)
+            lts = k["launch_ts"].to_numpy(dtype=np.float64)
+            prev_end = np.r_[-np.inf, np.maximum.accumulate(k["end"].to_numpy(dtype=np.float64))[:-1]]
+            idle = prev_end < lts
+            delays = (start - lts)[idle & (start >= lts)]
+            if len(delays) >= 3:
+                lag = float(np.clip(np.percentile(delays, 5), 0.5, 50.0))
+    if len(host):
+        launches = host[(host["kind"] == LAUNCH) & ~host["blocking"].astype(bool)]
+        if len(launches):
+            call = float(np.median(launches["dur"].to_numpy(dtype=np.float64)))
+        held = launches[launches["backpressure"].astype(bool)]
+        if len(held) >= 3 and len(ops):
+            k = ops[ops["launch_ts"].notna()]
+            lts = np.sort(k["launch_ts"].to_numpy(dtype=np.float64))
+            ends = np.sort(k["end"].to_numpy(dtype=np.float64))
+            he = held["end"].to_numpy(dtype=np.float64)
+            in_flight = np.searchsorted(lts, he, side="left") - np.searchsorted(ends, he, side="right")
+            in_flight = in_flight[in_flight > 0]
+            if len(in_flight):
+                depth = int(max(8, np.median(in_flight)))
+                depth_observed = True
+    pageable = pinned = None
+    copies = ops[(ops["kind"] == "copy") & ops["direction"].astype(str).eq("HtoD")] if len(ops) else ops
+    if len(copies):
+        big = copies[copies["bytes"].fillna(0) >= 1 << 20]
+        for src in ("Pageable", "Pinned"):
+            c = big[big["src_kind"].astype(str) == src]
+            if len(c) and float(c["dur"].sum()) > 0:
+                rate = float(c["bytes"].sum()) / float(c["dur"].sum()) / 1e3
+                if src == "Pageable":
+                    pageable = rate
+                else:
+                    pinned = rate
+    sms = trace.meta.num_sms
+    if sms is None and run is not None:
+        g = run.gpu(0)
+        v = g.get("sm_count") if g else None
+        sms = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+    main_tid: int | None = None
+    if len(host):
+        counts = host[host["kind"] == LAUNCH]["tid"].value_counts()
+        if len(counts):
+            main_tid = int(counts.index[0])
+    return Facts(
+        launch_lag_us=lag,
+        launch_call_us=call,
+        queue_depth=depth,
+        queue_depth_observed=depth_observed,
+        pageable_htod_gbps=pageable,
+        pinned_htod_gbps=pinned,
+        num_sms=sms,
+        main_tid=main_tid,
+    )

@@ -1,0 +1,324 @@
+"""`StepModel`: one model of the analyzed steps, built once per analysis, read by metrics, rules and
+renderers. `build_step_model(trace, run)` builds it; `StepModel.predict(...)` answers what a remedy
+would gain by replaying a transformed copy of the steps (gpuadvisor.stepmodel.replay)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.stepmodel.replay import Program, ReplayResult
+    from gpuadvisor.trace.model import TraceModel
+
+# A replay whose baseline is further than this from the measured step is flagged in predictions.
+FIT_TOLERANCE = 0.30
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the replay predicts for one remedy (or several applied together)."""
+
+    remedy: str  # remedy id, or "+"-joined ids for a combination
+    baseline_step_ms: float  # the step time the prediction is relative to
+    predicted_step_ms: float  # per step (at the new batch size when the batch changes)
+    speedup: float  # per step, or per sample when `batch_multiplier` != 1
+    recovered_fraction: float  # 1 - 1/speedup, clamped to [0, 1]: the finding's impact
+    batch_multiplier: float = 1.0
+    profiler_corrected: bool = False  # the baseline is the step time measured outside the profiler
+    replay_fit: float | None = None  # replayed baseline / measured step (1.0 = the replay reproduces it)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "basis": "replay",
+            "remedy": self.remedy,
+            "baseline_step_ms": round(self.baseline_step_ms, 4),
+            "predicted_step_ms": round(self.predicted_step_ms, 4),
+            "speedup": round(self.speedup, 4),
+            "recovered_fraction": round(self.recovered_fraction, 4),
+            "profiler_corrected": self.profiler_corrected,
+        }
+        if self.batch_multiplier != 1.0:
+            out["batch_multiplier"] = self.batch_multiplier
+            out["per"] = "sample"
+        if self.replay_fit is not None:
+            out["replay_fit"] = round(self.replay_fit, 4)
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+Transform = Callable[["StepModel", "Program"], "Program"]
+
+
+@dataclass
+class StepModel:
+    """See gpuadvisor/stepmodel/build.py for the tables and docs/model.md for the whole model."""
+
+    trace: TraceModel
+    run: RunInfo | None
+    window: StepWindow  # the analyzed steps
+    segments: StepWindow  # every segmented step (per-step tables of metrics and the report)
+    ops: pd.DataFrame
+    host: pd.DataFrame
+    busy: tuple[Any, Any]
+    idle: pd.DataFrame
+    data_spans: b.Spans
+    optimizer_spans: b.Spans
+    read_spans: b.Spans
+    facts: b.Facts
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    unprofiled_step_ms: float | None = None  # host-measured outside the profiler (run directories)
+    profiled_step_ms: float | None = None  # host-measured inside the profiler window
+    _program: Program | None = field(default=None, repr=False)
+    _host_scale: float | None = field(default=None, repr=False)
+    _baseline: ReplayResult | None = field(default=None, repr=False)
+    _cache: dict[Any, Prediction] = field(default_factory=dict, repr=False)
+    _math: dict[str, bool | None] | None = field(default=None, repr=False)
+    _scalars: dict[str, float | None] = field(default_factory=dict, repr=False)
+
+    # ---- facts ---------------------------------------------------------------------------------
+
+    @property
+    def has_gpu_work(self) -> bool:
+        return len(self.ops) > 0
+
+    @property
+    def window_ops(self) -> pd.DataFrame:
+        """GPU operations launched (or, launch unknown, started) in an analyzed step."""
+        out: pd.DataFrame = self.ops[self.ops["step"] >= 0]
+        return out
+
+    @property
+    def window_kernels(self) -> pd.DataFrame:
+        o = self.window_ops
+        out: pd.DataFrame = o[o["kind"] == "kernel"]
+        return out
+
+    @property
+    def is_training(self) -> bool:
+        """An optimizer stepped, or backward ops ran, inside the window."""
+        if self.optimizer_spans.count:
+            return True
+        ops = self.trace.cpu_ops
+        if len(ops) == 0:
+            return False
+        names = ops["name"].astype(str)
+        return bool(names.str.contains(r"Backward|autograd::engine", regex=True).any())
+
+    def idle_us(self, cause: str | None = None, sync_kind: str | None = None) -> float:
+        """GPU idle time in the window attributed to `cause` (all causes when None)."""
+        idle = self.idle
+        if len(idle) == 0:
+            return 0.0
+        sel = idle[idle["step"] >= 0]
+        if cause is not None:
+            sel = sel[sel["cause"] == cause]
+        if sync_kind is not None:
+            sel = sel[sel["sync_kind"] == sync_kind]
+        return float(sel["dur"].sum())
+
+    def idle_share(self, cause: str | None = None, sync_kind: str | None = None) -> float:
+        return self.window.share(self.idle_us(cause, sync_kind))
+
+    def busy_us(self) -> float:
+        """GPU busy time inside the analyzed steps."""
+        import numpy as np
+
+        if self.window.count == 0:
+            return 0.0
+        return float(np.sum(b.covered(self.busy[0], self.busy[1], self.window.starts, self.window.ends)))
+
+    def waits(self, kind: str | None = None) -> pd.DataFrame:
+        """Host waits on the device in the window (syncs and blocking launches), optionally of one kind."""
+        h = self.host
+        if len(h) == 0:
+            return h
+        sel = h[((h["kind"] == b.SYNC) | h["blocking"].astype(bool)) & (h["step"] >= 0)]
+        out: pd.DataFrame = sel[sel["sync_kind"] == kind] if kind is not None else sel
+        return out
+
+    def matmul_math(self) -> dict[str, bool | None]:
+        """Per distinct matmul/conv/attention kernel name: tensor cores (True), plain FP32 (False),
+        unknown (None): the name, else the op's input dtypes with the captured TF32 settings, and the
+        achieved FLOP/s against the FP32 peak (gpuadvisor.metrics.classify_tensor_core)."""
+        if self._math is None:
+            from gpuadvisor.metrics import classify_tensor_core, gpu_peak_for
+
+            k = self.window_kernels
+            peak = gpu_peak_for(self.trace.meta.gpu_name or self._gpu_name(), self.facts.num_sms)
+            if len(k) == 0:
+                self._math = {}
+            else:
+                tc = classify_tensor_core(k, dict(self.settings), peak.peak("fp32") if peak else None)
+                self._math = dict(zip(tc["name"].tolist(), tc["tensor_core"].tolist(), strict=True))
+        return self._math
+
+    def _gpu_name(self) -> str | None:
+        if self.run is not None:
+            g = self.run.gpu(0)
+            if g and g.get("name"):
+                return str(g.get("name"))
+        return None
+
+    # ---- replay --------------------------------------------------------------------------------
+
+    @property
+    def program(self) -> Program:
+        if self._program is None:
+            from gpuadvisor.stepmodel.replay import build_program
+
+            self._program = build_program(self)
+        return self._program
+
+    @property
+    def profiler_ratio(self) -> float | None:
+        """Unprofiled / profiled step time, host-measured by the capture (None for a raw trace)."""
+        u, p = self.unprofiled_step_ms, self.profiled_step_ms
+        if u is None or p is None or p <= 0 or u <= 0:
+            return None
+        return min(1.0, u / p)
+
+    @property
+    def host_scale(self) -> float:
+        if self._host_scale is None:
+            from gpuadvisor.stepmodel.replay import calibrate_host_scale
+
+            ratio = self.profiler_ratio
+            overhead = self.window.median_step_us * (1.0 - ratio) if ratio is not None else 0.0
+            self._host_scale = calibrate_host_scale(self.program, overhead)
+        return self._host_scale
+
+    @property
+    def baseline(self) -> ReplayResult:
+        if self._baseline is None:
+            from gpuadvisor.stepmodel.replay import replay
+
+            self._baseline = replay(self.program, self.host_scale)
+        return self._baseline
+
+    @property
+    def replay_fit(self) -> float | None:
+        """Replayed step (profiler cost kept) / measured median step: 1.0 when the replay reproduces the
+        trace. (A GPU-bound run whose host ran ahead shows more than 1: the trace's CPU-to-CPU step was
+        the host's pace, not the step the run settles at.)"""
+        from gpuadvisor.stepmodel.replay import replay
+
+        if "fit" not in self._scalars:
+            measured = self.window.median_step_us
+            fit = None
+            if measured > 0 and self.program.steps:
+                fit = replay(self.program, 1.0).period_us / measured
+            self._scalars["fit"] = fit
+        return self._scalars["fit"]
+
+    @property
+    def baseline_step_ms(self) -> float:
+        """The replayed steady-state step time, without the profiler's own cost when it was measured.
+
+        Not the trace's CPU-to-CPU step: a GPU-bound script that never waits on the device runs its
+        host ahead of the GPU for a while, so a short window shows the host's pace, not the step
+        time the script settles at (the replay plays the steps until both reach their steady state)."""
+        return self.baseline.period_us / 1000.0
+
+    def predict(
+        self,
+        remedy: str,
+        transform: Transform,
+        *,
+        key: Iterable[Any] = (),
+        batch_multiplier: float = 1.0,
+        notes: Iterable[str] = (),
+    ) -> Prediction:
+        """Replay the program transformed by `transform`; cached per (remedy, key)."""
+        cache_key = (remedy, tuple(key), batch_multiplier)
+        hit = self._cache.get(cache_key)
+        if hit is not None:
+            return hit
+        from gpuadvisor.stepmodel.replay import replay
+
+        base = self.baseline.period_us
+        new_program = transform(self, self.program.copy())
+        new = replay(new_program, self.host_scale).period_us
+        if new_program.min_period_us > new:
+            new = new_program.min_period_us
+        ratio = new / base if base > 0 else 1.0
+        per_sample = ratio / batch_multiplier
+        speedup = 1.0 / per_sample if per_sample > 0 else math.inf
+        fit = self.replay_fit
+        all_notes = list(notes) + list(new_program.notes)
+        if fit is not None and abs(fit - 1.0) > FIT_TOLERANCE:
+            all_notes.append(
+                f"the replayed baseline is {fit:.2f}x the measured step: the prediction is less certain"
+            )
+        pred = Prediction(
+            remedy=remedy,
+            baseline_step_ms=base / 1000.0,
+            predicted_step_ms=new / 1000.0,
+            speedup=speedup,
+            recovered_fraction=max(0.0, min(1.0, 1.0 - per_sample)),
+            batch_multiplier=batch_multiplier,
+            profiler_corrected=self.profiler_ratio is not None,
+            replay_fit=fit,
+            notes=tuple(all_notes),
+        )
+        self._cache[cache_key] = pred
+        return pred
+
+
+def _profiler_times(run: RunInfo | None) -> tuple[float | None, float | None]:
+    """(unprofiled, profiled) median host-measured step times in ms from the run's manifest."""
+    if run is None or not isinstance(run.manifest, dict):
+        return None, None
+    capture = run.manifest.get("capture")
+    if not isinstance(capture, dict):
+        return None, None
+    import numpy as np
+
+    from gpuadvisor.metrics import host_step_durations
+
+    unprofiled, profiled = host_step_durations(capture)
+    if len(unprofiled) < 2 or len(profiled) < 2:
+        return None, None
+    return float(np.median(unprofiled)), float(np.median(profiled))
+
+
+def build_step_model(trace: TraceModel, run: RunInfo | None = None) -> StepModel:
+    """Build the step model of `trace` (and the run's captured information, when given)."""
+    window = analyzed_window(trace)
+    segments = segmented_steps(trace)
+    data = b.dataloader_spans(trace)
+    optimizer = b.optimizer_spans(trace)
+    reads = b.scalar_read_spans(trace)
+    ops = b.build_ops(trace, segments, window, optimizer)
+    host = b.build_host(trace, segments, window, ops, data, optimizer, reads)
+    busy = b.busy_intervals(ops)
+    idle = b.attribute_idle(segments, window, ops, host, busy, data)
+    facts = b.estimate_facts(trace, ops, host, run)
+    unprofiled, profiled = _profiler_times(run)
+    return StepModel(
+        trace=trace,
+        run=run,
+        window=window,
+        segments=segments,
+        ops=ops,
+        host=host,
+        busy=busy,
+        idle=idle,
+        data_spans=data,
+        optimizer_spans=optimizer,
+        read_spans=reads,
+        facts=facts,
+        settings=dict(run.settings) if run is not None else {},
+        unprofiled_step_ms=unprofiled,
+        profiled_step_ms=profiled,
+    )

@@ -1,0 +1,115 @@
+"""Predictions by remedy id: the remedy vocabulary of gpuadvisor.remedies mapped to transformations
+of the replay program (gpuadvisor.stepmodel.transforms), with their parameters.
+
+    pred = predict(model, RemedyId.REMOVE_HOST_SYNCS, kinds=("scalar_read",))
+    pred.recovered_fraction   # the finding's impact
+    both = predict_combined(model, [(RemedyId.PREFETCH_COPIES, {}), (RemedyId.UINT8_INPUTS, {...})])
+
+Parameters are plain values (hashable after `_freeze`) so predictions are cached per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel import transforms as t
+
+if TYPE_CHECKING:
+    from gpuadvisor.stepmodel.model import Prediction, StepModel
+    from gpuadvisor.stepmodel.replay import Program
+
+DEFAULT_MIN_COPY_BYTES = 1 << 20
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_freeze(v) for v in value]
+        return tuple(sorted(items, key=repr)) if isinstance(value, (set, frozenset)) else tuple(items)
+    return value
+
+
+def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Mapping[str, Any]) -> Program:
+    """Apply one remedy's transformation to `program` (a copy)."""
+    r = RemedyId(remedy)
+    p = dict(params)
+    if r is RemedyId.REMOVE_HOST_SYNCS:
+        kinds = tuple(p.get("kinds", (b.SCALAR_READ, b.EXPLICIT)))
+        if b.SCALAR_READ in kinds:
+            program = t.remove_reads(model, program)
+        others = [k for k in kinds if k != b.SCALAR_READ]
+        return t.remove_waits(model, program, others) if others else program
+    if r is RemedyId.STATIC_SHAPES:
+        return t.remove_waits(model, program, (b.DATA_DEPENDENT,))
+    if r in (RemedyId.PINNED_ASYNC_COPIES, RemedyId.DATALOADER_PIN_MEMORY):
+        mask = t.htod_copy_mask(model, program, pageable_only=True, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES))
+        return t.pinned_async_copies(model, program, mask)
+    if r is RemedyId.PREFETCH_COPIES:
+        mask = t.htod_copy_mask(model, program, pageable_only=False, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES))
+        return t.prefetch_copies(model, program, mask)
+    if r is RemedyId.UINT8_INPUTS:
+        import numpy as np
+
+        rows = set(p.get("rows", ()))
+        mask = np.array([int(x) in rows for x in program.op_row.tolist()], dtype=bool)
+        return t.narrow_copies(program, mask, float(p.get("factor", 0.25)))
+    if r is RemedyId.DATALOADER_WORKERS:
+        return t.faster_data(model, program, int(p.get("workers", 8)), int(p.get("current_workers", 0)))
+    if r is RemedyId.LARGER_BATCH:
+        return t.larger_batch(model, program, float(p.get("multiplier", 2.0)))
+    if r is RemedyId.CUDA_GRAPHS:
+        return t.cuda_graphs(model, program)
+    if r is RemedyId.TORCH_COMPILE:
+        return t.torch_compile(model, program) if p.get("fusion", True) else t.cuda_graphs(model, program)
+    if r is RemedyId.FUSED_OPTIMIZER:
+        return t.fused_optimizer(model, program, bool(p.get("per_tensor", True)), p.get("param_tensors"))
+    if r is RemedyId.FIX_KERNEL_GRID:
+        return t.fix_grids(model, program, set(p.get("kernels", ())))
+    if r is RemedyId.BF16_AUTOCAST:
+        return t.lower_precision(model, program, "bf16")
+    if r is RemedyId.TF32:
+        return t.lower_precision(model, program, "tf32")
+    if r is RemedyId.EXPANDABLE_SEGMENTS:
+        return t.no_allocator_calls(model, program)
+    raise ValueError(f"no replay transformation for remedy {r.value!r}")
+
+
+def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Prediction:
+    """What `remedy` with `params` would gain (see gpuadvisor.stepmodel.model.Prediction)."""
+    r = RemedyId(remedy)
+    m = float(params.get("multiplier", 1.0)) if r is RemedyId.LARGER_BATCH else 1.0
+    return model.predict(
+        r.value,
+        lambda mdl, prog: apply(mdl, prog, r, params),
+        key=(_freeze(params),),
+        batch_multiplier=m,
+    )
+
+
+def predict_combined(model: StepModel, remedies: Sequence[tuple[RemedyId | str, Mapping[str, Any]]]) -> Prediction:
+    """Several remedies applied together, in the given order."""
+    items = [(RemedyId(r), dict(p)) for r, p in remedies]
+    m = 1.0
+    for r, p in items:
+        if r is RemedyId.LARGER_BATCH:
+            m *= float(p.get("multiplier", 1.0))
+
+    def transform(mdl: StepModel, prog: Program) -> Program:
+        for r, p in items:
+            prog = apply(mdl, prog, r, p)
+        return prog
+
+    return model.predict(
+        "+".join(r.value for r, _ in items),
+        transform,
+        key=tuple((r.value, _freeze(p)) for r, p in items),
+        batch_multiplier=m,
+    )
+
+
+def remedy_keys(remedies: Iterable[tuple[RemedyId | str, Mapping[str, Any]]]) -> tuple[Any, ...]:
+    return tuple((RemedyId(r).value, _freeze(p)) for r, p in remedies)

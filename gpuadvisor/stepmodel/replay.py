@@ -1,0 +1,441 @@
+"""The what-if replay: re-run the recorded steps as a program of host calls and GPU work.
+
+A `Program` is a block of consecutive analyzed steps, read off the trace:
+
+* host events of the launching threads, in time order; before each, the host time since the previous
+  event (Python, dispatch: "host work"), split into time waiting for the DataLoader, time inside
+  `Optimizer.step` and the rest. An event is a launch (enqueues GPU work; a blocking one waits for it:
+  pageable copies, cudaMemcpy), a wait on the device (synchronize, scalar read, cudaFree), or other
+  host work (allocation and other runtime calls);
+* the GPU work each launch enqueued: duration, stream, an inferred dependency on another stream, a
+  fixed extra delay when its late start has no explanation in the trace.
+
+`replay(program)` plays the program under the constraints the trace shows:
+
+* a launch makes its work ready `launch_lag_us` after the call starts; work starts when it is ready,
+  its stream is free and its dependency is done;
+* a wait blocks the host until every GPU operation launched so far has finished (device-wide: Kineto
+  does not record which stream a synchronize named), then the time the call took after that;
+* the host can be at most `queue_depth` launches ahead of the GPU (a launch call blocks when the
+  driver's queue is full: the back-pressure of a GPU-bound run);
+* the block is played three times in a row and the step period is measured between the second and the
+  third repetition, after the host and the GPU reached their steady state (the larger of the host's
+  and the GPU's period).
+
+A remedy is a transformation of the program (`gpuadvisor.stepmodel.transforms`); the predicted step
+time is the measured step time x replay(transformed) / replay(program). The profiler's own host cost
+enters as `host_scale`: the factor on host time that makes the replayed baseline match the step time
+measured outside the profiler (`calibrate_host_scale`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.stepmodel.build import LAUNCH, SYNC
+
+if TYPE_CHECKING:
+    from gpuadvisor.stepmodel.model import StepModel
+
+# event kinds in a Program (ints: the replay loop is pure Python)
+EV_WORK = 0
+EV_LAUNCH = 1
+EV_SYNC = 2
+
+REPETITIONS = 3
+MAX_BLOCK_STEPS = 3
+DEPENDENCY_TOLERANCE_US = 5.0
+
+
+@dataclass
+class Program:
+    """A block of steps as arrays (numpy; see the module docstring). Transforms copy and edit it."""
+
+    steps: int
+    # host events
+    ev_kind: Any  # int8: EV_*
+    ev_name: Any  # object: runtime call name
+    ev_sync_kind: Any  # object: sync kind for waits and blocking launches, "" otherwise
+    ev_in_optimizer: Any  # bool
+    ev_in_data: Any  # bool
+    ev_in_read: Any  # bool: inside a scalar read's op
+    gap_other: Any  # float64 us of host work before the event
+    gap_data: Any  # float64 us of it spent in DataLoader __next__
+    gap_opt: Any  # float64 us of it inside Optimizer.step
+    gap_read: Any  # float64 us of gap_other inside scalar reads (aten::item / _local_scalar_dense)
+    ev_dur: Any  # float64: call duration (launch/work), or the part before the wait (sync)
+    ev_post: Any  # float64: time after the awaited GPU work ended (syncs and blocking launches)
+    ev_block: Any  # bool: a launch that waits for its own GPU work
+    ev_ops_start: Any  # int64: first op index of a launch (ops of one launch are contiguous)
+    ev_ops_count: Any  # int64
+    # trailing host work after the last event
+    tail_other: float
+    tail_data: float
+    tail_opt: float
+    # GPU work, in launch order
+    op_dur: Any  # float64
+    op_stream: Any  # int64 (0..n_streams-1)
+    op_dep: Any  # int64: op index this op waits for (another stream), -1 none
+    op_extra: Any  # float64: unexplained extra start delay, us
+    op_row: Any  # int64: row of the op in StepModel.ops
+    op_bytes: Any  # float64: bytes moved (copies; NaN otherwise): transforms that narrow or pin copies edit it
+    # machine
+    launch_lag_us: float
+    queue_depth: int
+    notes: list[str] = field(default_factory=list)
+    # a floor on the step period that the program cannot express (e.g. DataLoader workers' throughput)
+    min_period_us: float = 0.0
+
+    @property
+    def n_events(self) -> int:
+        return len(self.ev_kind)
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.op_dur)
+
+    def copy(self) -> Program:
+        """A deep copy of the arrays (transforms edit copies, never the model's program)."""
+        import numpy as np
+
+        out = replace(self, notes=list(self.notes))
+        for name, value in vars(self).items():
+            if isinstance(value, np.ndarray):
+                setattr(out, name, value.copy())
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    period_us: float  # steady-state time per step
+    host_period_us: float
+    gpu_period_us: float
+    gpu_busy_us: float  # GPU work per step (union over streams not modelled: sum of the busiest stream)
+
+
+def select_block(model: StepModel) -> tuple[float, float, int]:
+    """Consecutive analyzed steps whose total is closest to their count x the median step."""
+    import numpy as np
+
+    w = model.window
+    n = min(MAX_BLOCK_STEPS, w.count)
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    dur = w.durations
+    med = float(np.median(dur))
+    best, best_i = None, 0
+    for i in range(0, w.count - n + 1):
+        # contiguous only (steps tile the window)
+        if i + n - 1 < w.count and np.all(np.abs(w.starts[i + 1 : i + n] - w.ends[i : i + n - 1]) < 1.0):
+            err = abs(float(dur[i : i + n].sum()) - n * med)
+            if best is None or err < best:
+                best, best_i = err, i
+    return float(w.starts[best_i]), float(w.ends[best_i + n - 1]), n
+
+
+def build_program(model: StepModel) -> Program:
+    """The replay program of a representative block of the model's analyzed steps."""
+    import numpy as np
+
+    b0, b1, nsteps = select_block(model)
+    facts = model.facts
+    host = model.host
+    if nsteps and len(host):
+        h = host[(host["ts"] >= b0) & (host["ts"] < b1)]
+    else:
+        h = host.iloc[0:0] if len(host) else host
+    ops = model.ops
+    nh = len(h)
+    ts = h["ts"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
+    end = h["end"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
+    dur = h["dur"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
+    kinds = h["kind"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object)
+    blocking = h["blocking"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
+    backpressure = h["backpressure"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
+    drain = h["drain_ts"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
+
+    # host work before each event: from the running max of previous ends (threads may overlap)
+    prev_end = np.r_[b0, np.maximum.accumulate(end)[:-1]] if nh else np.zeros(0)
+    prev_end = np.maximum(prev_end, b0) if nh else prev_end
+    gap = np.clip(ts - prev_end, 0.0, None) if nh else np.zeros(0)
+    g_data = model.data_spans.covered(prev_end, prev_end + gap) if nh and model.data_spans.count else np.zeros(nh)
+    g_opt = (
+        model.optimizer_spans.covered(prev_end, prev_end + gap) if nh and model.optimizer_spans.count else np.zeros(nh)
+    )
+    g_opt = np.minimum(g_opt, gap - g_data)
+    g_other = np.clip(gap - g_data - g_opt, 0.0, None)
+    g_read = (
+        np.minimum(model.read_spans.covered(prev_end, prev_end + gap), g_other)
+        if nh and model.read_spans.count
+        else np.zeros(nh)
+    )
+    last = float(np.max(end)) if nh else b0
+    tail = max(0.0, b1 - max(last, b0)) if nsteps else 0.0
+    tail_start = max(last, b0)
+    t_data = float(model.data_spans.covered(tail_start, tail_start + tail)) if model.data_spans.count else 0.0
+    t_opt = float(model.optimizer_spans.covered(tail_start, tail_start + tail)) if model.optimizer_spans.count else 0.0
+    t_opt = min(t_opt, tail - t_data)
+
+    # ops launched by these events, grouped per launch, in event order
+    corr = h["correlation"].astype("float64").to_numpy() if nh else np.zeros(0)
+    ev_kind = np.full(nh, EV_WORK, dtype=np.int8)
+    ev_kind[kinds == SYNC] = EV_SYNC
+    is_launch = kinds == LAUNCH
+    op_rows_by_corr: dict[int, list[int]] = {}
+    if len(ops) and is_launch.any():
+        wanted = {int(c) for c in corr[is_launch].tolist() if c == c}
+        oc = ops["correlation"].to_numpy(dtype=np.float64)
+        for row in np.flatnonzero(~np.isnan(oc)).tolist():
+            c = int(oc[row])
+            if c in wanted:
+                op_rows_by_corr.setdefault(c, []).append(row)
+    op_ts = ops["ts"].to_numpy(dtype=np.float64) if len(ops) else np.zeros(0)
+    ops_start = np.full(nh, -1, dtype=np.int64)
+    ops_count = np.zeros(nh, dtype=np.int64)
+    op_rows: list[int] = []
+    for i in np.flatnonzero(is_launch).tolist():
+        c = corr[i]
+        rows = op_rows_by_corr.get(int(c), []) if c == c else []
+        if not rows:
+            continue
+        ev_kind[i] = EV_LAUNCH
+        ops_start[i] = len(op_rows)
+        ops_count[i] = len(rows)
+        op_rows.extend(sorted(rows, key=lambda r: float(op_ts[r])))
+    n_ops = len(op_rows)
+    rows_arr = np.asarray(op_rows, dtype=np.int64)
+    op_dur = ops["dur"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
+    streams_raw = ops["stream"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
+    stream_ids = {s: i for i, s in enumerate(sorted({float(x) for x in streams_raw.tolist()}))}
+    op_stream = np.array([stream_ids[float(x)] for x in streams_raw.tolist()], dtype=np.int64)
+    op_dep = np.full(n_ops, -1, dtype=np.int64)
+    op_extra = np.zeros(n_ops)
+
+    # call durations: launches held up by a full queue get a typical call (the replay's queue models
+    # the hold-up); blocking launches and waits keep what they took after the GPU work they waited for
+    ev_dur = dur.copy()
+    ev_post = np.zeros(nh)
+    ev_dur[backpressure & (ev_kind == EV_LAUNCH)] = facts.launch_call_us
+    waited = ~np.isnan(drain)
+    for i in np.flatnonzero((ev_kind == EV_SYNC) | (blocking & (ev_kind == EV_LAUNCH))).tolist():
+        if waited[i]:
+            ev_post[i] = max(0.0, end[i] - drain[i])
+            ev_dur[i] = min(dur[i], facts.launch_call_us) if ev_kind[i] == EV_LAUNCH else 0.0
+        elif ev_kind[i] == EV_LAUNCH:
+            ev_post[i] = max(0.0, dur[i] - facts.launch_call_us)
+            ev_dur[i] = min(dur[i], facts.launch_call_us)
+
+    # Late starts: an op that started after it was ready and its stream was free waited for something:
+    # another stream's op that ended just then (a dependency), else an unexplained delay kept as is.
+    # "Its stream was free": the previous operation on the stream in the whole trace (work launched
+    # before the block still occupies the stream when the block's first operations are ready).
+    if n_ops:
+        o = ops.iloc[rows_arr]
+        obs_start = o["ts"].to_numpy(dtype=np.float64)
+        ready = o["launch_ts"].to_numpy(dtype=np.float64) + facts.launch_lag_us
+        prev_end_all = _previous_end_on_stream(ops)
+        stream_free = prev_end_all[rows_arr]
+        earliest = np.fmax(ready, stream_free)
+        late = obs_start - earliest
+        multi = len(stream_ids) > 1
+        if multi:
+            all_end = ops["end"].to_numpy(dtype=np.float64)
+            all_stream = ops["stream"].to_numpy(dtype=np.float64)
+            end_order = np.argsort(all_end, kind="stable")
+            sorted_ends = all_end[end_order]
+            position = {int(r): i for i, r in enumerate(rows_arr.tolist())}
+        for j in np.flatnonzero(late > DEPENDENCY_TOLERANCE_US).tolist():
+            dep = -1
+            if multi:
+                k = int(np.searchsorted(sorted_ends, obs_start[j] + 1.0, side="right")) - 1
+                while k >= 0 and sorted_ends[k] >= earliest[j] - 1.0:
+                    cand = int(end_order[k])
+                    if all_stream[cand] != streams_raw[j]:
+                        dep = position.get(cand, -2)
+                        break
+                    k -= 1
+            if dep >= 0:
+                op_dep[j] = dep
+            elif dep == -1:
+                op_extra[j] = late[j]
+            # dep == -2: waited for work outside the block (its previous repetition): no delay kept
+
+    return Program(
+        steps=nsteps,
+        ev_kind=ev_kind,
+        ev_name=h["name"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object),
+        ev_sync_kind=np.where(
+            (ev_kind == EV_SYNC) | blocking,
+            h["sync_kind"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object),
+            "",
+        ).astype(object),
+        ev_in_optimizer=h["in_optimizer"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
+        ev_in_data=h["in_data"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
+        ev_in_read=h["in_read"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
+        gap_other=g_other,
+        gap_data=g_data,
+        gap_opt=g_opt,
+        gap_read=g_read,
+        ev_dur=ev_dur,
+        ev_post=ev_post,
+        ev_block=blocking & (ev_kind == EV_LAUNCH),
+        ev_ops_start=ops_start,
+        ev_ops_count=ops_count,
+        tail_other=max(0.0, tail - t_data - t_opt),
+        tail_data=t_data,
+        tail_opt=t_opt,
+        op_dur=op_dur,
+        op_stream=op_stream,
+        op_dep=op_dep,
+        op_extra=op_extra,
+        op_row=rows_arr,
+        op_bytes=ops["bytes"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0),
+        launch_lag_us=facts.launch_lag_us,
+        queue_depth=facts.queue_depth,
+    )
+
+
+def _previous_end_on_stream(ops: Any) -> Any:
+    """For each op (row of StepModel.ops), the latest end of the GPU work that started before it on
+    its stream (-inf for the first)."""
+    import numpy as np
+
+    n = len(ops)
+    out = np.full(n, -np.inf)
+    if n == 0:
+        return out
+    key = np.nan_to_num(ops["stream"].to_numpy(dtype=np.float64), nan=-1.0)
+    start = ops["ts"].to_numpy(dtype=np.float64)
+    end = np.where(ops["busy"].to_numpy(dtype=bool), ops["end"].to_numpy(dtype=np.float64), -np.inf)
+    order = np.lexsort((start, key))
+    ks, es = key[order], end[order]
+    bounds = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1], True])
+    res = np.full(n, -np.inf)
+    for a, z in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if z - a > 1:
+            res[a + 1 : z] = np.maximum.accumulate(es[a : z - 1])
+    out[order] = res
+    return out
+
+
+def replay(program: Program, host_scale: float = 1.0, repetitions: int = REPETITIONS) -> ReplayResult:
+    """Play `program` `repetitions` times back to back; the steady-state period per step.
+
+    `host_scale` multiplies host work and call durations (not the time spent waiting on the device or
+    for data): the profiler's own per-op cost is removed this way (see `calibrate_host_scale`)."""
+    if program.steps == 0:
+        return ReplayResult(0.0, 0.0, 0.0, 0.0)
+    f = float(host_scale)
+    kind = program.ev_kind.tolist()
+    gap = ((program.gap_other + program.gap_opt) * f + program.gap_data).tolist()
+    dur = (program.ev_dur * f).tolist()
+    post = (program.ev_post * f).tolist()
+    block = program.ev_block.tolist()
+    ostart = program.ev_ops_start.tolist()
+    ocount = program.ev_ops_count.tolist()
+    tail = (program.tail_other + program.tail_opt) * f + program.tail_data
+    op_dur = program.op_dur.tolist()
+    op_stream = program.op_stream.tolist()
+    op_dep = program.op_dep.tolist()
+    op_extra = program.op_extra.tolist()
+    lag = program.launch_lag_us
+    depth = max(1, int(program.queue_depth))
+    n_streams = (max(op_stream) + 1) if op_stream else 1
+    stream_free = [0.0] * n_streams
+    stream_busy = [0.0] * n_streams
+    ends_all: list[float] = []  # every launched op's end, in launch order (all repetitions)
+    last_end = 0.0  # the latest end of anything launched so far (device-wide waits)
+    t = 0.0
+    host_marks: list[float] = []
+    gpu_marks: list[float] = []
+    busy_marks: list[list[float]] = []
+    for _rep in range(repetitions):
+        host_marks.append(t)
+        base = len(ends_all)
+        rep_end = 0.0
+        ends = ends_all
+        for i in range(len(kind)):
+            t += gap[i]
+            k = kind[i]
+            if k == EV_LAUNCH:
+                n = ocount[i]
+                first = ostart[i]
+                # back-pressure: the launch queue holds `depth` operations
+                count = len(ends)
+                if count + n > depth:
+                    idx = min(count + n - depth, count) - 1
+                    if idx >= 0 and ends[idx] > t:
+                        t = ends[idx]
+                ready = t + lag
+                e = ready
+                for j in range(first, first + n):
+                    s = op_stream[j]
+                    start = ready if ready > stream_free[s] else stream_free[s]
+                    d = op_dep[j]
+                    if d >= 0:
+                        dep_end = ends[base + d] if d < j and base + d < len(ends) else 0.0
+                        if dep_end > start:
+                            start = dep_end
+                    start += op_extra[j]
+                    e = start + op_dur[j]
+                    stream_free[s] = e
+                    stream_busy[s] += op_dur[j]
+                    ends.append(e)
+                    if e > rep_end:
+                        rep_end = e
+                    if e > last_end:
+                        last_end = e
+                t += dur[i]
+                if block[i] and e > t:
+                    t = e + post[i]
+                elif block[i]:
+                    t += post[i]
+            elif k == EV_SYNC:
+                t += dur[i]
+                if last_end > t:
+                    t = last_end
+                t += post[i]
+            else:
+                t += dur[i]
+        t += tail
+        gpu_marks.append(rep_end if rep_end > 0 else t)
+        busy_marks.append(list(stream_busy))
+    host_marks.append(t)
+    steps = program.steps
+    host_period = (host_marks[-1] - host_marks[-2]) / steps
+    gpu_period = (gpu_marks[-1] - gpu_marks[-2]) / steps if len(gpu_marks) >= 2 else host_period
+    busiest = max(
+        (b - a for a, b in zip(busy_marks[-2], busy_marks[-1], strict=True)), default=0.0
+    ) if len(busy_marks) >= 2 else 0.0
+    return ReplayResult(
+        period_us=max(host_period, gpu_period),
+        host_period_us=host_period,
+        gpu_period_us=gpu_period,
+        gpu_busy_us=busiest / steps,
+    )
+
+
+def host_work_per_step(program: Program) -> float:
+    """Host time per step that the profiler inflates: Python/dispatch between calls and the calls
+    themselves, not the time waiting on the device or for data."""
+    if program.steps == 0:
+        return 0.0
+    total = (
+        float(program.gap_other.sum() + program.gap_opt.sum() + program.ev_dur.sum() + program.ev_post.sum())
+        + program.tail_other
+        + program.tail_opt
+    )
+    return total / program.steps
+
+
+def calibrate_host_scale(program: Program, overhead_per_step_us: float) -> float:
+    """The factor f in [0.02, 1] on host work that removes the profiler's own cost.
+
+    The capture times every step boundary, inside the profiler window and outside it: the difference
+    per step (`overhead_per_step_us`) is what the profiler added, and it added it to host work only
+    (every op and runtime call pays it; GPU work and waits do not). So f = 1 - overhead / host work."""
+    work = host_work_per_step(program)
+    if work <= 0 or overhead_per_step_us <= 0:
+        return 1.0
+    return max(0.02, min(1.0, 1.0 - overhead_per_step_us / work))

@@ -1,0 +1,484 @@
+"""Remedies as transformations of a replay program (gpuadvisor.stepmodel.replay.Program).
+
+Each function takes the model and a copy of its program and returns the edited copy; it never looks
+at anything the trace does not show. The numbers a transformation assumes (the cost of handing over
+a batch from a DataLoader worker, what kernel fusion saves...) are the `Constants` below: each is
+named, documented, and calibrated on the calibration half of the benchmark corpus
+(docs/model.md, "Calibration").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
+
+if TYPE_CHECKING:
+    from gpuadvisor.stepmodel.model import StepModel
+
+
+@dataclass(frozen=True)
+class Constants:
+    # a sync the host no longer waits on still costs its call
+    sync_call_us: float = 5.0
+    # DataLoader with workers: handing over a ready batch (queue get, shared-memory tensors), per step
+    dataloader_handoff_us: float = 150.0
+    # pinned host-to-device bandwidth by PCIe generation (GB/s, x16, measured practice) when the trace
+    # has no pinned copy to measure
+    pinned_gbps_by_gen: tuple[tuple[int, float], ...] = ((3, 11.0), (4, 22.0), (5, 45.0), (6, 90.0))
+    pinned_gbps_default: float = 22.0
+    # CUDA graphs: host cost left per step (graph launch, Python around the compiled call), and the
+    # share of the eager host work between launches that remains
+    graph_step_host_us: float = 40.0
+    graph_host_fraction: float = 0.03
+    graph_launch_gap_us: float = 1.0
+    # torch.compile fusion of chains of elementwise/reduction kernels: fused time / sum of the chain
+    fusion_factor: float = 0.5
+    # fused optimizer: host time per step = base + per parameter tensor; GPU time vs. the current update
+    fused_optimizer_host_base_us: float = 60.0
+    fused_optimizer_host_per_tensor_us: float = 0.5
+    per_tensor_to_fused_gpu: float = 0.35
+    foreach_to_fused_gpu: float = 0.75
+    # bf16 autocast: matmul/conv speed-up from the kernel's achieved share of the FP32 peak x the
+    # bf16/fp32 peak ratio x this efficiency, within [min, max]; kernels without a FLOP count get
+    # `autocast_speedup_unknown`; elementwise/reduction kernels of the forward/backward move half the bytes
+    tensor_core_efficiency: float = 0.5
+    min_autocast_speedup: float = 2.0
+    max_autocast_speedup: float = 8.0
+    autocast_speedup_unknown: float = 3.0
+    bf16_elementwise_speedup: float = 1.5
+    # TF32: FP32 GEMMs only (elementwise work keeps its bytes)
+    max_tf32_speedup: float = 6.0
+    # a custom kernel given enough blocks: its time x max(blocks / SMs, 1 / this)
+    max_grid_speedup: float = 32.0
+    grid_target_occupancy_pct: float = 50.0
+    # larger batch: a GEMM at a larger size reaches this share of the dtype's peak; an under-filled
+    # kernel longer than `long_kernel_us` does more work per block (its grid does not grow)
+    gemm_efficiency_at_scale: float = 0.6
+    long_kernel_us: float = 50.0
+    # a kernel's grid fills the GPU at this many blocks per SM: below it the kernel is latency-bound and
+    # more blocks run in the same time; above it time grows with the work
+    blocks_per_sm_full: float = 1.0
+
+
+CONSTANTS = Constants()
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def _op_column(model: StepModel, program: Program, column: str) -> Any:
+    import numpy as np
+
+    values = model.ops[column].to_numpy()
+    return values[program.op_row] if program.n_ops else np.zeros(0, dtype=values.dtype)
+
+
+def _launch_event_of_ops(program: Program) -> Any:
+    """For each op, the index of the host event that launched it."""
+    import numpy as np
+
+    out = np.full(program.n_ops, -1, dtype=np.int64)
+    for i in np.flatnonzero(program.ev_kind == EV_LAUNCH).tolist():
+        s, n = int(program.ev_ops_start[i]), int(program.ev_ops_count[i])
+        out[s : s + n] = i
+    return out
+
+
+def remove_reads(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+    """Scalar reads leave the step: values accumulate on the device and are read once in a while.
+    Each read's own host cost (the `aten::item` op: its copy launch, its wait, its dispatch) goes too;
+    Python around it (indexing, comparisons on the host) stays: a conservative estimate."""
+    import numpy as np
+
+    program = remove_waits(model, program, (b.SCALAR_READ,), c)
+    inside = program.ev_in_read
+    program.gap_other = program.gap_other - program.gap_read
+    program.gap_read = np.zeros_like(program.gap_read)
+    program.ev_dur[inside] = 0.0
+    program.ev_post[inside] = 0.0
+    program.ev_block[inside] = False
+    launches = inside & (program.ev_kind == EV_LAUNCH)
+    for i in np.flatnonzero(launches).tolist():
+        s, n = int(program.ev_ops_start[i]), int(program.ev_ops_count[i])
+        program.op_dur[s : s + n] = 0.0
+    program.ev_kind[inside & (program.ev_kind == EV_SYNC)] = EV_WORK
+    return program
+
+
+def remove_waits(model: StepModel, program: Program, kinds: Collection[str], c: Constants = CONSTANTS) -> Program:
+    """The host no longer waits on the device in waits of these kinds (the call itself remains)."""
+    import numpy as np
+
+    kinds_arr = np.asarray(sorted(kinds), dtype=object)
+    hit = (program.ev_kind == EV_SYNC) & np.isin(program.ev_sync_kind, kinds_arr)
+    program.ev_kind[hit] = EV_WORK
+    program.ev_dur[hit] = program.ev_dur[hit] + np.minimum(program.ev_post[hit], c.sync_call_us)
+    program.ev_post[hit] = 0.0
+    blocking = program.ev_block & np.isin(program.ev_sync_kind, kinds_arr)
+    program.ev_block[blocking] = False
+    program.ev_post[blocking] = 0.0
+    return program
+
+
+def pinned_gbps(model: StepModel, c: Constants = CONSTANTS) -> tuple[float, str]:
+    """Pinned host-to-device bandwidth: measured on this trace's pinned copies, else by the PCIe
+    generation NVML reported, else a default. Returns (GB/s, how it was obtained)."""
+    measured = model.facts.pinned_htod_gbps
+    if measured is not None and measured > 0:
+        return measured, "measured on this run's pinned copies"
+    gen = None
+    if model.run is not None and model.run.nvml is not None and len(model.run.nvml):
+        col = model.run.nvml.get("pcie_gen_max")
+        if col is not None:
+            vals = col.dropna()
+            gen = int(vals.max()) if len(vals) else None
+    if gen is not None:
+        for g, rate in c.pinned_gbps_by_gen:
+            if g == gen:
+                return rate, f"typical for the PCIe Gen{gen} x16 link NVML reported"
+    return c.pinned_gbps_default, "assumed (no pinned copy in this trace and no PCIe generation recorded)"
+
+
+def htod_copy_mask(model: StepModel, program: Program, *, pageable_only: bool, min_bytes: float) -> Any:
+    import numpy as np
+
+    kind = _op_column(model, program, "kind")
+    direction = _op_column(model, program, "direction").astype(str)
+    src = _op_column(model, program, "src_kind").astype(str)
+    nbytes = np.nan_to_num(_op_column(model, program, "bytes").astype(np.float64), nan=0.0)
+    mask = (kind == "copy") & (direction == "HtoD") & (nbytes >= min_bytes)
+    if pageable_only:
+        mask &= src == "Pageable"
+    return mask
+
+
+def pinned_async_copies(model: StepModel, program: Program, mask: Any, c: Constants = CONSTANTS) -> Program:
+    """The selected host-to-device copies come from pinned memory with non_blocking=True: they run at
+    the pinned bandwidth, their launch returns at once, and the host no longer waits for them."""
+    import numpy as np
+
+    if not mask.any():
+        return program
+    rate, _ = pinned_gbps(model, c)
+    nbytes = np.nan_to_num(program.op_bytes, nan=0.0)
+    program.op_dur[mask] = np.minimum(program.op_dur[mask], nbytes[mask] / (rate * 1e3) + 2.0)
+    events = np.unique(_launch_event_of_ops(program)[mask])
+    events = events[events >= 0]
+    program.ev_block[events] = False
+    program.ev_post[events] = 0.0
+    program.ev_dur[events] = np.minimum(program.ev_dur[events], model.facts.launch_call_us)
+    # the cudaStreamSynchronize of a non_blocking=False copy goes away too
+    return remove_waits(model, program, (b.BLOCKING_COPY,), c)
+
+
+def prefetch_copies(model: StepModel, program: Program, mask: Any, c: Constants = CONSTANTS) -> Program:
+    """Pinned, asynchronous copies issued on a side stream one step ahead: no compute waits for them;
+    the copy engine still has to move every byte each step."""
+    import numpy as np
+
+    program = pinned_async_copies(model, program, mask, c)
+    if mask.any():
+        side = int(program.op_stream.max()) + 1 if program.n_ops else 0
+        program.op_stream[mask] = side
+        program.op_dep[mask] = -1
+        program.op_extra[mask] = 0.0
+        # ops that waited on these copies no longer do (their input was copied a step earlier)
+        dep = program.op_dep
+        waits_on_copy = (dep >= 0) & np.isin(dep, np.flatnonzero(mask))
+        program.op_dep[waits_on_copy] = -1
+    return program
+
+
+def narrow_copies(program: Program, mask: Any, factor: float) -> Program:
+    """The selected copies move `factor` of their bytes (uint8 instead of float32: 0.25)."""
+    program.op_dur[mask] = program.op_dur[mask] * factor
+    program.op_bytes[mask] = program.op_bytes[mask] * factor
+    return program
+
+
+def faster_data(model: StepModel, program: Program, workers: int, current_workers: int, c: Constants = CONSTANTS) -> Program:
+    """DataLoader workers prepare batches in parallel: the host's wait per step shrinks to a hand-off,
+    while the workers' throughput bounds the step from below."""
+    steps = max(1, program.steps)
+    data_total = float(program.gap_data.sum()) + program.tail_data
+    if data_total <= 0:
+        return program
+    per_step = data_total / steps
+    target = min(per_step, c.dataloader_handoff_us)
+    factor = target / per_step
+    program.gap_data = program.gap_data * factor
+    program.tail_data = program.tail_data * factor
+    if current_workers <= 0:
+        # one process produced a batch in `per_step`: `workers` processes produce one every per_step/workers
+        program.min_period_us = per_step / max(1, workers)
+    else:
+        measured = model.window.median_step_us
+        program.min_period_us = measured * current_workers / max(workers, current_workers)
+    return program
+
+
+def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Constants = CONSTANTS) -> Any:
+    """Each op's duration at `m` times the batch (see the docstring of `larger_batch`)."""
+    import numpy as np
+
+    from gpuadvisor.metrics import gpu_peak_for
+
+    d = program.op_dur.copy()
+    kind = _op_column(model, program, "kind")
+    family = _op_column(model, program, "family").astype(str)
+    in_opt = _op_column(model, program, "in_optimizer").astype(bool)
+    collective = _op_column(model, program, "is_collective").astype(bool)
+    blocks = _op_column(model, program, "blocks").astype(np.float64)
+    flops = _op_column(model, program, "op_flops").astype(np.float64)
+    types = _op_column(model, program, "op_input_types")
+    sms = float(model.facts.num_sms or 0)
+    peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
+    out = d.copy()
+    for j in range(program.n_ops):
+        if in_opt[j] or collective[j]:
+            continue  # parameter-sized work and gradient all-reduce do not grow with the batch
+        if kind[j] == "memset":
+            continue
+        if kind[j] == "copy":
+            out[j] = d[j] * m
+            continue
+        if family[j] in ("gemm", "attention") and flops[j] == flops[j] and flops[j] > 0 and peak is not None:
+            t = str(types[j]) if types[j] is not None else ""
+            dtype = "bf16" if ("BFloat16" in t or "Half" in t) else ("tf32" if model.settings.get("allow_tf32_matmul") else "fp32")
+            rate_peak = (peak.peak(dtype) or peak.peak("fp32") or 0.0) * 1e6  # FLOP/us
+            rate_now = flops[j] / d[j] if d[j] > 0 else 0.0
+            rate = max(rate_now, c.gemm_efficiency_at_scale * rate_peak)
+            out[j] = max(d[j], m * flops[j] / rate) if rate > 0 else d[j] * m
+            continue
+        if blocks[j] != blocks[j] or sms <= 0:
+            out[j] = d[j] * m  # unknown grid: linear (conservative)
+            continue
+        waves = blocks[j] / (sms * c.blocks_per_sm_full)
+        if waves >= 1.0 or d[j] > c.long_kernel_us:
+            out[j] = d[j] * m
+        else:
+            out[j] = d[j] * max(1.0, m * waves)
+    return out
+
+
+def larger_batch(model: StepModel, program: Program, m: float, c: Constants = CONSTANTS) -> Program:
+    """`m` times the batch per step. Host work per step is unchanged (the same ops are dispatched),
+    except the time waiting for data, which grows with the samples loaded, and read loops over the
+    elements of a tensor, which grow with the batch. On the GPU, input copies
+    grow m-fold; optimizer kernels, memsets and collectives do not; a GEMM grows to m x its FLOPs at the
+    larger of its current rate and `gemm_efficiency_at_scale` of the peak; another kernel grows with
+    the waves of blocks it needs: a kernel that under-fills the GPU (fewer blocks than the SMs can
+    hold) keeps its time until the grid fills the GPU, unless it is long (a small grid looping over
+    its work: linear)."""
+    program.op_dur = batch_scaled_durations(model, program, m, c)
+    program.gap_data = program.gap_data * m
+    program.tail_data = program.tail_data * m
+    # Read loops (`for i in range(len(preds)): preds[i].item()`) walk the elements of a tensor: assume
+    # they walk the batch, so their host cost grows with it (conservative for a loop over parameters).
+    reads = program.ev_in_read
+    program.gap_other = program.gap_other + program.gap_read * (m - 1.0)
+    program.gap_read = program.gap_read * m
+    program.ev_dur[reads] = program.ev_dur[reads] * m
+    program.ev_post[reads] = program.ev_post[reads] * m
+    return program
+
+
+def _forward_backward_events(program: Program) -> Any:
+    return ~program.ev_in_optimizer & ~program.ev_in_data
+
+
+def cuda_graphs(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+    """The forward and backward run as CUDA graph replays: the host's work between their launches
+    almost disappears (one replay call per graph), and kernels follow each other back to back."""
+    import numpy as np
+
+    sel = _forward_backward_events(program) & (program.ev_kind != EV_SYNC)
+    program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
+    launches = sel & (program.ev_kind == EV_LAUNCH)
+    program.ev_dur = np.where(launches, np.minimum(program.ev_dur, c.graph_launch_gap_us), program.ev_dur)
+    program.ev_dur = np.where(sel & (program.ev_kind == EV_WORK), program.ev_dur * c.graph_host_fraction, program.ev_dur)
+    program.tail_other = program.tail_other * c.graph_host_fraction + c.graph_step_host_us * program.steps
+    program.launch_lag_us = min(program.launch_lag_us, c.graph_launch_gap_us + 1.0)
+    return program
+
+
+def fuse_elementwise(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+    """torch.compile fuses chains of consecutive PyTorch elementwise/reduction kernels on one stream
+    into one kernel: a chain's time becomes max(its longest kernel, `fusion_factor` x its sum) and its
+    launches but the first disappear."""
+    import numpy as np
+
+    if program.n_ops == 0:
+        return program
+    family = _op_column(model, program, "family").astype(str)
+    origin = _op_column(model, program, "origin").astype(str)
+    fusable = np.isin(family, ["elementwise", "reduction"]) & (origin == "aten")
+    ev_of = _launch_event_of_ops(program)
+    fusable &= ev_of >= 0
+    fusable &= ~program.ev_in_optimizer[np.clip(ev_of, 0, None)] if program.n_events else fusable
+    # single-op launches only (graph launches are already one call)
+    single = program.ev_ops_count[np.clip(ev_of, 0, None)] == 1 if program.n_events else fusable
+    fusable &= single
+    j = 0
+    n = program.n_ops
+    while j < n:
+        if not fusable[j]:
+            j += 1
+            continue
+        k = j
+        while k + 1 < n and fusable[k + 1] and program.op_stream[k + 1] == program.op_stream[j]:
+            k += 1
+        if k > j:
+            chain = program.op_dur[j : k + 1]
+            program.op_dur[j] = max(float(chain.max()), c.fusion_factor * float(chain.sum()))
+            for m_ in range(j + 1, k + 1):
+                e = ev_of[m_]
+                program.op_dur[m_] = 0.0
+                program.ev_kind[e] = EV_WORK
+                program.ev_dur[e] = 0.0
+                program.ev_ops_count[e] = 0
+                program.gap_other[e] = 0.0
+        j = k + 1
+    return program
+
+
+def torch_compile(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+    """torch.compile(mode="reduce-overhead"): elementwise fusion, then CUDA graph replay."""
+    return cuda_graphs(model, fuse_elementwise(model, program, c), c)
+
+
+def fused_optimizer(
+    model: StepModel, program: Program, per_tensor: bool, param_tensors: int | None, c: Constants = CONSTANTS
+) -> Program:
+    """The optimizer update as a fused implementation: its host time per step becomes a base cost plus
+    a small cost per parameter tensor (never more than now), and its GPU time shrinks by
+    `per_tensor_to_fused_gpu` (from a per-tensor update) or `foreach_to_fused_gpu` (from foreach)."""
+    import numpy as np
+
+    steps = max(1, program.steps)
+    in_opt = program.ev_in_optimizer
+    host_now = float(program.gap_opt.sum()) + program.tail_opt + float(
+        (program.ev_dur[in_opt]).sum() + program.ev_post[in_opt].sum()
+    )
+    if host_now <= 0:
+        return program
+    tensors = param_tensors if param_tensors else int(max(1, (in_opt & (program.ev_kind == EV_LAUNCH)).sum() / steps / 10))
+    target = steps * (c.fused_optimizer_host_base_us + c.fused_optimizer_host_per_tensor_us * tensors)
+    factor = min(1.0, target / host_now)
+    program.gap_opt = program.gap_opt * factor
+    program.tail_opt = program.tail_opt * factor
+    program.ev_dur = np.where(in_opt, program.ev_dur * factor, program.ev_dur)
+    program.gap_other = np.where(in_opt, program.gap_other * factor, program.gap_other)
+    gpu_factor = c.per_tensor_to_fused_gpu if per_tensor else c.foreach_to_fused_gpu
+    ops_in_opt = _op_column(model, program, "in_optimizer").astype(bool)
+    program.op_dur = np.where(ops_in_opt, program.op_dur * gpu_factor, program.op_dur)
+    return program
+
+
+def fix_grids(model: StepModel, program: Program, names: Collection[str], c: Constants = CONSTANTS) -> Program:
+    """The named kernels launched with enough blocks: a small grid's time x max(blocks/SMs,
+    1/`max_grid_speedup`); a full grid with low occupancy x occupancy/target."""
+    import numpy as np
+
+    name = _op_column(model, program, "name").astype(str)
+    sel = np.isin(name, np.asarray(sorted(names), dtype=object))
+    if not sel.any():
+        return program
+    blocks = _op_column(model, program, "blocks").astype(np.float64)
+    occ = _op_column(model, program, "occupancy_pct").astype(np.float64)
+    sms = float(model.facts.num_sms or 0)
+    for j in np.flatnonzero(sel).tolist():
+        if sms > 0 and blocks[j] == blocks[j] and blocks[j] < sms:
+            factor = max(blocks[j] / sms, 1.0 / c.max_grid_speedup)
+        elif occ[j] == occ[j] and 0 < occ[j] < c.grid_target_occupancy_pct:
+            factor = occ[j] / c.grid_target_occupancy_pct
+        else:
+            continue
+        program.op_dur[j] = max(1.0, program.op_dur[j] * factor)
+    return program
+
+
+def autocast_speedup(
+    achieved_tflops: float | None, fp32_peak: float | None, bf16_peak: float | None, c: Constants = CONSTANTS
+) -> float:
+    """Expected bf16 speed-up of one FP32 matmul kernel from how hard it drives the CUDA cores."""
+    if achieved_tflops is not None and fp32_peak and bf16_peak:
+        use = min(1.0, achieved_tflops / fp32_peak)
+        s = use * (bf16_peak / fp32_peak) * c.tensor_core_efficiency
+        return min(c.max_autocast_speedup, max(c.min_autocast_speedup, s))
+    return c.autocast_speedup_unknown
+
+
+def tf32_speedup(achieved_tflops: float | None, fp32_peak: float | None, tf32_peak: float | None, c: Constants = CONSTANTS) -> float:
+    """Expected TF32 speed-up of one FP32 GEMM: only compute-bound kernels gain (same bytes)."""
+    if achieved_tflops is not None and fp32_peak and tf32_peak:
+        use = min(1.0, achieved_tflops / fp32_peak)
+        return min(c.max_tf32_speedup, max(1.0, use * (tf32_peak / fp32_peak) * c.tensor_core_efficiency))
+    return 1.0 + (c.autocast_speedup_unknown - 1.0) / 2.0
+
+
+def fp32_matmul_mask(model: StepModel, program: Program) -> Any:
+    """Ops of the program that are matmul/conv/attention kernels running in plain FP32."""
+    import numpy as np
+
+    math_of = model.matmul_math()
+    name = _op_column(model, program, "name").astype(str)
+    return np.array([math_of.get(n) is False for n in name.tolist()], dtype=bool)
+
+
+def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants = CONSTANTS) -> Any:
+    """Per op of the program: the expected speed-up under `mode` ("bf16" or "tf32")."""
+    import numpy as np
+
+    from gpuadvisor.metrics import gpu_peak_for
+
+    peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
+    fp32_peak = peak.peak("fp32") if peak else None
+    other_peak = peak.peak("bf16" if mode == "bf16" else "tf32") if peak else None
+    mask = fp32_matmul_mask(model, program)
+    flops = _op_column(model, program, "op_flops").astype(np.float64)
+    out = np.ones(program.n_ops)
+    for j in np.flatnonzero(mask).tolist():
+        d = program.op_dur[j]
+        tflops = flops[j] / d / 1e6 if flops[j] == flops[j] and flops[j] > 0 and d > 0 else None
+        if mode == "bf16":
+            out[j] = autocast_speedup(tflops, fp32_peak, other_peak, c)
+        else:
+            out[j] = tf32_speedup(tflops, fp32_peak, other_peak, c)
+    if mode == "bf16":
+        family = _op_column(model, program, "family").astype(str)
+        origin = _op_column(model, program, "origin").astype(str)
+        in_opt = _op_column(model, program, "in_optimizer").astype(bool)
+        kind = _op_column(model, program, "kind")
+        ew = (kind == "kernel") & np.isin(family, ["elementwise", "reduction"]) & ~in_opt & (origin == "aten")
+        # only where the kernels run in FP32 today (inputs typed float)
+        types = _op_column(model, program, "op_input_types")
+        fp32_inputs = np.array(
+            [isinstance(t, str) and "float" in t and "BFloat16" not in t and "Half" not in t for t in types],
+            dtype=bool,
+        )
+        out = np.where(ew & fp32_inputs & (out == 1.0), c.bf16_elementwise_speedup, out)
+    return out
+
+
+def lower_precision(model: StepModel, program: Program, mode: str, c: Constants = CONSTANTS) -> Program:
+    """bf16 autocast ("bf16") or TF32 ("tf32") for the FP32 matmul/conv kernels (see kernel_speedups)."""
+    program.op_dur = program.op_dur / kernel_speedups(model, program, mode, c)
+    return program
+
+
+def no_allocator_calls(model: StepModel, program: Program) -> Program:
+    """Allocation calls disappear from steady-state steps (expandable segments, static shapes):
+    cudaMalloc/cudaFree cost nothing and cudaFree no longer waits for the device."""
+    import numpy as np
+
+    names = program.ev_name.astype(str)
+    alloc = np.array([bool(b._ALLOC_RE.search(n) or b._FREE_RE.search(n)) for n in names.tolist()], dtype=bool)
+    program.ev_kind[alloc] = EV_WORK
+    program.ev_dur[alloc] = 0.0
+    program.ev_post[alloc] = 0.0
+    return program
