@@ -95,7 +95,9 @@ class ExposedHostCopies(Rule):
         )
         if blocking.count:
             msg += f" {blocking.count} copies were blocking (the host waited for them: {blocking.per_step:.1f} per step)."
-        msg += " " + cm.prediction_sentence(pred, "the input copies pinned, asynchronous and issued a step ahead")
+        msg += " " + cm.prediction_sentence(
+            pred, "the input copies pinned, asynchronous and issued a step ahead"
+        )
         msg += tr.group_sentence(group) + cm.note_uncorrected(pred)
         where = "; ".join(f"{loc.label()} `{loc.code}`" for loc in locations if loc.file)[:400]
         rec = (

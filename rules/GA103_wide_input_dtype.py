@@ -108,7 +108,9 @@ class WideInputDtype(Rule):
                 + f". Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
             ),
             locations=locations,
-            impact_explanation=cm.impact_explanation(pred, "the image copies moving uint8 (a quarter of the bytes)"),
+            impact_explanation=cm.impact_explanation(
+                pred, "the image copies moving uint8 (a quarter of the bytes)"
+            ),
             remedy=RemedyId.UINT8_INPUTS,
             prediction=tr.with_group(pred, group),
             group=tr.GROUP,

@@ -86,10 +86,13 @@ class DataDependentShapeOps(Rule):
         site_locations = [hs.site_location(s, "call", "per_step") for s in sites]
         locations = site_locations + op_locations
         op_list = (
-            ", ".join(f"{loc.op} ({loc.detail['per_step']}/step)" for loc in op_locations[:4]) or "unknown ops"
+            ", ".join(f"{loc.op} ({loc.detail['per_step']}/step)" for loc in op_locations[:4])
+            or "unknown ops"
         )
         where = (
-            "; ".join(f"{loc.label()} `{loc.code}`" if loc.code else loc.label() for loc in site_locations[:3])
+            "; ".join(
+                f"{loc.label()} `{loc.code}`" if loc.code else loc.label() for loc in site_locations[:3]
+            )
             if site_locations
             else "boolean-mask indexing (`x[mask]`) and nonzero/masked_select/unique calls in the step"
         )

@@ -104,11 +104,16 @@ class DataloaderStall(Rule):
             if nw and (pf is None or (isinstance(pf, int) and pf < 4)):
                 changes.append("prefetch_factor=4")
         elif single:
-            changes += [f"num_workers={workers}", "persistent_workers=True"] + (["pin_memory=True"] if gpu else [])
+            changes += [f"num_workers={workers}", "persistent_workers=True"] + (
+                ["pin_memory=True"] if gpu else []
+            )
         loc = cm.location_of(
-            loader, **({k: loader.get(k) for k in ("num_workers", "pin_memory", "batch_size")} if loader else {})
+            loader,
+            **({k: loader.get(k) for k in ("num_workers", "pin_memory", "batch_size")} if loader else {}),
         )
-        locations: list[Location] = [loc] if loc is not None else [Location(function=names[0] if names else "DataLoader.__next__")]
+        locations: list[Location] = (
+            [loc] if loc is not None else [Location(function=names[0] if names else "DataLoader.__next__")]
+        )
         if fw.is_hf:
             hf_changes = [f"dataloader_num_workers={workers}", "dataloader_persistent_workers=True"] + (
                 ["dataloader_pin_memory=True"] if gpu else []
@@ -120,7 +125,9 @@ class DataloaderStall(Rule):
             rec += "."
         elif changes:
             rec = (
-                f"Change the DataLoader{' at ' + loc.label() if loc is not None else ''}: " + ", ".join(changes) + "."
+                f"Change the DataLoader{' at ' + loc.label() if loc is not None else ''}: "
+                + ", ".join(changes)
+                + "."
             )
         else:
             rec = (
@@ -152,7 +159,11 @@ class DataloaderStall(Rule):
         yield self.finding(
             impact=impact,
             title=title,
-            message=seen + how + " " + cm.prediction_sentence(pred, f"{workers} loader workers") + cm.note_uncorrected(pred),
+            message=seen
+            + how
+            + " "
+            + cm.prediction_sentence(pred, f"{workers} loader workers")
+            + cm.note_uncorrected(pred),
             evidence={
                 "dataloader_wait_ms_per_step": win.per_step(wait_us) / 1000,
                 "idle_waiting_for_data_ms_per_step": win.per_step(idle_us) / 1000,

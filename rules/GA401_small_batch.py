@@ -29,8 +29,9 @@ class SmallBatch(Rule):
     How it is detected
     ------------------
     Over the analyzed steps, in the step model's replay (calibrated to the step time measured outside
-    the profiler): the GPU is busy less than `max_gpu_busy` of the step, or its kernels fill fewer than
-    `max_sm_use` of the SMs (duration-weighted min(blocks / SMs, 1)). Then the steps are replayed at a
+    the profiler): the GPU is busy less than `max_gpu_busy` of the step with a median kernel shorter
+    than `max_median_kernel_us`, or its kernels fill fewer than `max_sm_use` of the SMs
+    (duration-weighted min(blocks / SMs, 1)). Then the steps are replayed at a
     larger batch: host work per step is unchanged (the same ops are dispatched), time waiting for data
     grows with the samples, input copies grow linearly, optimizer kernels and collectives do not, a
     GEMM grows with its FLOPs at the larger of its current rate and `gemm_efficiency_at_scale` of the
@@ -64,6 +65,12 @@ class SmallBatch(Rule):
     category = Category.SMALL_BATCH
     requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
+        "max_median_kernel_us": Threshold(
+            20.0,
+            "median kernel duration below which kernels are 'short' (a kernel that fills an H100 with "
+            "several waves of blocks takes tens of microseconds at least)",
+            "us",
+        ),
         "max_gpu_busy": Threshold(
             0.8,
             "GPU busy share of the replayed step below which the step may be too small to keep the GPU busy",
@@ -117,9 +124,13 @@ class SmallBatch(Rule):
         if base.period_us <= 0:
             return
         busy = min(1.0, base.gpu_busy_us / base.period_us)
+        median_us = float(kernels["dur"].median())
         underfilled = sm_use is not None and sm_use < ctx.threshold("max_sm_use")
-        if busy >= ctx.threshold("max_gpu_busy") and not underfilled:
-            return
+        short_and_idle = busy < ctx.threshold("max_gpu_busy") and median_us < ctx.threshold(
+            "max_median_kernel_us"
+        )
+        if not (short_and_idle or underfilled):
+            return  # kernels that fill the GPU, or long ones: the batch is not what is small
         mem = gw.memory_info(ctx)
         memory_limit: float | None = None
         if mem.peak_allocated is not None and mem.capacity:
@@ -147,7 +158,11 @@ class SmallBatch(Rule):
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
             return
-        memory_bound = memory_limit is not None and m * 2 > memory_limit and m * 2 <= ctx.threshold("max_batch_multiplier")
+        memory_bound = (
+            memory_limit is not None
+            and m * 2 > memory_limit
+            and m * 2 <= ctx.threshold("max_batch_multiplier")
+        )
         inference = cm.is_inference(ctx)
         fw = cm.framework(ctx)
         loader = cm.main_dataloader(ctx)
@@ -156,7 +171,6 @@ class SmallBatch(Rule):
             batch = fw.settings.get("per_device_train_batch_size")
         batch_size = int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None
         kernels_per_step = len(kernels) / win.count
-        median_us = float(kernels["dur"].median())
         evidence = {
             "steps_analyzed": win.count,
             "step_time_ms": pred.baseline_step_ms,
@@ -175,9 +189,12 @@ class SmallBatch(Rule):
             "batch_size": batch_size,
             "inference": inference,
             "framework": fw.name,
+            **cm.profiler_evidence(ctx),
         }
         locations: list[Location] = []
-        loc = cm.location_of(loader, batch_size=batch_size, num_workers=loader.get("num_workers") if loader else None)
+        loc = cm.location_of(
+            loader, batch_size=batch_size, num_workers=loader.get("num_workers") if loader else None
+        )
         if fw.is_hf and fw.call_site is not None:
             locations.append(fw.call_site)
         if loc is not None:
@@ -185,7 +202,11 @@ class SmallBatch(Rule):
         locations += cm.model_call_locations(ctx)[:1] if not locations else []
         message = (
             f"The GPU is busy {cm.pct(busy)} of the {pred.baseline_step_ms:.2f} ms step"
-            + (f" and its kernels fill {cm.pct(sm_use)} of the {sms} SMs" if sm_use is not None and sms else "")
+            + (
+                f" and its kernels fill {cm.pct(sm_use)} of the {sms} SMs"
+                if sm_use is not None and sms
+                else ""
+            )
             + f" ({kernels_per_step:.0f} kernels per step, median {gw.us(median_us)}): each step's work is too "
             "small to keep it busy, and the per-step host cost does not shrink with the batch. "
         )
@@ -199,7 +220,11 @@ class SmallBatch(Rule):
         message += cm.prediction_sentence(pred, f"{m:g}x the batch") + cm.note_uncorrected(pred)
         size_text = "the batch size"
         if fw.is_hf:
-            size_text = "per_device_train_batch_size" + (f"={batch_size}" if batch_size else "") + " in TrainingArguments"
+            size_text = (
+                "per_device_train_batch_size"
+                + (f"={batch_size}" if batch_size else "")
+                + " in TrainingArguments"
+            )
         elif loader is not None and batch_size is not None:
             size_text = f"batch_size={batch_size} ({loader.get('file')}:{loader.get('line')})"
         target = f" to {int(batch_size * m)}" if batch_size is not None else ""
@@ -218,7 +243,7 @@ class SmallBatch(Rule):
         if inference:
             rec += (
                 "Each request then waits for a larger batch: bound the batch by your latency target. For a "
-                "fixed small batch, cut the per-batch CPU cost instead: torch.compile(mode=\"reduce-overhead\") "
+                'fixed small batch, cut the per-batch CPU cost instead: torch.compile(mode="reduce-overhead") '
                 "/ CUDA graphs (see GA501), under torch.inference_mode()."
             )
         else:

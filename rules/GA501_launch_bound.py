@@ -28,7 +28,9 @@ class LaunchBound(Rule):
     Over the analyzed steps: at least `min_kernels_per_step` kernels per step with a median duration at
     or below `max_median_kernel_us` (the order of one launch), and a step model whose replay is paced by
     the host (its host period at least `min_host_bound` of the step: the GPU waits for launches, not the
-    other way round). Impact: the step time recovered in a replay in which the forward and backward
+    other way round), and a replay of the steps with their host launch cost removed (CUDA graphs, the
+    profiler's own per-op cost taken out first) recovers at least `min_launch_gain`. Impact: the step time
+    recovered in a replay in which the forward and backward
     run as torch.compile would run them with mode="reduce-overhead": chains of PyTorch elementwise
     kernels fused (each chain's time `fusion_factor` of its sum, one launch), and the host work between
     launches replaced by CUDA graph replays (a small host cost per step, kernels back to back). The
@@ -71,6 +73,12 @@ class LaunchBound(Rule):
         "min_host_bound": Threshold(
             0.9, "host period / step period in the replay from which the host sets the pace", "fraction"
         ),
+        "min_launch_gain": Threshold(
+            0.10,
+            "smallest share of the step the host's launch cost alone must take (CUDA graphs replayed, the "
+            "profiler's own cost removed) for the run to count as launch-bound",
+            "fraction",
+        ),
         "min_impact": Threshold(0.05, "smallest predicted gain worth a finding", "fraction"),
     }
     references = (
@@ -98,11 +106,14 @@ class LaunchBound(Rule):
         compiled = gw.setting_used(ctx, "torch_compile")
         graphs = gw.setting_used(ctx, "cuda_graphs")
         already = bool(compiled or graphs)
-        remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.TORCH_COMPILE
-        pred = ctx.predict(remedy) if already else ctx.predict(remedy, fusion=True)
-        impact = pred.recovered_fraction
-        if impact < ctx.threshold("min_impact"):
+        # Launch overhead is what CUDA graphs remove: the host's cost between launches. Unless that alone
+        # is worth it (the profiler's own per-op cost taken out), the run is not launch-bound.
+        launch_cost = ctx.predict(RemedyId.CUDA_GRAPHS)
+        if launch_cost.recovered_fraction < ctx.threshold("min_launch_gain"):
             return
+        remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.TORCH_COMPILE
+        pred = launch_cost if already else ctx.predict(remedy, fusion=True)
+        impact = pred.recovered_fraction
         idle_launch = model.idle_share(sb.IDLE_LAUNCH)
         inference = cm.is_inference(ctx)
         fw = cm.framework(ctx)
@@ -121,6 +132,8 @@ class LaunchBound(Rule):
             "cuda_graphs_used": graphs,
             "inference": inference,
             "framework": fw.name,
+            "predicted_gain_cuda_graphs_alone": launch_cost.recovered_fraction,
+            **cm.profiler_evidence(ctx),
         }
         top = (
             kernels.groupby(kernels["name"].astype(str), observed=True)["dur"]
@@ -143,7 +156,10 @@ class LaunchBound(Rule):
             f"({gw.us(kernel_us_per_step)} of kernel time per step): the host, not the GPU, sets the pace; "
             f"the GPU idles {cm.pct(idle_launch)} of the step waiting for the next launch. "
             + cm.prediction_sentence(
-                pred, "CUDA graph replay" if already else 'torch.compile(mode="reduce-overhead") (fusion + CUDA graphs)'
+                pred,
+                "CUDA graph replay"
+                if already
+                else 'torch.compile(mode="reduce-overhead") (fusion + CUDA graphs)',
             )
             + cm.note_uncorrected(pred)
         )

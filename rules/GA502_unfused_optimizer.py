@@ -127,11 +127,19 @@ class UnfusedOptimizer(Rule):
             "step_time_ms": pred.baseline_step_ms,
             "predicted_step_time_ms": pred.predicted_step_ms,
             "framework": fw.name,
+            **cm.profiler_evidence(ctx),
         }
         if isinstance(param_tensors, int) and param_tensors > 0:
             evidence["kernels_per_param_tensor"] = kernels_per_step / param_tensors
         locations: list[Location] = []
-        loc = cm.location_of(optimizer, **{"class": opt_class, "foreach": foreach, "fused": fused, "param_tensors": param_tensors}) if optimizer else None
+        loc = (
+            cm.location_of(
+                optimizer,
+                **{"class": opt_class, "foreach": foreach, "fused": fused, "param_tensors": param_tensors},
+            )
+            if optimizer
+            else None
+        )
         if fw.is_hf and fw.call_site is not None:
             locations.append(fw.call_site)
         if loc is not None:
@@ -165,12 +173,17 @@ class UnfusedOptimizer(Rule):
             )
         else:
             title = f"{opt_class} runs foreach, not fused: fusing saves {cm.pct(impact)} of the step"
-            message = described + " with multi-tensor (foreach) kernels; the fused implementation does the update in fewer kernels and less host time."
+            message = (
+                described
+                + " with multi-tensor (foreach) kernels; the fused implementation does the update in fewer kernels and less host time."
+            )
         message += " " + cm.prediction_sentence(pred, "the fused update") + cm.note_uncorrected(pred)
         if fw.is_hf:
-            rec = 'Set optim="adamw_torch_fused" in your TrainingArguments' + (
-                f" ({fw.call_site.label()})" if fw.call_site else ""
-            ) + "."
+            rec = (
+                'Set optim="adamw_torch_fused" in your TrainingArguments'
+                + (f" ({fw.call_site.label()})" if fw.call_site else "")
+                + "."
+            )
         elif fused_ok:
             rec = (
                 f"Create the optimizer{where} with fused=True"

@@ -180,7 +180,12 @@ class LowOccupancyKernels(Rule):
 
     def _one(self, ctx: RuleContext, r: dict[str, Any], sms: int | None, pred: Prediction) -> Finding:
         why = self._limiting_factor(ctx, r, sms)
-        r = {**r, "limiting_factor": why, "step_time_ms": pred.baseline_step_ms, "predicted_step_time_ms": pred.predicted_step_ms}
+        r = {
+            **r,
+            "limiting_factor": why,
+            "step_time_ms": pred.baseline_step_ms,
+            "predicted_step_time_ms": pred.predicted_step_ms,
+        }
         name = gw.short_kernel_name(r["name"])
         if r["reason"] == "grid":
             what = f"uses {gw.pct(r['blocks_per_sm'])} of the SMs (blocks per SM {r['blocks_per_sm']:.2f})"
@@ -219,7 +224,9 @@ class LowOccupancyKernels(Rule):
 
 
 def _dims(row: Any, prefix: str) -> str | None:
-    values = [gw.finite(row.get(f"{prefix}_{axis}")) if hasattr(row, "get") else None for axis in ("x", "y", "z")]
+    values = [
+        gw.finite(row.get(f"{prefix}_{axis}")) if hasattr(row, "get") else None for axis in ("x", "y", "z")
+    ]
     if any(v is None for v in values):
         return None
     return ",".join(f"{v:.0f}" for v in values if v is not None)

@@ -116,7 +116,9 @@ class Fp32Matmul(Rule):
                 }
             )
         mm_us = sum(r["time_us"] for r in rows)
-        fp32 = sorted((r for r in rows if r["tensor_core"] is False), key=lambda r: (-r["time_us"], r["name"]))
+        fp32 = sorted(
+            (r for r in rows if r["tensor_core"] is False), key=lambda r: (-r["time_us"], r["name"])
+        )
         tc_us = sum(r["time_us"] for r in rows if r["tensor_core"] is True)
         fp32_us = sum(r["time_us"] for r in fp32)
         fp32_fraction = fp32_us / win.total_us
@@ -177,9 +179,7 @@ class Fp32Matmul(Rule):
             )
             for r in fp32[:5]
         ]
-        gains = (
-            f" Predicted: {cm.times(pred.speedup)} with bf16, {cm.times(tf32.speedup)} with TF32 alone."
-        )
+        gains = f" Predicted: {cm.times(pred.speedup)} with bf16, {cm.times(tf32.speedup)} with TF32 alone."
         numerics = (
             " Numerics: TF32 and BF16 round matmul inputs to 10/7 mantissa bits; check the loss curve against "
             "an FP32 run."
@@ -233,7 +233,11 @@ class Fp32Matmul(Rule):
                 "FP32 peak) and the forward/backward elementwise kernels moving half the bytes",
             ),
             remedy=RemedyId.BF16_AUTOCAST,
-            prediction={**pred.to_dict(), "tf32_speedup": round(tf32.speedup, 4), "tf32_recovered_fraction": round(tf32.recovered_fraction, 4)},
+            prediction={
+                **pred.to_dict(),
+                "tf32_speedup": round(tf32.speedup, 4),
+                "tf32_recovered_fraction": round(tf32.recovered_fraction, 4),
+            },
         )
 
 

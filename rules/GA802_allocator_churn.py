@@ -124,5 +124,7 @@ class AllocatorChurn(Rule):
             },
             recommendation="Fix the source of " + "; and of ".join(causes) + ".",
             locations=[Location(function=n, detail={"per_step": c}) for n, c in sorted(per_step.items())],
-            impact_explanation=cm.impact_explanation(pred, "the allocation calls gone from steady-state steps"),
+            impact_explanation=cm.impact_explanation(
+                pred, "the allocation calls gone from steady-state steps"
+            ),
         )

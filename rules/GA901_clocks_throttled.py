@@ -78,7 +78,11 @@ class ClocksThrottled(Rule):
         impact = None
         deficit = None
         model = ctx.model
-        busy = model.busy_us() / model.window.total_us if len(ctx.trace.kernels) and model.window.total_us > 0 else None
+        busy = (
+            model.busy_us() / model.window.total_us
+            if len(ctx.trace.kernels) and model.window.total_us > 0
+            else None
+        )
         if busy is None:
             util_mean = gw.finite(busy_rows["util_gpu_pct"].mean())
             busy = util_mean / 100.0 if util_mean is not None else None

@@ -55,7 +55,7 @@ PROFILER_NOTE = (
 
 
 def prediction_sentence(pred: Prediction, what: str) -> str:
-    """"Replaying the steps with <what>: 14.6 -> 4.5 ms per step (3.26x)." (per sample for a batch change)."""
+    """ "Replaying the steps with <what>: 14.6 -> 4.5 ms per step (3.26x)." (per sample for a batch change)."""
     if pred.batch_multiplier != 1.0:
         m = pred.batch_multiplier
         return (
@@ -148,7 +148,8 @@ def model_call_locations(ctx: RuleContext) -> list[Location]:
         return []
     out: list[Location] = []
     for c in sorted(
-        (c for c in calls if isinstance(c, Mapping)), key=lambda c: -float(c.get("calls_per_step") or c.get("count") or 0)
+        (c for c in calls if isinstance(c, Mapping)),
+        key=lambda c: -float(c.get("calls_per_step") or c.get("count") or 0),
     ):
         loc = location_of(c, module=c.get("module"), calls_per_step=c.get("calls_per_step"))
         if loc is not None:
@@ -207,3 +208,14 @@ def wait_stats(ctx: RuleContext, kind: str) -> WaitStats:
         idle_us_per_step=win.per_step(idle),
         idle_fraction=win.share(idle),
     )
+
+
+def profiler_evidence(ctx: RuleContext) -> dict[str, Any]:
+    """How the prediction was corrected for the profiler's own cost (evidence of host-bound findings)."""
+    model = ctx.model
+    return {
+        "profiler_corrected": model.profiler_ratio is not None,
+        "unprofiled_step_time_ms": model.unprofiled_step_ms,
+        "profiled_step_time_ms": model.profiled_step_ms,
+        "profiler_host_scale": model.host_scale,
+    }

@@ -31,7 +31,11 @@ def sm_count(ctx: RuleContext) -> int | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return int(value)
     value2 = ctx.metrics.window.get("num_sms") if ctx.metrics is not None else None
-    return int(value2) if isinstance(value2, (int, float)) and not isinstance(value2, bool) and value2 > 0 else None
+    return (
+        int(value2)
+        if isinstance(value2, (int, float)) and not isinstance(value2, bool) and value2 > 0
+        else None
+    )
 
 
 def blocks_per_sm(kernels: pd.DataFrame, sms: int | None) -> pd.Series:

@@ -47,7 +47,9 @@ def first_type(types: Any) -> str | None:
         return None
 
 
-def window_copies(model: StepModel, min_bytes: float, directions: tuple[str, ...] = ("HtoD", "DtoH")) -> pd.DataFrame:
+def window_copies(
+    model: StepModel, min_bytes: float, directions: tuple[str, ...] = ("HtoD", "DtoH")
+) -> pd.DataFrame:
     o = model.window_ops
     c = o[(o["kind"] == "copy") & o["direction"].astype(str).isin(directions)]
     out: pd.DataFrame = c[c["bytes"].fillna(0) >= min_bytes]
@@ -68,7 +70,8 @@ def image_copies(model: StepModel, min_bytes: float) -> tuple[pd.DataFrame, dict
     ops = trace.cpu_ops.dropna(subset=["external_id"]).drop_duplicates("external_id", keep="last")
     ops = ops[ops["external_id"].isin(sorted(wanted))]
     op_of_ext = {
-        int(e): (d, ty) for e, d, ty in zip(ops["external_id"], ops["input_dims"], ops["input_types"], strict=True)
+        int(e): (d, ty)
+        for e, d, ty in zip(ops["external_id"], ops["input_dims"], ops["input_types"], strict=True)
     }
     keep: list[Any] = []
     shapes: dict[str, int] = {}
@@ -113,7 +116,9 @@ def copy_stats(model: StepModel, copies: pd.DataFrame) -> CopyStats:
     by_dir: dict[str, float] = {}
     for d, e in zip(copies["direction"].astype(str).tolist(), per_copy_exposed.tolist(), strict=True):
         by_dir[d] = by_dir.get(d, 0.0) + float(e)
-    return CopyStats(len(copies), total, exposed, float(np.nansum(copies["bytes"].to_numpy("float64"))), by_dir)
+    return CopyStats(
+        len(copies), total, exposed, float(np.nansum(copies["bytes"].to_numpy("float64"))), by_dir
+    )
 
 
 def group_remedies(ctx: RuleContext) -> list[tuple[RemedyId, dict[str, Any]]]:

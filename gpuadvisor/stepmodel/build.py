@@ -48,7 +48,9 @@ SYNC_KINDS: tuple[str, ...] = (SCALAR_READ, DATA_DEPENDENT, BLOCKING_COPY, EXPLI
 # Causes of GPU idle time (idle `cause`), in the order they are assigned
 IDLE_DATA = "data_loading"  # the host was waiting for the DataLoader
 IDLE_SYNC = "host_sync"  # the host was blocked on the device when the queue drained, or in a read loop
-IDLE_LAUNCH = "launch_overhead"  # the next work was not yet issued: the host was busy (Python, dispatch, launches)
+IDLE_LAUNCH = (
+    "launch_overhead"  # the next work was not yet issued: the host was busy (Python, dispatch, launches)
+)
 IDLE_DEPENDENCY = "dependency"  # the next work was queued but waited (another stream, an event)
 IDLE_OTHER = "other"  # nothing follows in the window, or the launch is unknown
 IDLE_CAUSES: tuple[str, ...] = (IDLE_DATA, IDLE_SYNC, IDLE_LAUNCH, IDLE_DEPENDENCY, IDLE_OTHER)
@@ -134,7 +136,9 @@ _LAUNCH_RE = re.compile(
     r"^cu(?:LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemcpyHtoDAsync|"
     r"MemcpyDtoHAsync|MemcpyDtoDAsync|MemsetD\w*Async)"
 )
-_BLOCKING_COPY_RE = re.compile(r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy(?:HtoD|DtoH|DtoD)?(?:_v2)?$")
+_BLOCKING_COPY_RE = re.compile(
+    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy(?:HtoD|DtoH|DtoD)?(?:_v2)?$"
+)
 _SYNC_RE = re.compile(
     r"^(?:cuda|hip)(?:StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)$|"
     r"^cu(?:StreamSynchronize|CtxSynchronize|EventSynchronize)$"
@@ -168,8 +172,12 @@ _LIBRARY_RE = re.compile(
     r"cutensor|cufft|fft|miopen|rocblas|hipblas|ck::|kernel_func",
     re.I,
 )
-_INDUCTOR_RE = re.compile(r"^triton_(?:poi|red|per|tem|for|mm|bmm|addmm|fused|helper)_|^triton_\w*fused", re.I)
-_ATEN_RE = re.compile(r"at::native|at::cuda|\bc10::|^void at::|elementwise_kernel|reduce_kernel|index_elementwise", re.I)
+_INDUCTOR_RE = re.compile(
+    r"^triton_(?:poi|red|per|tem|for|mm|bmm|addmm|fused|helper)_|^triton_\w*fused", re.I
+)
+_ATEN_RE = re.compile(
+    r"at::native|at::cuda|\bc10::|^void at::|elementwise_kernel|reduce_kernel|index_elementwise", re.I
+)
 _OPTIMIZER_KERNEL_RE = re.compile(r"multi_tensor_apply|fused_?adam|FusedOptimizer|_fused_sgd|fused_sgd", re.I)
 
 
@@ -328,7 +336,9 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
                     "launch_dur": kl["launch_dur"].to_numpy(dtype=np.float64),
                     "launch_tid": kl["launch_tid"].astype("float64").to_numpy(),
                     "family": families.to_numpy(dtype=object),
-                    "origin": [origin_of[(n, f)] for n, f in zip(names.tolist(), families.tolist(), strict=True)],
+                    "origin": [
+                        origin_of[(n, f)] for n, f in zip(names.tolist(), families.tolist(), strict=True)
+                    ],
                     "is_collective": k["is_collective"].to_numpy(dtype=bool),
                     "bytes": nan,
                     "direction": "",
@@ -373,7 +383,9 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
                     "stream": table["stream"].astype("float64").to_numpy(),
                     "correlation": table["correlation"].astype("float64").to_numpy(),
                     "external_id": (
-                        table["external_id"].astype("float64").to_numpy() if is_copy else np.full(len(table), nan)
+                        table["external_id"].astype("float64").to_numpy()
+                        if is_copy
+                        else np.full(len(table), nan)
                     ),
                     "launch_ts": launched["launch_ts"].to_numpy(dtype=np.float64),
                     "launch_dur": launched["launch_dur"].to_numpy(dtype=np.float64),
@@ -405,7 +417,9 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
     ops = pd.concat(parts, ignore_index=True)
     # In a step: launched inside it, or (launch unknown) started inside it. Work launched in a step
     # that drains after its end is kept: it is that step's work.
-    anchor = np.where(np.isnan(ops["launch_ts"].to_numpy()), ops["ts"].to_numpy(), ops["launch_ts"].to_numpy())
+    anchor = np.where(
+        np.isnan(ops["launch_ts"].to_numpy()), ops["ts"].to_numpy(), ops["launch_ts"].to_numpy()
+    )
     seg = segments.step_index(anchor)
     running = (ops["ts"].to_numpy() < hi) & (ops["end"].to_numpy() > lo)
     keep = (seg >= 0) | running
@@ -431,7 +445,9 @@ def host_spans(trace: TraceModel, pattern: re.Pattern[str]) -> Spans:
         z = np.zeros(0)
         return Spans(z, z.copy())
     names = ann["name"].astype(str)
-    mask = names.str.contains(pattern.pattern, regex=True).to_numpy(dtype=bool) & ~ann["on_gpu"].to_numpy(dtype=bool)
+    mask = names.str.contains(pattern.pattern, regex=True).to_numpy(dtype=bool) & ~ann["on_gpu"].to_numpy(
+        dtype=bool
+    )
     s, e = union_intervals(ann["ts"].to_numpy()[mask], ann["end"].to_numpy()[mask])
     return Spans(s, e, tuple(sorted(set(names[mask].tolist()))))
 
@@ -453,7 +469,9 @@ def scalar_read_spans(trace: TraceModel) -> Spans:
         z = np.zeros(0)
         return Spans(z, z.copy())
     rn = rt["name"].astype(str)
-    io = (rn.str.contains("Memcpy", regex=False) | rn.str.contains("Synchronize", regex=False)).to_numpy(dtype=bool)
+    io = (rn.str.contains("Memcpy", regex=False) | rn.str.contains("Synchronize", regex=False)).to_numpy(
+        dtype=bool
+    )
     cs, ce = union_intervals(rt["ts"].to_numpy()[io], rt["end"].to_numpy()[io])
     s_, e_ = ops["ts"].to_numpy(dtype=np.float64)[sel], ops["end"].to_numpy(dtype=np.float64)[sel]
     holds = covered(cs, ce, s_, e_) > 0
@@ -522,19 +540,31 @@ def build_host(
     copies = ops[ops["kind"] == "copy"]
     blocking = np.isin(nm, sorted(blocking_names)) & is_launch
     direction_of: dict[int, str] = {}
-    pageable_corr: set[int] = set()
-    for c, d, s, dst in zip(
+    pageable_mid: dict[
+        int, float
+    ] = {}  # a pageable copy's middle: the host waited if its call lasted past it
+    for c, d, s, dst, cts, cdur in zip(
         copies["correlation"].tolist(),
         copies["direction"].tolist(),
         copies["src_kind"].tolist(),
         copies["dst_kind"].tolist(),
+        copies["ts"].tolist(),
+        copies["dur"].tolist(),
         strict=True,
     ):
         if c == c:
             direction_of[int(c)] = str(d)
             if "Pageable" in (str(s), str(dst)):
-                pageable_corr.add(int(c))
-    blocking |= np.array([c == c and int(c) in pageable_corr for c in corr.tolist()], dtype=bool) & is_launch
+                pageable_mid[int(c)] = float(cts) + float(cdur) / 2.0
+    call_end = h["end"].to_numpy(dtype=np.float64)
+    waited_for_copy = np.array(
+        [
+            c == c and int(c) in pageable_mid and call_end[i] >= pageable_mid[int(c)]
+            for i, c in enumerate(corr.tolist())
+        ],
+        dtype=bool,
+    )
+    blocking |= waited_for_copy & is_launch
     h["blocking"] = blocking
 
     # Launch calls held up by a full launch queue (a GPU-bound run whose host ran ahead).
@@ -700,10 +730,10 @@ def attribute_idle(
         wl = work["launch_ts"].to_numpy(dtype=np.float64)
         j = np.searchsorted(wts, ge - 1e-6, side="left")
         has = j < len(wts)
+        # the work that ends the idle period (across a step boundary when the gap was cut there)
         lt = np.where(has, wl[np.clip(j, 0, len(wts) - 1)], np.nan)
-        ended_in_step = has & (np.where(has, wts[np.clip(j, 0, len(wts) - 1)], np.inf) <= ge + 1e-3)
-        after[ended_in_step & (lt >= gs - 1.0)] = IDLE_LAUNCH
-        after[ended_in_step & (lt < gs - 1.0)] = IDLE_DEPENDENCY
+        after[has & (lt >= gs - 1.0)] = IDLE_LAUNCH
+        after[has & (lt < gs - 1.0)] = IDLE_DEPENDENCY
     rows_step: list[Any] = []
     rows_s: list[Any] = []
     rows_e: list[Any] = []
@@ -736,7 +766,9 @@ def attribute_idle(
             "sync_kind": np.concatenate(rows_k).astype(object),
         }
     )
-    result: pd.DataFrame = out[out["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+    result: pd.DataFrame = (
+        out[out["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+    )
     return result
 
 

@@ -46,10 +46,14 @@ def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Ma
     if r is RemedyId.STATIC_SHAPES:
         return t.remove_waits(model, program, (b.DATA_DEPENDENT,))
     if r in (RemedyId.PINNED_ASYNC_COPIES, RemedyId.DATALOADER_PIN_MEMORY):
-        mask = t.htod_copy_mask(model, program, pageable_only=True, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES))
+        mask = t.htod_copy_mask(
+            model, program, pageable_only=True, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES)
+        )
         return t.pinned_async_copies(model, program, mask)
     if r is RemedyId.PREFETCH_COPIES:
-        mask = t.htod_copy_mask(model, program, pageable_only=False, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES))
+        mask = t.htod_copy_mask(
+            model, program, pageable_only=False, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES)
+        )
         return t.prefetch_copies(model, program, mask)
     if r is RemedyId.UINT8_INPUTS:
         import numpy as np
@@ -90,7 +94,9 @@ def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Predicti
     )
 
 
-def predict_combined(model: StepModel, remedies: Sequence[tuple[RemedyId | str, Mapping[str, Any]]]) -> Prediction:
+def predict_combined(
+    model: StepModel, remedies: Sequence[tuple[RemedyId | str, Mapping[str, Any]]]
+) -> Prediction:
     """Several remedies applied together, in the given order."""
     items = [(RemedyId(r), dict(p)) for r, p in remedies]
     m = 1.0

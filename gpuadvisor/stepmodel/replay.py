@@ -79,7 +79,9 @@ class Program:
     op_dep: Any  # int64: op index this op waits for (another stream), -1 none
     op_extra: Any  # float64: unexplained extra start delay, us
     op_row: Any  # int64: row of the op in StepModel.ops
-    op_bytes: Any  # float64: bytes moved (copies; NaN otherwise): transforms that narrow or pin copies edit it
+    op_bytes: (
+        Any  # float64: bytes moved (copies; NaN otherwise): transforms that narrow or pin copies edit it
+    )
     # machine
     launch_lag_us: float
     queue_depth: int
@@ -159,9 +161,13 @@ def build_program(model: StepModel) -> Program:
     prev_end = np.r_[b0, np.maximum.accumulate(end)[:-1]] if nh else np.zeros(0)
     prev_end = np.maximum(prev_end, b0) if nh else prev_end
     gap = np.clip(ts - prev_end, 0.0, None) if nh else np.zeros(0)
-    g_data = model.data_spans.covered(prev_end, prev_end + gap) if nh and model.data_spans.count else np.zeros(nh)
+    g_data = (
+        model.data_spans.covered(prev_end, prev_end + gap) if nh and model.data_spans.count else np.zeros(nh)
+    )
     g_opt = (
-        model.optimizer_spans.covered(prev_end, prev_end + gap) if nh and model.optimizer_spans.count else np.zeros(nh)
+        model.optimizer_spans.covered(prev_end, prev_end + gap)
+        if nh and model.optimizer_spans.count
+        else np.zeros(nh)
     )
     g_opt = np.minimum(g_opt, gap - g_data)
     g_other = np.clip(gap - g_data - g_opt, 0.0, None)
@@ -174,7 +180,11 @@ def build_program(model: StepModel) -> Program:
     tail = max(0.0, b1 - max(last, b0)) if nsteps else 0.0
     tail_start = max(last, b0)
     t_data = float(model.data_spans.covered(tail_start, tail_start + tail)) if model.data_spans.count else 0.0
-    t_opt = float(model.optimizer_spans.covered(tail_start, tail_start + tail)) if model.optimizer_spans.count else 0.0
+    t_opt = (
+        float(model.optimizer_spans.covered(tail_start, tail_start + tail))
+        if model.optimizer_spans.count
+        else 0.0
+    )
     t_opt = min(t_opt, tail - t_data)
 
     # ops launched by these events, grouped per launch, in event order
@@ -405,9 +415,11 @@ def replay(program: Program, host_scale: float = 1.0, repetitions: int = REPETIT
     steps = program.steps
     host_period = (host_marks[-1] - host_marks[-2]) / steps
     gpu_period = (gpu_marks[-1] - gpu_marks[-2]) / steps if len(gpu_marks) >= 2 else host_period
-    busiest = max(
-        (b - a for a, b in zip(busy_marks[-2], busy_marks[-1], strict=True)), default=0.0
-    ) if len(busy_marks) >= 2 else 0.0
+    busiest = (
+        max((b - a for a, b in zip(busy_marks[-2], busy_marks[-1], strict=True)), default=0.0)
+        if len(busy_marks) >= 2
+        else 0.0
+    )
     return ReplayResult(
         period_us=max(host_period, gpu_period),
         host_period_us=host_period,

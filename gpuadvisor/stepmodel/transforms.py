@@ -109,7 +109,9 @@ def remove_reads(model: StepModel, program: Program, c: Constants = CONSTANTS) -
     return program
 
 
-def remove_waits(model: StepModel, program: Program, kinds: Collection[str], c: Constants = CONSTANTS) -> Program:
+def remove_waits(
+    model: StepModel, program: Program, kinds: Collection[str], c: Constants = CONSTANTS
+) -> Program:
     """The host no longer waits on the device in waits of these kinds (the call itself remains)."""
     import numpy as np
 
@@ -200,7 +202,9 @@ def narrow_copies(program: Program, mask: Any, factor: float) -> Program:
     return program
 
 
-def faster_data(model: StepModel, program: Program, workers: int, current_workers: int, c: Constants = CONSTANTS) -> Program:
+def faster_data(
+    model: StepModel, program: Program, workers: int, current_workers: int, c: Constants = CONSTANTS
+) -> Program:
     """DataLoader workers prepare batches in parallel: the host's wait per step shrinks to a hand-off,
     while the workers' throughput bounds the step from below."""
     steps = max(1, program.steps)
@@ -248,7 +252,11 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
             continue
         if family[j] in ("gemm", "attention") and flops[j] == flops[j] and flops[j] > 0 and peak is not None:
             t = str(types[j]) if types[j] is not None else ""
-            dtype = "bf16" if ("BFloat16" in t or "Half" in t) else ("tf32" if model.settings.get("allow_tf32_matmul") else "fp32")
+            dtype = (
+                "bf16"
+                if ("BFloat16" in t or "Half" in t)
+                else ("tf32" if model.settings.get("allow_tf32_matmul") else "fp32")
+            )
             rate_peak = (peak.peak(dtype) or peak.peak("fp32") or 0.0) * 1e6  # FLOP/us
             rate_now = flops[j] / d[j] if d[j] > 0 else 0.0
             rate = max(rate_now, c.gemm_efficiency_at_scale * rate_peak)
@@ -300,7 +308,9 @@ def cuda_graphs(model: StepModel, program: Program, c: Constants = CONSTANTS) ->
     program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
     launches = sel & (program.ev_kind == EV_LAUNCH)
     program.ev_dur = np.where(launches, np.minimum(program.ev_dur, c.graph_launch_gap_us), program.ev_dur)
-    program.ev_dur = np.where(sel & (program.ev_kind == EV_WORK), program.ev_dur * c.graph_host_fraction, program.ev_dur)
+    program.ev_dur = np.where(
+        sel & (program.ev_kind == EV_WORK), program.ev_dur * c.graph_host_fraction, program.ev_dur
+    )
     program.tail_other = program.tail_other * c.graph_host_fraction + c.graph_step_host_us * program.steps
     program.launch_lag_us = min(program.launch_lag_us, c.graph_launch_gap_us + 1.0)
     return program
@@ -361,12 +371,18 @@ def fused_optimizer(
 
     steps = max(1, program.steps)
     in_opt = program.ev_in_optimizer
-    host_now = float(program.gap_opt.sum()) + program.tail_opt + float(
-        (program.ev_dur[in_opt]).sum() + program.ev_post[in_opt].sum()
+    host_now = (
+        float(program.gap_opt.sum())
+        + program.tail_opt
+        + float((program.ev_dur[in_opt]).sum() + program.ev_post[in_opt].sum())
     )
     if host_now <= 0:
         return program
-    tensors = param_tensors if param_tensors else int(max(1, (in_opt & (program.ev_kind == EV_LAUNCH)).sum() / steps / 10))
+    tensors = (
+        param_tensors
+        if param_tensors
+        else int(max(1, (in_opt & (program.ev_kind == EV_LAUNCH)).sum() / steps / 10))
+    )
     target = steps * (c.fused_optimizer_host_base_us + c.fused_optimizer_host_per_tensor_us * tensors)
     factor = min(1.0, target / host_now)
     program.gap_opt = program.gap_opt * factor
@@ -379,7 +395,9 @@ def fused_optimizer(
     return program
 
 
-def fix_grids(model: StepModel, program: Program, names: Collection[str], c: Constants = CONSTANTS) -> Program:
+def fix_grids(
+    model: StepModel, program: Program, names: Collection[str], c: Constants = CONSTANTS
+) -> Program:
     """The named kernels launched with enough blocks: a small grid's time x max(blocks/SMs,
     1/`max_grid_speedup`); a full grid with low occupancy x occupancy/target."""
     import numpy as np
@@ -413,7 +431,9 @@ def autocast_speedup(
     return c.autocast_speedup_unknown
 
 
-def tf32_speedup(achieved_tflops: float | None, fp32_peak: float | None, tf32_peak: float | None, c: Constants = CONSTANTS) -> float:
+def tf32_speedup(
+    achieved_tflops: float | None, fp32_peak: float | None, tf32_peak: float | None, c: Constants = CONSTANTS
+) -> float:
     """Expected TF32 speed-up of one FP32 GEMM: only compute-bound kernels gain (same bytes)."""
     if achieved_tflops is not None and fp32_peak and tf32_peak:
         use = min(1.0, achieved_tflops / fp32_peak)
@@ -477,7 +497,9 @@ def no_allocator_calls(model: StepModel, program: Program) -> Program:
     import numpy as np
 
     names = program.ev_name.astype(str)
-    alloc = np.array([bool(b._ALLOC_RE.search(n) or b._FREE_RE.search(n)) for n in names.tolist()], dtype=bool)
+    alloc = np.array(
+        [bool(b._ALLOC_RE.search(n) or b._FREE_RE.search(n)) for n in names.tolist()], dtype=bool
+    )
     program.ev_kind[alloc] = EV_WORK
     program.ev_dur[alloc] = 0.0
     program.ev_post[alloc] = 0.0

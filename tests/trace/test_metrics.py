@@ -77,16 +77,22 @@ def test_window_metrics_hand_computed(tmp_path: Path) -> None:
     assert w["compute_fraction"] == pytest.approx(0.35)
     assert w["copy_pageable_fraction"] == pytest.approx(0.1)
     assert w["copy_htod_fraction"] == pytest.approx(0.1)
-    # idle 550: [0,50) data loading; [150,200) launch overhead; [500,900) host sync (the scalar read's
-    # 1 us copy at [798,799) does not split the gap: it is not GPU work);
+    # idle 550 per step (the step model's attribution, gpuadvisor/stepmodel/build.py):
+    # [0,50) data loading; [150,200) launch overhead (the GEMM was launched after the GPU went idle);
+    # [500,900): the GPU went idle before the host started reading (.item() at 510), so the read costs
+    # its wait, the cudaStreamSynchronize [512, 799.5) (287.5 us, host_sync); the rest of the gap
+    # (12 + 100.5 us: the host working, then launching the elementwise kernel at 850) is launch
+    # overhead (the scalar read's 1 us copy at [798,799) does not split the gap: it is not GPU work);
     # [950,1000): next step's copy was launched at 1045 > 950 -> launch overhead, except in the last
-    # step where no GPU work follows -> other. Over the 3 analyzed steps: (100+100+50)/3000 and 50/3000.
+    # step where no GPU work follows -> other.
     assert w["idle_data_loading_fraction"] == pytest.approx(0.05)
-    assert w["idle_host_sync_fraction"] == pytest.approx(0.400)
-    assert w["idle_launch_overhead_fraction"] == pytest.approx(250 / 3000)
+    assert w["idle_host_sync_fraction"] == pytest.approx(287.5 / 1000)
+    assert w["idle_launch_overhead_fraction"] == pytest.approx((2 * (50 + 112.5 + 50) + (50 + 112.5)) / 3000)
     assert w["idle_other_fraction"] == pytest.approx(50 / 3000)
     assert w["dataloader_wait_fraction"] == pytest.approx(0.05)
-    assert w["sync_blocked_ms"] == pytest.approx(0.29)
+    # the host blocked in the read's cudaStreamSynchronize [512, 799.5) (the pageable copy's 5 us call
+    # returned before its copy ran: the host did not wait for it)
+    assert w["sync_blocked_ms"] == pytest.approx(0.2875)
     assert w["scalar_reads_per_step"] == 1.0
     assert w["kernels_per_step"] == 2.0
     # SM use: gemm 132 blocks -> 1.0 for 300 us, elementwise 66/132 = 0.5 for 50 us
@@ -99,7 +105,7 @@ def test_window_metrics_hand_computed(tmp_path: Path) -> None:
     assert w["peak_dtype"] == "bf16" and w["mfu"] == pytest.approx(2.0 / 989.4)
     assert w["memory_capacity_bytes"] == 85_520_809_984
     causes = mt.gaps.groupby("cause")["dur"].sum().to_dict()
-    assert causes["host_sync"] == pytest.approx(4 * 400)
+    assert causes["host_sync"] == pytest.approx(4 * 287.5)
     ps = mt.per_step
     assert ps["gpu_busy_us"].tolist() == pytest.approx([450.0] * 4)
     assert ps["outlier"].tolist() == [True, False, False, False]

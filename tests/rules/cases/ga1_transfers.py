@@ -1,7 +1,12 @@
 """SYNTHETIC rule cases for GA101 / GA102 / GA103 (host<->device transfers), built with tests.synth.
 
-Steps of 10 ms: a 12 MiB HtoD copy of the input batch at [100, 100 + copy_us) with nothing else on
-the GPU, then the model's kernels until 9900. Pageable at 12 GB/s: ~1050 us; pinned at 25 GB/s: ~500 us.
+Steps of 10 ms shaped like a real training loop: the host copies the input batch (12 MiB HtoD at
+[100, 100 + copy_us)), launches the model's kernels (one long GEMM until 9000, an elementwise kernel
+until 9900), and ends the step reading the loss (`.item()`: it waits until the GPU is done). As in
+real traces, a pageable copy's cudaMemcpyAsync lasts as long as the copy (the host stages the data)
+so the kernels are launched after it; a pinned copy's call returns at once and the kernels queue
+behind the copy on the same stream. Pageable at 12 GB/s: ~1050 us; pinned: ~500 us. `overlapped`:
+the copy runs on a side stream while the model computes.
 """
 
 from __future__ import annotations
@@ -17,25 +22,45 @@ def _trace(
     src: str, copy_us: float, *, overlapped: bool = False, n: int = 12, shapes: bool = False
 ) -> SyntheticTrace:
     st = SyntheticTrace()
+    pageable = src == "Pageable"
     for i in range(n):
         t0 = i * STEP
         st.add_step(i + 1, cpu_start=t0, cpu_dur=STEP, gpu_dur=STEP - 100, gpu_start=t0 + 100)
-        corr = st.add_copy("HtoD", src, BATCH, ts=t0 + 100, dur=copy_us)
+        k0 = t0 + 100 if overlapped else t0 + 100 + copy_us
+        if overlapped:
+            # the model is launched first; the copy (of the next batch) runs on a side stream beside it
+            first_launch = t0 + 70
+            copy_launch = t0 + 90
+        else:
+            copy_launch = t0 + 90
+            first_launch = t0 + 100 + copy_us + 10 if pageable else t0 + 100
+        call = copy_us + 15 if pageable else 5.0
+        corr = st.add_copy(
+            "HtoD",
+            src,
+            BATCH,
+            ts=t0 + 100,
+            dur=copy_us,
+            launch_ts=copy_launch,
+            launch_dur=call,
+            stream=8 if overlapped else None,
+        )
         if shapes:
             # the aten::copy_ op that issued the copy: float32 NCHW images (record_shapes)
             ext = st.add_cpu_op(
                 "aten::copy_",
-                t0 + 80,
-                30,
+                copy_launch - 5,
+                call + 10,
                 input_types=["float", "float"],
                 input_dims=[[64, 3, 128, 128], [64, 3, 128, 128]],
             )
             for ev in st.events:
                 if ev.get("cat") == "cuda_runtime" and ev.get("args", {}).get("correlation") == corr:
                     ev["args"]["External id"] = ext
-        k0 = t0 + 100 if overlapped else t0 + 100 + copy_us
-        st.add_kernel(K_NVJET_BF16, ts=k0, dur=t0 + 9000 - k0, op="aten::mm")
-        st.add_kernel(K_ELEMENTWISE, ts=t0 + 9000, dur=900, op="aten::add")
+        st.add_kernel(K_NVJET_BF16, ts=k0, dur=t0 + 9000 - k0, op="aten::mm", launch_ts=first_launch)
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 9000, dur=900, op="aten::add", launch_ts=first_launch + 10)
+        # loss.item(): the host waits for the GPU, then starts the next step
+        st.add_item_read(ts=first_launch + 30, dur=t0 + 9905 - (first_launch + 30), copy_ts=t0 + 9901)
     return st
 
 

@@ -35,6 +35,7 @@ def _steps(
             blocker(st, t0)
         start2 = t0 + 6000 + (refill if blocking else 20)
         st.add_kernel(K_ELEMENTWISE, ts=start2, dur=t0 + 9900 - start2, launch_ts=start2 - 10, op="aten::add")
+        st.add_optimizer_step(t0 + 9950, 20.0)  # a training step
     return st
 
 

@@ -9,13 +9,15 @@ K_UNNAMED_GEMM = "gemm_kernel_generic_v2"
 
 
 def _trace(names: list[str], types: list[str], flops: float = 2e9) -> SyntheticTrace:
-    """5 steps of 1 ms; each matmul kernel runs 300 us under aten::mm with the given input types."""
+    """5 steps of 1 ms, GPU-bound: each matmul kernel runs 300 us under aten::mm with the given input
+    types; the host launches them at the step's start and then reads the loss (`.item()` waits for
+    the GPU)."""
     st = SyntheticTrace()
     for n in range(5):
         t0 = n * 1000.0
         st.add_step(n + 1, cpu_start=t0, cpu_dur=1000.0, gpu_dur=1000.0)
         t = t0 + 20.0
-        for name in names:
+        for i, name in enumerate(names):
             st.add_kernel(
                 name,
                 ts=t,
@@ -25,8 +27,14 @@ def _trace(names: list[str], types: list[str], flops: float = 2e9) -> SyntheticT
                 op_input_types=types,
                 op_input_dims=[[4096, 4096], [4096, 4096]],
                 op_flops=flops,
+                launch_ts=t0 + 5.0 + 6.0 * i,
+                launch_dur=3.0,
             )
             t += 310.0
+        st.add_item_read(
+            ts=t0 + 5.0 + 6.0 * len(names), dur=t - (t0 + 5.0 + 6.0 * len(names)), copy_ts=t - 8.0
+        )
+        st.add_optimizer_step(t + 5.0, 5.0)
     return st
 
 

@@ -44,11 +44,19 @@ def _rows(n: int, **over: Any) -> list[dict[str, Any]]:
 
 CASES = [
     RuleCase(
-        "GA901-fires-on-power-capped-clock",
+        # the synthetic trace's GPU is an H100 SXM (default limit 700 W): a 450 W limit was lowered
+        "GA901-fires-on-power-capped-clock-under-a-lowered-limit",
+        "GA901",
+        busy_trace,
+        nvml_rows=_rows(20, sm_clock_mhz=1500, throttle_reasons=0x4, power_w=445, power_limit_w=450),
+        expect=Expect(fires=True, min_severity="medium", message_contains=("SW power cap", "1500 of 1980")),
+    ),
+    RuleCase(
+        "GA901-is-info-at-the-cards-default-power-limit",
         "GA901",
         busy_trace,
         nvml_rows=_rows(20, sm_clock_mhz=1500, throttle_reasons=0x4),
-        expect=Expect(fires=True, min_severity="medium", message_contains=("SW power cap", "1500 of 1980")),
+        expect=Expect(fires=True, severity="info", message_contains=("default (700 W)",)),
     ),
     RuleCase(
         "GA901-fires-on-thermal-slowdown",
