@@ -218,6 +218,7 @@ def analyze(
     findings, statuses = engine.run_rules(
         factory, rule_classes, select=select_t, ignore=ignore_t, thresholds=thresholds
     )
+    prediction = _combined_prediction(metrics, findings)
     if progress and time.monotonic() - started > 2.0:
         sys.stderr.write(f"gpuadvisor: analyzed {source_path} in {time.monotonic() - started:.1f} s\n")
     return AnalysisResult(
@@ -235,7 +236,23 @@ def analyze(
         metrics_detail=metrics,
         run=run,
         traces=tuple(traces) if len(traces) > 1 else (),
+        prediction=prediction,
     )
+
+
+def _combined_prediction(metrics: Any, findings: list[Any]) -> dict[str, Any] | None:
+    """The top findings' remedies replayed together (gpuadvisor.stepmodel.predict.combine_findings)."""
+    model = getattr(metrics, "model", None)
+    if model is None or model.program.steps == 0:
+        return None
+    from gpuadvisor.stepmodel.predict import combine_findings
+
+    pred, rules = combine_findings(model, findings)
+    if pred is None:
+        return None
+    out = pred.to_dict()
+    out["rules"] = rules
+    return out
 
 
 def write_findings_json(result: AnalysisResult, path: Path) -> Path:

@@ -50,6 +50,9 @@ class AnalysisResult:
     findings: list[Finding]  # sorted by impact, highest first
     rules: list[RuleStatus] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # degraded inputs, labels ("CPU-only trace", ...)
+    # The top findings' remedies replayed together (medium severity and above): the step time the
+    # run is predicted at with those fixes applied at once. None when no replayed finding qualifies.
+    prediction: dict[str, Any] | None = None
     # In-memory objects for renderers (not serialized):
     trace: TraceModel | None = field(default=None, repr=False, compare=False)
     metrics_detail: Metrics | None = field(default=None, repr=False, compare=False)
@@ -67,6 +70,7 @@ class AnalysisResult:
             "findings": [f.to_dict() for f in self.findings],
             "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.rule)],
             "notes": list(self.notes),
+            "prediction": None if self.prediction is None else jsonable(self.prediction),
         }
 
     def exit_code(self, fail_on: str | Severity | None = "high") -> int:

@@ -127,7 +127,8 @@ HOST_COLUMNS: tuple[str, ...] = (
 IDLE_COLUMNS: tuple[str, ...] = ("step", "seg", "start", "end", "dur", "cause", "sync_kind")
 
 TINY_COPY_BYTES = 64  # a device-to-host copy this small is a scalar read, not GPU work
-READ_LOOP_GAP_US = 100.0  # scalar reads closer than this form one read loop
+READ_LOOP_GAP_US = 100.0  # short scalar reads closer than this form one read loop
+READ_LOOP_MAX_READ_US = 50.0  # a read longer than this waited for GPU work: not part of a loop
 
 _LAUNCH_RE = re.compile(
     r"^(?:cuda|hip)(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|Memcpy2DAsync|"
@@ -476,10 +477,12 @@ def scalar_read_spans(trace: TraceModel) -> Spans:
     s_, e_ = ops["ts"].to_numpy(dtype=np.float64)[sel], ops["end"].to_numpy(dtype=np.float64)[sel]
     holds = covered(cs, ce, s_, e_) > 0
     s2, e2 = union_intervals(s_[holds], e_[holds])
-    # A read loop (`for i in range(n): x[i].item()`): reads closer together than READ_LOOP_GAP_US are one
-    # span, Python between them included: vectorizing the loop removes all of it.
+    # A read loop (`for i in range(n): x[i].item()`): short reads (the GPU had nothing left to do)
+    # closer together than READ_LOOP_GAP_US are one span, Python between them included: vectorizing
+    # the loop removes all of it. A read that waited for GPU work is not part of a loop.
     if len(s2) > 1:
-        close = (s2[1:] - e2[:-1]) < READ_LOOP_GAP_US
+        short = (e2 - s2) < READ_LOOP_MAX_READ_US
+        close = ((s2[1:] - e2[:-1]) < READ_LOOP_GAP_US) & short[1:] & short[:-1]
         keep_start = np.r_[True, ~close]
         keep_end = np.r_[~close, True]
         s2, e2 = s2[keep_start], e2[keep_end]
@@ -781,7 +784,7 @@ def estimate_facts(trace: TraceModel, ops: pd.DataFrame, host: pd.DataFrame, run
     depth = 1024
     depth_observed = False
     if len(ops):
-        k = ops[ops["launch_ts"].notna() & ops["busy"].astype(bool)].sort_values("launch_ts")
+        k = ops[ops["launch_ts"].notna()].sort_values("launch_ts")
         if len(k):
             # an op that started on an idle stream shows the pure launch latency
             start = k["ts"].to_numpy(dtype=np.float64)

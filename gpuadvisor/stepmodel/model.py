@@ -36,6 +36,8 @@ class Prediction:
     profiler_corrected: bool = False  # the baseline is the step time measured outside the profiler
     replay_fit: float | None = None  # replayed baseline / measured step (1.0 = the replay reproduces it)
     notes: tuple[str, ...] = ()
+    # the remedies replayed with their parameters: ((remedy id, {param: value}), ...)
+    remedies: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -54,6 +56,8 @@ class Prediction:
             out["replay_fit"] = round(self.replay_fit, 4)
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.remedies:
+            out["remedies"] = [{"remedy": r, "params": dict(p)} for r, p in self.remedies]
         return out
 
 
@@ -238,6 +242,7 @@ class StepModel:
         key: Iterable[Any] = (),
         batch_multiplier: float = 1.0,
         notes: Iterable[str] = (),
+        remedies: tuple[tuple[str, Mapping[str, Any]], ...] = (),
     ) -> Prediction:
         """Replay the program transformed by `transform`; cached per (remedy, key)."""
         cache_key = (remedy, tuple(key), batch_multiplier)
@@ -270,6 +275,7 @@ class StepModel:
             profiler_corrected=self.profiler_ratio is not None,
             replay_fit=fit,
             notes=tuple(all_notes),
+            remedies=remedies,
         )
         self._cache[cache_key] = pred
         return pred

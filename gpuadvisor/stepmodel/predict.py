@@ -82,6 +82,19 @@ def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Ma
     raise ValueError(f"no replay transformation for remedy {r.value!r}")
 
 
+def _jsonable_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as JSON values (tuples become lists, sets sorted lists)."""
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if isinstance(v, (set, frozenset)):
+            out[k] = sorted(v, key=repr)
+        elif isinstance(v, tuple):
+            out[k] = list(v)
+        else:
+            out[k] = v
+    return out
+
+
 def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Prediction:
     """What `remedy` with `params` would gain (see gpuadvisor.stepmodel.model.Prediction)."""
     r = RemedyId(remedy)
@@ -91,6 +104,7 @@ def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Predicti
         lambda mdl, prog: apply(mdl, prog, r, params),
         key=(_freeze(params),),
         batch_multiplier=m,
+        remedies=((r.value, _jsonable_params(params)),),
     )
 
 
@@ -114,8 +128,46 @@ def predict_combined(
         transform,
         key=tuple((r.value, _freeze(p)) for r, p in items),
         batch_multiplier=m,
+        remedies=tuple((r.value, _jsonable_params(p)) for r, p in items),
     )
 
 
 def remedy_keys(remedies: Iterable[tuple[RemedyId | str, Mapping[str, Any]]]) -> tuple[Any, ...]:
     return tuple((RemedyId(r).value, _freeze(p)) for r, p in remedies)
+
+
+def combine_findings(
+    model: StepModel, findings: Iterable[Any], *, min_rank: int = 2
+) -> tuple[Prediction | None, list[str]]:
+    """The findings' remedies (those at or above `min_rank` severity: 2 = medium) replayed together:
+    the predicted step when the top fixes are applied at once, at the same batch size (a larger batch
+    changes what a step is: it is reported on its own finding). Returns (prediction, rule ids) or
+    (None, []) when no replayed remedy qualifies. Findings without a replayed prediction (NVML advice,
+    multi-rank) are left out."""
+    seen: set[Any] = set()
+    items: list[tuple[RemedyId, dict[str, Any]]] = []
+    rules: list[str] = []
+    for f in findings:
+        pred = getattr(f, "prediction", None)
+        if not pred or f.severity.rank < min_rank or not isinstance(pred.get("remedies"), list):
+            continue
+        added = False
+        for entry in pred["remedies"]:
+            try:
+                r = RemedyId(entry.get("remedy"))
+            except ValueError:
+                continue
+            if r is RemedyId.LARGER_BATCH:
+                continue
+            params = dict(entry.get("params") or {})
+            key = (r.value, _freeze(params))
+            if key in seen:
+                continue
+            seen.add(key)
+            items.append((r, params))
+            added = True
+        if added:
+            rules.append(f.rule)
+    if not items:
+        return None, []
+    return predict_combined(model, items), rules

@@ -388,7 +388,7 @@ def fused_optimizer(
     program.gap_opt = program.gap_opt * factor
     program.tail_opt = program.tail_opt * factor
     program.ev_dur = np.where(in_opt, program.ev_dur * factor, program.ev_dur)
-    program.gap_other = np.where(in_opt, program.gap_other * factor, program.gap_other)
+    program.ev_post = np.where(in_opt, program.ev_post * factor, program.ev_post)
     gpu_factor = c.per_tensor_to_fused_gpu if per_tensor else c.foreach_to_fused_gpu
     ops_in_opt = _op_column(model, program, "in_optimizer").astype(bool)
     program.op_dur = np.where(ops_in_opt, program.op_dur * gpu_factor, program.op_dur)

@@ -1,0 +1,186 @@
+"""The step model built from SYNTHETIC traces (tests/synth.py): idle attribution, host waits, the
+replayed baseline against the trace, and each remedy's transformation, with hand-computed numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.stepmodel import StepModel, build_step_model
+from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel.predict import combine_findings, predict, predict_combined
+from gpuadvisor.trace.load import load_trace
+from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace
+
+STEP = 1000.0
+
+
+def model_of(st: SyntheticTrace, tmp_path: Path) -> StepModel:
+    return build_step_model(load_trace(st.write(tmp_path / "t.json.gz")))
+
+
+def _gpu_bound(n: int = 6, *, read_loop: int = 0) -> SyntheticTrace:
+    """Steps of 1 ms: the host launches a 600 us GEMM and a 200 us kernel at the start, reads the loss
+    (`.item()` waits for the GPU, until ~825), optionally runs a loop of `read_loop` scalar reads
+    (10 us each, 20 us apart), then starts the next step (with 8 reads, at 1 ms; without, 30 us after
+    the loss read)."""
+    st = SyntheticTrace()
+    step = STEP if read_loop else 850.0
+    for i in range(n):
+        t0 = i * step
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=step, gpu_dur=step)
+        st.add_kernel(K_NVJET_BF16, ts=t0 + 20, dur=600, launch_ts=t0 + 5, launch_dur=4, op="aten::mm")
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 620, dur=200, launch_ts=t0 + 10, launch_dur=4, op="aten::add")
+        st.add_item_read(ts=t0 + 20, dur=805, copy_ts=t0 + 821)  # waits until the GPU is done (~822)
+        t = t0 + 830
+        for _ in range(read_loop):
+            st.add_item_read(ts=t, dur=10, copy_ts=t + 7)
+            t += 20
+        st.add_optimizer_step(t - 1 if read_loop else t0 + 827, 2)
+    return st
+
+
+def test_replay_reproduces_a_gpu_bound_trace(tmp_path: Path) -> None:
+    m = model_of(_gpu_bound(), tmp_path)
+    assert m.window.count == 5  # 6 steps, the first is the outlier
+    assert m.replay_fit == pytest.approx(1.0, abs=0.01)
+    assert m.baseline.period_us == pytest.approx(850.0, abs=10.0)
+
+
+def test_a_read_after_the_gpu_is_done_costs_nothing(tmp_path: Path) -> None:
+    # the loss read waits for work that is queued anyway; what it costs is the refill bubble after it:
+    # the GPU finishes at 820, the host starts the next step at 850 and its first kernel runs at ~866.
+    # Without the read the host queues the next step early and the GPU runs its 800 us back to back.
+    m = model_of(_gpu_bound(), tmp_path)
+    waits = m.waits(sb.SCALAR_READ)
+    assert len(waits) == 5
+    pred = predict(m, RemedyId.REMOVE_HOST_SYNCS, kinds=("scalar_read",))
+    assert pred.predicted_step_ms * 1000 == pytest.approx(800.0, abs=2.0)
+    assert pred.recovered_fraction == pytest.approx(1 - 800 / 849, abs=0.01)
+
+
+def test_a_read_loop_is_charged_its_span_and_vectorizing_it_recovers_it(tmp_path: Path) -> None:
+    # 8 reads 20 us apart after the GPU finished: a loop spanning ~150 us of the 1000 us step; the next
+    # step's GPU work starts only after it (the GPU idles across it)
+    m = model_of(_gpu_bound(read_loop=8), tmp_path)
+    assert m.read_spans.count > 0
+    spans = sorted((m.read_spans.ends - m.read_spans.starts).tolist())
+    # each step: the loss read (805 us, it waited for the GPU: not part of a loop) and one loop span of
+    # 8 reads of 10 us, 20 us apart
+    assert spans.count(pytest.approx(150.0, abs=1.0)) == 6
+    assert spans.count(pytest.approx(805.0, abs=1.0)) == 6
+    pred = predict(m, RemedyId.REMOVE_HOST_SYNCS, kinds=("scalar_read",))
+    # without the reads the GPU runs its 800 us of kernels nearly back to back (~9 us of launch latency
+    # per step remains): the loop's 150 us and the refill bubble after the loss read are recovered
+    assert pred.predicted_step_ms * 1000 == pytest.approx(809.0, abs=3.0)
+    assert m.idle_share(sb.IDLE_SYNC, sb.SCALAR_READ) > 0.1
+
+
+def _data_bound(workers_wait: float = 600.0) -> SyntheticTrace:
+    """Steps of 1 ms: the host waits `workers_wait` us in DataLoader __next__, then launches 300 us of GPU work
+    and ends with a loss read."""
+    st = SyntheticTrace()
+    for i in range(6):
+        t0 = i * STEP
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=STEP, gpu_dur=STEP)
+        st.add_dataloader_wait(t0 + 10, workers_wait)
+        k0 = t0 + 10 + workers_wait + 20
+        st.add_kernel(K_ELEMENTWISE, ts=k0, dur=300, launch_ts=k0 - 10, launch_dur=4)
+        st.add_item_read(ts=k0 - 4, dur=306, copy_ts=k0 + 300)
+        st.add_optimizer_step(k0 + 310, 5)
+    return st
+
+
+def test_dataloader_wait_is_data_loading_idle_and_workers_remove_it(tmp_path: Path) -> None:
+    m = model_of(_data_bound(), tmp_path)
+    assert m.idle_share(sb.IDLE_DATA) == pytest.approx(0.6, abs=0.01)
+    pred = predict(m, RemedyId.DATALOADER_WORKERS, workers=8, current_workers=0)
+    # the wait shrinks to the 150 us hand-over; 8 workers produce a batch every 600/8 = 75 us
+    assert pred.predicted_step_ms * 1000 == pytest.approx(1000 - 600 + 150, abs=5)
+    # one worker cannot beat its own production time: the floor is 600 us per step
+    one = predict(m, RemedyId.DATALOADER_WORKERS, workers=1, current_workers=0)
+    assert one.predicted_step_ms * 1000 == pytest.approx(600.0, abs=1.0)
+
+
+def test_larger_batch_keeps_underfilled_short_kernels_and_scales_full_ones(tmp_path: Path) -> None:
+    st = SyntheticTrace()
+    for i in range(6):
+        t0 = i * STEP
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=STEP, gpu_dur=STEP)
+        # 8 blocks on 132 SMs, 10 us: latency-bound, keeps its time until 16x the batch fills the SMs
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 20, dur=10, grid=(8, 1, 1), launch_ts=t0 + 10, launch_dur=2)
+        # a full-grid kernel of 100 us grows with the batch
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 40, dur=100, grid=(528, 1, 1), launch_ts=t0 + 30, launch_dur=2)
+    m = model_of(st, tmp_path)
+    base = m.baseline.period_us
+    assert base == pytest.approx(1000.0, abs=5)  # host-paced: the GPU works 110 us of each ms
+    x4 = predict(m, RemedyId.LARGER_BATCH, multiplier=4.0)
+    # 4x: 10 us + 400 us of GPU work still fits the 1 ms host step: 4x the samples per step
+    assert x4.speedup == pytest.approx(4.0, rel=0.01)
+    x16 = predict(m, RemedyId.LARGER_BATCH, multiplier=16.0)
+    # 16x: 10 us x max(1, 16 x 8/132) + 1600 us -> the GPU (~1.6 ms) sets the pace
+    assert x16.predicted_step_ms * 1000 == pytest.approx(10 + 1600, rel=0.02)
+    assert x16.batch_multiplier == 16.0
+
+
+def test_fused_optimizer_replaces_per_tensor_host_time(tmp_path: Path) -> None:
+    st = SyntheticTrace()
+    for i in range(6):
+        t0 = i * 2000.0
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=2000.0, gpu_dur=2000.0)
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 20, dur=300, grid=(1024, 1, 1), launch_ts=t0 + 5, launch_dur=4)
+        st.add_optimizer_step(t0 + 400, 1500)
+        t = t0 + 410
+        for _ in range(150):  # 150 launches of 2 us kernels, 10 us apart: host-bound update
+            st.add_kernel(K_ADAM, ts=t + 4, dur=2, grid=(8, 1, 1), launch_ts=t, launch_dur=3)
+            t += 10
+    m = model_of(st, tmp_path)
+    pred = predict(m, RemedyId.FUSED_OPTIMIZER, per_tensor=True, param_tensors=50)
+    # the update's host time (~1.5 ms) becomes 60 + 0.5 x 50 = 85 us; the rest of the host step stays
+    assert pred.predicted_step_ms * 1000 == pytest.approx(2000 - 1500 + 85, rel=0.05)
+
+
+def test_copy_remedies_compose_and_their_group_prediction_is_not_their_sum(tmp_path: Path) -> None:
+    from tests.rules.cases.ga1_transfers import _trace
+
+    m = model_of(_trace("Pageable", 1050, shapes=True), tmp_path)
+    pin = predict(m, RemedyId.PINNED_ASYNC_COPIES)
+    fetch = predict(m, RemedyId.PREFETCH_COPIES)
+    rows = tuple(int(i) for i in m.ops[(m.ops["kind"] == "copy") & (m.ops["step"] >= 0)].index)
+    narrow = predict(m, RemedyId.UINT8_INPUTS, rows=rows)
+    both = predict_combined(
+        m,
+        [
+            (RemedyId.UINT8_INPUTS, {"rows": rows}),
+            (RemedyId.PINNED_ASYNC_COPIES, {}),
+            (RemedyId.PREFETCH_COPIES, {}),
+        ],
+    )
+    assert 0 < pin.recovered_fraction < fetch.recovered_fraction <= both.recovered_fraction
+    assert (
+        both.recovered_fraction
+        < pin.recovered_fraction + fetch.recovered_fraction + narrow.recovered_fraction
+    )
+    # prefetched copies are off the critical path: the step is the compute, 7850 + 900 us, plus the loss
+    # read and the host's launches (~0.2 ms), of the 10 ms step
+    assert fetch.predicted_step_ms == pytest.approx(8.96, abs=0.1)
+
+
+def test_combined_prediction_leaves_the_batch_out(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from gpuadvisor.model import Severity
+
+    m = model_of(_data_bound(), tmp_path)
+    dl = predict(m, RemedyId.DATALOADER_WORKERS, workers=8, current_workers=0)
+    batch = predict(m, RemedyId.LARGER_BATCH, multiplier=4.0)
+    findings = [
+        SimpleNamespace(rule="GA301", severity=Severity.HIGH, prediction=dl.to_dict()),
+        SimpleNamespace(rule="GA401", severity=Severity.HIGH, prediction=batch.to_dict()),
+        SimpleNamespace(rule="GA999", severity=Severity.LOW, prediction=dl.to_dict()),
+    ]
+    combined, rules = combine_findings(m, findings)
+    assert rules == ["GA301"]
+    assert combined is not None and combined.speedup == pytest.approx(dl.speedup)

@@ -1,0 +1,159 @@
+"""The what-if replay on hand-built programs: every number below is computed by hand from the
+program's definition (gpuadvisor/stepmodel/replay.py). No trace is involved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpuadvisor.stepmodel.replay import (
+    EV_LAUNCH,
+    EV_SYNC,
+    EV_WORK,
+    Program,
+    calibrate_host_scale,
+    host_work_per_step,
+    replay,
+)
+
+
+def program(events: list[dict[str, Any]], ops: list[dict[str, Any]], **over: Any) -> Program:
+    """A Program from event dicts (kind, gap, dur, post, block, ops=[op indices]) and op dicts
+    (dur, stream, dep, extra)."""
+    n = len(events)
+    starts, counts = [], []
+    for e in events:
+        idx = e.get("ops", [])
+        starts.append(idx[0] if idx else -1)
+        counts.append(len(idx))
+    base: dict[str, Any] = {
+        "steps": 1,
+        "ev_kind": np.array([e["kind"] for e in events], dtype=np.int8),
+        "ev_name": np.array([e.get("name", "x") for e in events], dtype=object),
+        "ev_sync_kind": np.array([e.get("sync_kind", "") for e in events], dtype=object),
+        "ev_in_optimizer": np.array([e.get("opt", False) for e in events], dtype=bool),
+        "ev_in_data": np.zeros(n, dtype=bool),
+        "ev_in_read": np.array([e.get("read", False) for e in events], dtype=bool),
+        "gap_other": np.array([e.get("gap", 0.0) for e in events], dtype=np.float64),
+        "gap_data": np.array([e.get("data", 0.0) for e in events], dtype=np.float64),
+        "gap_opt": np.zeros(n),
+        "gap_read": np.zeros(n),
+        "ev_dur": np.array([e.get("dur", 0.0) for e in events], dtype=np.float64),
+        "ev_post": np.array([e.get("post", 0.0) for e in events], dtype=np.float64),
+        "ev_block": np.array([e.get("block", False) for e in events], dtype=bool),
+        "ev_ops_start": np.array(starts, dtype=np.int64),
+        "ev_ops_count": np.array(counts, dtype=np.int64),
+        "tail_other": 0.0,
+        "tail_data": 0.0,
+        "tail_opt": 0.0,
+        "op_dur": np.array([o["dur"] for o in ops], dtype=np.float64),
+        "op_stream": np.array([o.get("stream", 0) for o in ops], dtype=np.int64),
+        "op_dep": np.array([o.get("dep", -1) for o in ops], dtype=np.int64),
+        "op_extra": np.array([o.get("extra", 0.0) for o in ops], dtype=np.float64),
+        "op_row": np.arange(len(ops), dtype=np.int64),
+        "op_bytes": np.full(len(ops), np.nan),
+        "launch_lag_us": 5.0,
+        "queue_depth": 1024,
+    }
+    base.update(over)
+    return Program(**base)
+
+
+def test_host_bound_step_is_the_host_time() -> None:
+    # 3 launches, each after 20 us of host work and a 5 us call; kernels of 2 us: the host sets the pace
+    p = program(
+        [{"kind": EV_LAUNCH, "gap": 20.0, "dur": 5.0, "ops": [i]} for i in range(3)],
+        [{"dur": 2.0} for _ in range(3)],
+    )
+    r = replay(p)
+    assert r.host_period_us == pytest.approx(75.0)
+    assert r.period_us == pytest.approx(75.0)
+    assert r.gpu_busy_us == pytest.approx(6.0)
+
+
+def test_gpu_bound_step_is_the_gpu_time() -> None:
+    # the host queues 2 kernels of 100 us in 12 us: in steady state the GPU sets the pace
+    p = program(
+        [{"kind": EV_LAUNCH, "gap": 1.0, "dur": 5.0, "ops": [i]} for i in range(2)],
+        [{"dur": 100.0} for _ in range(2)],
+    )
+    assert replay(p).period_us == pytest.approx(200.0)
+
+
+def test_a_wait_on_the_device_serializes_host_and_gpu() -> None:
+    # launch a 100 us kernel, then wait for it (post 3 us), then 10 us of host work to the next step:
+    # period = 1 (gap) + 5 (call... kernel starts at 1 + lag 5) -> kernel ends at 106, +3 post, +10 tail
+    p = program(
+        [
+            {"kind": EV_LAUNCH, "gap": 1.0, "dur": 5.0, "ops": [0]},
+            {"kind": EV_SYNC, "gap": 0.0, "dur": 0.0, "post": 3.0, "sync_kind": "scalar_read"},
+        ],
+        [{"dur": 100.0}],
+        tail_other=10.0,
+    )
+    assert replay(p).period_us == pytest.approx(1 + 5 + 100 + 3 + 10)
+
+
+def test_blocking_launch_waits_for_its_own_work() -> None:
+    # a pageable copy: the host stays in the call until the copy is done
+    p = program(
+        [
+            {"kind": EV_LAUNCH, "gap": 0.0, "dur": 4.0, "post": 1.0, "block": True, "ops": [0]},
+            {"kind": EV_WORK, "gap": 10.0, "dur": 0.0},
+        ],
+        [{"dur": 50.0}],
+    )
+    # copy starts at lag 5, ends 55, host leaves the call at 56, then 10 us of work
+    assert replay(p).host_period_us == pytest.approx(66.0)
+
+
+def test_cross_stream_dependency_and_side_stream_overlap() -> None:
+    # op 1 on stream 1 waits for op 0 (stream 0); op 2 on stream 0 runs beside op 1
+    p = program(
+        [
+            {"kind": EV_LAUNCH, "gap": 0.0, "dur": 1.0, "ops": [0]},
+            {"kind": EV_LAUNCH, "gap": 0.0, "dur": 1.0, "ops": [1]},
+            {"kind": EV_LAUNCH, "gap": 0.0, "dur": 1.0, "ops": [2]},
+        ],
+        [{"dur": 50.0}, {"dur": 50.0, "stream": 1, "dep": 0}, {"dur": 50.0}],
+    )
+    # stream 0 carries 100 us of work per step, stream 1 50 us that overlaps it
+    assert replay(p).period_us == pytest.approx(100.0)
+
+
+def test_queue_depth_holds_the_host_back() -> None:
+    # depth 2: the host cannot be more than 2 launches ahead of the GPU
+    p = program(
+        [{"kind": EV_LAUNCH, "gap": 0.0, "dur": 1.0, "ops": [i]} for i in range(4)],
+        [{"dur": 100.0} for _ in range(4)],
+        queue_depth=2,
+    )
+    r = replay(p)
+    assert r.period_us == pytest.approx(400.0)
+    assert r.host_period_us == pytest.approx(400.0)  # throttled to the GPU's pace
+
+
+def test_data_wait_is_not_scaled_by_the_host_factor() -> None:
+    p = program([{"kind": EV_WORK, "gap": 100.0, "data": 50.0, "dur": 0.0}], [])
+    assert replay(p, host_scale=0.5).period_us == pytest.approx(100.0 * 0.5 + 50.0)
+
+
+def test_host_scale_removes_the_profilers_measured_overhead() -> None:
+    # 60 us of host work per step; the profiler added 30 us per step: f = 1 - 30/60
+    p = program([{"kind": EV_LAUNCH, "gap": 55.0, "dur": 5.0, "ops": [0]}], [{"dur": 1.0}])
+    assert host_work_per_step(p) == pytest.approx(60.0)
+    f = calibrate_host_scale(p, 30.0)
+    assert f == pytest.approx(0.5)
+    assert replay(p, f).period_us == pytest.approx(30.0)
+    assert calibrate_host_scale(p, 0.0) == 1.0
+    assert calibrate_host_scale(p, 1e9) == pytest.approx(0.02)  # never below the floor
+
+
+def test_copy_returns_an_independent_program() -> None:
+    p = program([{"kind": EV_LAUNCH, "gap": 1.0, "dur": 1.0, "ops": [0]}], [{"dur": 5.0}])
+    q = p.copy()
+    q.op_dur[0] = 99.0
+    q.notes.append("edited")
+    assert p.op_dur[0] == 5.0 and p.notes == []
