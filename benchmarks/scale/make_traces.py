@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_SOURCE = Path("/work/gpu_data/probe/transformer_bf16.json.gz")
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "sample_runs" / "control_transformer-planted" / "trace" / "rank0.json.gz"
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
