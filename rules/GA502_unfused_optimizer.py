@@ -60,7 +60,7 @@ class UnfusedOptimizer(Rule):
     id = "GA502"
     name = "unfused-optimizer"
     category = Category.LAUNCH_OVERHEAD
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.TRAINING})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_optimizer_fraction": Threshold(
             0.05, "optimizer step share of the step worth reporting", "fraction"
