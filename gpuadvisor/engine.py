@@ -500,7 +500,7 @@ def _kind_reason(req: Requirement, kind: TraceKind) -> str | None:
     if req is Requirement.TRAINING:
         if kind.workload is Workload.INFERENCE:
             return "inference run: no optimizer step or backward pass in the trace"
-        return "cannot tell training from inference: the trace records neither host ops nor GPU kernels"
+        return f"cannot tell training from inference: {kind.workload_evidence}"
     if req is Requirement.NVIDIA_GPU:
         if kind.vendor is Vendor.AMD:
             return "AMD GPU (ROCm): CUDA-specific advice does not apply"

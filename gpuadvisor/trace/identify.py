@@ -10,9 +10,10 @@ of trace events (the Chrome trace viewer's "JSON Array Format") is a trace.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["BARE_EVENT_SHARE", "describe_document", "is_event_array"]
+__all__ = ["BARE_EVENT_SHARE", "describe_document", "is_event_array", "sniff_file"]
 
 # A bare JSON array is a trace when at least this share of its first items are trace events.
 BARE_EVENT_SHARE = 0.5
@@ -90,3 +91,55 @@ def describe_document(obj: Any) -> str:
         kinds = sorted({type(it).__name__ for it in sample})
         return f"a JSON list of {len(obj):,} {'/'.join(kinds)} values, not a Kineto trace"
     return f"a JSON {type(obj).__name__}, not a Kineto trace"
+
+
+# How much of a file `sniff_file` reads: the head to recognize a trace, the whole (up to the cap) to
+# say what something else is.
+_HEAD_BYTES = 64 * 1024
+_WHOLE_CAP = 64 * 1024 * 1024
+
+
+def _head(path: Path, limit: int) -> bytes:
+    import gzip
+    import zlib
+
+    with path.open("rb") as fh:
+        magic = fh.read(2)
+        fh.seek(0)
+        if magic != b"\x1f\x8b":
+            return fh.read(limit)
+        try:
+            with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+                return gz.read(limit)
+        except (OSError, EOFError, zlib.error):
+            return b""
+
+
+def sniff_file(path: Path) -> tuple[bool, str]:
+    """(looks like a Kineto trace, what it is in words) for a file whose name is not *.json[.gz].
+
+    A trace is recognized by its head (a `traceEvents` key or a leading trace event); anything else is
+    parsed whole (up to 64 MB) and described (`describe_document`)."""
+    import orjson
+
+    try:
+        head = _head(path, _HEAD_BYTES)
+    except OSError as exc:
+        return False, f"cannot be read ({exc.strerror or type(exc).__name__})"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if b'"traceEvents"' in text or (text.startswith(b"[") and b'"ph"' in text[:2048]):
+        return True, "a Kineto trace"
+    if not text.startswith((b"{", b"[")):
+        return False, "not JSON"
+    try:
+        data = _head(path, _WHOLE_CAP + 1)
+    except OSError as exc:
+        return False, f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if len(data) > _WHOLE_CAP:
+        return False, "a large JSON document that does not start like a Kineto trace"
+    try:
+        obj = orjson.loads(data.lstrip(b"\xef\xbb\xbf"))
+    except orjson.JSONDecodeError:
+        return False, "not valid JSON"
+    what = describe_document(obj)
+    return (not what), (what or "a Kineto trace")

@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 KNOWN_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
+# A CPU-only trace is called inference (no backward, no optimizer) only with at least this many host
+# ops: a trimmed trace of a few ops says nothing either way.
+MIN_HOST_OPS_FOR_INFERENCE = 20
 
 
 class Vendor(str, enum.Enum):
@@ -339,8 +342,7 @@ class TraceKind:
             )
         elif self.workload is Workload.UNKNOWN and self.has_events:
             out.append(
-                "training or inference cannot be told: the trace records neither host ops nor GPU kernels; "
-                "training advice is not applicable"
+                f"training or inference cannot be told ({self.workload_evidence}); training advice is not applicable"
             )
         if self.graph_capture_calls:
             api = self.capture_api_word()
@@ -487,16 +489,20 @@ def _workload(model: TraceModel) -> tuple[Workload, str]:
             evidence.append(f"{n_ok:,} optimizer kernels")
     if evidence:
         return Workload.TRAINING, "; ".join(evidence)
-    if len(model.cpu_ops) or len(model.annotations):
-        return Workload.INFERENCE, "host ops recorded, no backward pass and no optimizer step"
+    host = len(model.cpu_ops)
     if len(k):
-        # A GPU-only trace: a training step runs backward kernels (*_backward*, wgrad/dgrad...) and an
-        # optimizer; none among the kernels is the only evidence there is.
+        # A training step runs backward kernels (*_backward*, wgrad/dgrad...) and an optimizer: GPU work
+        # with neither, and host ops without a backward or an optimizer step, is inference.
+        where = (
+            f"{host:,} host ops without a backward pass or an optimizer step; " if host else "no host ops; "
+        )
         return (
             Workload.INFERENCE,
-            f"no host ops recorded; none of the {len(k):,} GPU kernels is a backward or optimizer kernel",
+            where + f"none of the {len(k):,} GPU kernels is a backward or optimizer kernel",
         )
-    return Workload.UNKNOWN, "no host ops and no GPU kernels recorded"
+    if host >= MIN_HOST_OPS_FOR_INFERENCE:
+        return Workload.INFERENCE, f"{host:,} host ops recorded, no backward pass and no optimizer step"
+    return Workload.UNKNOWN, f"only {host} host ops and no GPU kernels: too little to tell"
 
 
 def _graph_launches(model: TraceModel) -> tuple[int, int]:
