@@ -420,6 +420,29 @@ def _count_matching(table: pd.DataFrame, pattern: re.Pattern[str]) -> tuple[int,
     return int(table["name"].astype(str).isin(names).sum()), names
 
 
+def _named_evidence(
+    prefixes: tuple[str, ...],
+    api: str,
+    device_re: re.Pattern[str],
+    kernel_re: re.Pattern[str],
+    library: str,
+    runtime_names: list[str],
+    devices: list[str],
+    kernel_names: list[str],
+) -> str | None:
+    """A vendor's evidence in words, strongest first: its runtime API calls, device names, library kernels."""
+    calls = [n for n in runtime_names if n.startswith(prefixes)]
+    if calls:
+        return f"{api} runtime calls: {_examples(calls)}"
+    named = [d for d in devices if device_re.search(d)]
+    if named:
+        return f"device {named[0]}"
+    kernels = [n for n in kernel_names if kernel_re.search(n)]
+    if kernels:
+        return f"{library} library kernels: {_examples(kernels, 1)[:60]}"
+    return None
+
+
 def _vendor(model: TraceModel) -> tuple[Vendor, str]:
     meta = model.meta
     counts = model.counts
@@ -435,29 +458,21 @@ def _vendor(model: TraceModel) -> tuple[Vendor, str]:
         return Vendor.MTIA, f"collective backend {backend}"
     if any(_MTIA_DEVICE.search(d) for d in devices):
         return Vendor.MTIA, f"device {next(d for d in devices if _MTIA_DEVICE.search(d))}"
-    hip = [n for n in runtime_names if n.startswith("hip")]
-    if hip:
-        return Vendor.AMD, f"HIP runtime calls: {_examples(hip)}"
-    amd_dev = [d for d in devices if _AMD_DEVICE.search(d)]
-    if amd_dev:
-        return Vendor.AMD, f"device {amd_dev[0]}"
-    if any(p.get("warpSize") == 64 for p in meta.device_properties):
-        return Vendor.AMD, "device warp size 64 (AMD wavefront)"
-    amd_k = [n for n in kernel_names if _AMD_KERNEL.search(n)]
-    if amd_k:
-        return Vendor.AMD, f"ROCm library kernels: {_examples(amd_k, 1)[:60]}"
     other = sorted(c for c in counts if re.match(r"(xpu|privateuse|hpu|npu)", c, re.I))
     if other:
         return Vendor.OTHER, f"{'/'.join(other)} events"
-    cuda = [n for n in runtime_names if n.startswith("cu")]
-    if cuda:
-        return Vendor.NVIDIA, f"CUDA runtime calls: {_examples(cuda)}"
-    nv_dev = [d for d in devices if _NVIDIA_DEVICE.search(d)]
-    if nv_dev:
-        return Vendor.NVIDIA, f"device {nv_dev[0]}"
-    nv_k = [n for n in kernel_names if _NVIDIA_KERNEL.search(n)]
-    if nv_k:
-        return Vendor.NVIDIA, f"NVIDIA library kernels: {_examples(nv_k, 1)[:60]}"
+    amd = _named_evidence(
+        ("hip",), "HIP", _AMD_DEVICE, _AMD_KERNEL, "ROCm", runtime_names, devices, kernel_names
+    )
+    if amd is None and any(p.get("warpSize") == 64 for p in meta.device_properties):
+        amd = "device warp size 64 (AMD wavefront)"
+    if amd is not None:
+        return Vendor.AMD, amd
+    nvidia = _named_evidence(
+        ("cu",), "CUDA", _NVIDIA_DEVICE, _NVIDIA_KERNEL, "NVIDIA", runtime_names, devices, kernel_names
+    )
+    if nvidia is not None:
+        return Vendor.NVIDIA, nvidia
     if meta.cuda_driver_version is not None or meta.cuda_runtime_version is not None:
         return Vendor.NVIDIA, "cuda_driver_version / cuda_runtime_version in the trace"
     if len(model.kernels) or len(model.copies) or len(model.memsets):

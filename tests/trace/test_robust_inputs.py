@@ -21,6 +21,7 @@ from gpuadvisor.errors import InputError
 from gpuadvisor.trace.kind import SchemaStatus, Vendor, Workload
 from gpuadvisor.trace.load import load_trace
 from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace
+from tests.trace.test_scale import _MEMORY_CHILD  # load a trace in a fresh process, print RSS
 
 
 def _steps(st: SyntheticTrace, n: int = 4, period: float = 1000.0, *, train: bool = True) -> None:
@@ -60,17 +61,6 @@ def test_utf8_bom_is_read_like_any_trace(tmp_path: Path, name: str, chunk: int |
     assert not [w for w in m.warnings if "UTF-8" in w or "truncated" in w]
 
 
-_RSS_CHILD = """
-import resource, sys
-from gpuadvisor.trace.load import load_trace
-import pandas, numpy, orjson
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-m = load_trace(sys.argv[1])
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(before, after, len(m.cpu_ops))
-"""
-
-
 def test_bom_trace_of_2mb_loads_in_bounded_memory(tmp_path: Path) -> None:
     """Issue 12 item 3: a 2 MB trace with a BOM used 5.8 GB and ended in RecursionError. Now its load
     grows the RSS of a fresh process by less than 100 MB, and invalid UTF-8 after the BOM is repaired
@@ -83,7 +73,7 @@ def test_bom_trace_of_2mb_loads_in_bounded_memory(tmp_path: Path) -> None:
     p.write_bytes(b"\xef\xbb\xbf" + body.replace(b"aten::add", b"aten::ad\xff", 3))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run(
-        [sys.executable, "-c", _RSS_CHILD, str(p)],
+        [sys.executable, "-c", _MEMORY_CHILD, str(p)],
         capture_output=True,
         text=True,
         env=env,
