@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from gpuadvisor.errors import InputError
     from gpuadvisor.metrics import Metrics
     from gpuadvisor.rules_api import RuleContext
     from gpuadvisor.trace.model import TraceModel
@@ -45,17 +46,20 @@ __all__ = [
     "STRAGGLER_MIN_LATE_FRACTION",
     "CrossRank",
     "HostCollective",
+    "RankClaim",
     "RankStep",
     "RankSummary",
     "Straggler",
     "StragglerVerdict",
     "check_one_job",
+    "claim_of",
     "collective_kind",
     "cross_rank",
     "cross_rank_of",
     "host_collectives",
     "job_problems",
     "micro_batches",
+    "rank_problems",
     "rank_summary",
     "straggler_verdict",
     "summary_of",
@@ -587,49 +591,70 @@ def straggler_verdict(
 # ---- is a folder one job? ------------------------------------------------------------------------
 
 
-def _rank_evidence(trace: TraceModel) -> str | None:
-    """Where the trace's rank comes from: "distributedInfo", "file name", or None (assumed 0)."""
+@dataclass(frozen=True)
+class RankClaim:
+    """Which rank a trace file says it is (from its metadata, else its name), for the one-job check."""
+
+    name: str  # file name
+    rank: int | None  # None: the file says no rank (no distributedInfo.rank, no rankN in its name)
+    world_size: int | None = None
+
+
+def claim_of(trace: TraceModel) -> RankClaim:
     from gpuadvisor.trace.load import rank_in_name
 
     info = trace.meta.distributed_info or {}
-    if isinstance(info.get("rank"), int) and not isinstance(info.get("rank"), bool):
-        return "distributedInfo"
-    if rank_in_name(trace.path.name) is not None:
-        return "file name"
-    return None
+    rank = info.get("rank")
+    size = info.get("world_size")
+    known = (isinstance(rank, int) and not isinstance(rank, bool)) or rank_in_name(trace.path.name) is not None
+    return RankClaim(
+        name=trace.path.name,
+        rank=trace.rank if known else None,
+        world_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+    )
 
 
-def job_problems(traces: Sequence[TraceModel]) -> list[str]:
-    """Why these traces are not the distinct ranks of one job (empty when they are).
-
-    One job: every file says which rank it is (distributedInfo.rank, else rankN in its name), no two
-    claim the same rank, world sizes agree and every rank is below it, and every file has the same
-    schema version and accelerator vendor (a rank that recorded no GPU activity is allowed)."""
-    from gpuadvisor.trace.kind import Vendor, kind_of
-
-    if len(traces) <= 1:
+def rank_problems(claims: Sequence[RankClaim]) -> list[str]:
+    """Why these files' rank claims are not distinct ranks of one job: a file that says no rank, two
+    that claim the same rank, world sizes that differ or a rank not below the world size."""
+    if len(claims) <= 1:
         return []
     problems: list[str] = []
-    unknown = [t.path.name for t in traces if _rank_evidence(t) is None]
+    unknown = [c.name for c in claims if c.rank is None]
     if unknown:
         problems.append(
             f"{_names(unknown)} say{'s' if len(unknown) == 1 else ''} no rank (no distributedInfo.rank, "
             "no rankN in the file name)"
         )
     by_rank: dict[int, list[str]] = {}
-    for t in traces:
-        by_rank.setdefault(t.rank, []).append(t.path.name)
+    for c in claims:
+        if c.rank is not None:
+            by_rank.setdefault(c.rank, []).append(c.name)
     for rank, names in sorted(by_rank.items()):
         if len(names) > 1:
             problems.append(f"{_names(names)} all claim rank {rank}")
-    kinds = [kind_of(t) for t in traces]
-    sizes = sorted({k.world_size for k in kinds if k.world_size is not None})
+    sizes = sorted({c.world_size for c in claims if c.world_size is not None})
     if len(sizes) > 1:
         problems.append(f"world sizes differ ({', '.join(map(str, sizes))})")
     elif sizes:
-        beyond = sorted(t.rank for t in traces if t.rank >= sizes[0])
+        beyond = sorted(c.rank for c in claims if c.rank is not None and c.rank >= sizes[0])
         if beyond:
             problems.append(f"rank {beyond[0]} is not below the world size {sizes[0]}")
+    return problems
+
+
+def job_problems(traces: Sequence[TraceModel]) -> list[str]:
+    """Why these traces are not the distinct ranks of one job (empty when they are).
+
+    One job: every file says which rank it is (distributedInfo.rank, else rankN in its name), no two
+    claim the same rank, world sizes agree and every rank is below it (`rank_problems`), and every file
+    has the same schema version and accelerator vendor (a rank that recorded no GPU activity is allowed)."""
+    from gpuadvisor.trace.kind import Vendor, kind_of
+
+    if len(traces) <= 1:
+        return []
+    problems = rank_problems([claim_of(t) for t in traces])
+    kinds = [kind_of(t) for t in traces]
     schemas = sorted({str(k.schema_version) for k in kinds})
     if len(schemas) > 1:
         problems.append(f"schema versions differ ({', '.join(schemas)})")
@@ -644,18 +669,22 @@ def _names(names: Sequence[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def check_one_job(traces: Sequence[TraceModel], where: object) -> None:
-    """Raise InputError (exit 2) when `traces` (the files of folder `where`) are not one job's ranks."""
+def not_one_job_error(where: object, count: int, problems: Sequence[str]) -> InputError:
     from gpuadvisor.errors import InputError
 
+    return InputError(
+        f"{where}: the {count} traces in it are not the distinct ranks of one job: "
+        + "; ".join(problems)
+        + ". Analyze each file on its own (gpuadvisor analyze FILE), or put each job's rank files in a "
+        "folder of their own."
+    )
+
+
+def check_one_job(traces: Sequence[TraceModel], where: object) -> None:
+    """Raise InputError (exit 2) when `traces` (the files of folder `where`) are not one job's ranks."""
     problems = job_problems(traces)
     if problems:
-        raise InputError(
-            f"{where}: the {len(traces)} traces in it are not the distinct ranks of one job: "
-            + "; ".join(problems)
-            + ". Analyze each file on its own (gpuadvisor analyze FILE), or put each job's rank files in a "
-            "folder of their own."
-        )
+        raise not_one_job_error(where, len(traces), problems)
 
 
 # One-entry caches: every communication rule of one analysis asks for the same numbers. The cached

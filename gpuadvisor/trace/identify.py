@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BARE_EVENT_SHARE", "describe_document", "is_event_array", "sniff_file"]
+__all__ = ["BARE_EVENT_SHARE", "describe_document", "is_event_array", "read_head", "sniff_file"]
 
 # A bare JSON array is a trace when at least this share of its first items are trace events.
 BARE_EVENT_SHARE = 0.5
@@ -99,7 +99,8 @@ _HEAD_BYTES = 64 * 1024
 _WHOLE_CAP = 64 * 1024 * 1024
 
 
-def _head(path: Path, limit: int) -> bytes:
+def read_head(path: Path, limit: int) -> bytes:
+    """The first `limit` bytes of a file's content (gunzipped when gzip; empty for a corrupt gzip)."""
     import gzip
     import zlib
 
@@ -123,7 +124,7 @@ def sniff_file(path: Path) -> tuple[bool, str]:
     import orjson
 
     try:
-        head = _head(path, _HEAD_BYTES)
+        head = read_head(path, _HEAD_BYTES)
     except OSError as exc:
         return False, f"cannot be read ({exc.strerror or type(exc).__name__})"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -132,7 +133,7 @@ def sniff_file(path: Path) -> tuple[bool, str]:
     if not text.startswith((b"{", b"[")):
         return False, "not JSON"
     try:
-        data = _head(path, _WHOLE_CAP + 1)
+        data = read_head(path, _WHOLE_CAP + 1)
     except OSError as exc:
         return False, f"cannot be read ({exc.strerror or type(exc).__name__})"
     if len(data) > _WHOLE_CAP:

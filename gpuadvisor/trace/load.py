@@ -38,6 +38,8 @@ from gpuadvisor.trace.model import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gpuadvisor.multirank import RankClaim
+
 Progress = Callable[[int, int], None]
 
 # Older Kineto / torch versions spelled categories differently.
@@ -60,6 +62,7 @@ _CAT_ALIASES = {
 
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\(\s*(\w+)\s*->\s*(\w+)\s*\)")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+_OPEN_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 # record_function spans that 2021 traces (category "Operator") log like ops; today they are
 # user_annotation events. Read as annotations so that steps, optimizer steps and DataLoader waits count.
 _SPAN_AS_OP = re.compile(
@@ -844,6 +847,8 @@ def load_trace_files(
     (`gpuadvisor.multirank.check_one_job`).
     """
     paths = [Path(p) for p in paths]
+    if one_job and len(paths) > 1:
+        _refuse_early(paths)
     if workers is None:
         workers = min(len(paths), os.cpu_count() or 1)
     models: list[TraceModel] = []
@@ -859,6 +864,79 @@ def load_trace_files(
 
         check_one_job(models, _common_folder(paths))
     return models
+
+
+def _refuse_early(paths: list[Path]) -> None:
+    """Refuse a folder that cannot be one job before parsing it, when every file's rank claim can be
+    read cheaply (`peek_rank_claim`): a folder of 30 MB traces that all say no rank fails in a
+    fraction of a second instead of after loading them all."""
+    from gpuadvisor.multirank import not_one_job_error, rank_problems
+
+    claims = []
+    for p in paths:
+        claim = peek_rank_claim(p)
+        if claim is None:
+            return  # unknown without a full load: check_one_job decides after loading
+        claims.append(claim)
+    problems = rank_problems(claims)
+    if problems:
+        raise not_one_job_error(_common_folder(paths), len(paths), problems)
+
+
+_TAIL_BYTES = 64 * 1024
+
+
+def peek_rank_claim(path: Path) -> RankClaim | None:
+    """The rank a trace file claims, read from its head (and tail) without parsing its events; None
+    when that cannot be told cheaply. Kineto writes `distributedInfo` before `traceEvents`; hand-made
+    traces may write it after, so a header without it is confirmed by the file's last 64 KB."""
+    import orjson
+
+    from gpuadvisor.multirank import RankClaim
+    from gpuadvisor.trace.identify import read_head
+
+    name_rank = rank_in_name(path.name)
+    try:
+        head = read_head(path, _TAIL_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return None
+    if head.startswith(b"["):
+        return RankClaim(path.name, name_rank)  # a bare event array carries no metadata
+    m = _OPEN_EVENTS.search(head)
+    if not head.startswith(b"{") or m is None:
+        return None
+    try:
+        header = orjson.loads(head[: m.start()] + b'"traceEvents": []}')
+    except orjson.JSONDecodeError:
+        return None
+    info = header.get("distributedInfo") if isinstance(header, dict) else None
+    if isinstance(info, dict):
+        rank = _int_or_none(info.get("rank"))
+        size = _int_or_none(info.get("world_size"))
+        return RankClaim(path.name, rank if rank is not None else name_rank, size)
+    try:
+        tail = read_tail(path, _TAIL_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    if b'"distributedInfo"' in tail:
+        return None  # metadata after the events: only a full load can read it
+    return RankClaim(path.name, name_rank)
+
+
+def read_tail(path: Path, nbytes: int) -> bytes:
+    """The last `nbytes` of a file's content (decompressed for gzip: the stream is read through)."""
+    with path.open("rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+        if not gz:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - nbytes))
+            return fh.read()
+        fh.seek(0)
+        tail = b""
+        with gzip.GzipFile(fileobj=fh, mode="rb") as stream:
+            while block := stream.read(8 << 20):
+                tail = (tail + block)[-nbytes:]
+        return tail
 
 
 def _common_folder(paths: Sequence[Path]) -> Path:

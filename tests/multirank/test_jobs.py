@@ -207,3 +207,36 @@ def test_verdict_takes_unprofiled_step_time_as_evidence(tmp_path: Path) -> None:
     stricter = mr.straggler_verdict(cr, min_late_fraction=0.9)
     assert stricter is None
     assert dataclasses.is_dataclass(v)
+
+
+def test_rank_claims_are_peeked_without_parsing_the_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    import orjson
+
+    from gpuadvisor.trace import load as load_mod
+
+    st = _two_steps(SyntheticTrace(rank=3, world_size=4))
+    head_first = tmp_path / "head.json.gz"
+    head_first.write_bytes(gzip.compress(orjson.dumps({**st.top, "traceEvents": st.events})))
+    assert load_mod.peek_rank_claim(head_first) == mr.RankClaim("head.json.gz", 3, 4)
+    tail_last = tmp_path / "tail.json"
+    tail_last.write_bytes(orjson.dumps({"traceEvents": st.events, "distributedInfo": {"rank": 3}}))
+    assert load_mod.peek_rank_claim(tail_last) is None  # only a full load can tell
+    bare = tmp_path / "worker0.json"
+    bare.write_bytes(orjson.dumps(st.events))
+    assert load_mod.peek_rank_claim(bare) == mr.RankClaim("worker0.json", None)
+    # a folder of files that all say no rank is refused before any of them is parsed
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"model{i}.json").write_bytes(orjson.dumps(st.events))
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed a trace of a folder that cannot be one job")
+
+    monkeypatch.setattr(load_mod, "load_trace", no_load)
+    with pytest.raises(InputError, match=r"model0\.json, model1\.json, model2\.json say no rank"):
+        load_traces(folder)
