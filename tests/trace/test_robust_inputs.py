@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,7 @@ from gpuadvisor.errors import InputError
 from gpuadvisor.trace.kind import SchemaStatus, Vendor, Workload
 from gpuadvisor.trace.load import load_trace
 from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace
-from tests.trace.test_scale import _MEMORY_CHILD  # load a trace in a fresh process, print RSS
+from tests.trace.test_scale import load_in_fresh_process
 
 
 def _steps(st: SyntheticTrace, n: int = 4, period: float = 1000.0, *, train: bool = True) -> None:
@@ -71,16 +68,7 @@ def test_bom_trace_of_2mb_loads_in_bounded_memory(tmp_path: Path) -> None:
     assert len(body) > 1_000_000
     p = tmp_path / "big-bom.json"
     p.write_bytes(b"\xef\xbb\xbf" + body.replace(b"aten::add", b"aten::ad\xff", 3))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run(
-        [sys.executable, "-c", _MEMORY_CHILD, str(p)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    before_kb, after_kb, n_ops = (int(x) for x in out.stdout.split())
+    before_kb, after_kb, n_ops = load_in_fresh_process(p)
     assert n_ops == sum(1 for e in st.events if e.get("cat") == "cpu_op")
     assert (after_kb - before_kb) * 1024 < 100e6
 
