@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -145,11 +145,19 @@ def environment_of(trace: TraceModel, run: RunInfo | None) -> dict[str, Any]:
         for key in ("world_size", "backend"):
             if key in meta.distributed_info:
                 env.setdefault(f"distributed_{key}", meta.distributed_info[key])
+    from gpuadvisor.trace.kind import kind_of
+
+    env["trace_kind"] = kind_of(trace).to_dict()
     return env
 
 
-def notes_of(trace: TraceModel, run: RunInfo | None, extra: Iterable[str] = ()) -> list[str]:
-    """Human notes on degraded inputs, de-duplicated, in a stable order."""
+def notes_of(
+    trace: TraceModel, run: RunInfo | None, extra: Iterable[str] = (), traces: Sequence[TraceModel] = ()
+) -> list[str]:
+    """Human notes on degraded inputs and what the trace is (its TraceKind labels), de-duplicated, in a
+    stable order. `traces`: every rank of a multi-rank analysis (adds the job's label)."""
+    from gpuadvisor.trace.kind import job_labels, kind_of
+
     notes: list[str] = []
     if run is None:
         notes.append(NOTE_RAW_TRACE)
@@ -160,8 +168,10 @@ def notes_of(trace: TraceModel, run: RunInfo | None, extra: Iterable[str] = ()) 
         if isinstance(messages, list):
             notes.extend(str(m) for m in messages)
         notes.extend(run.notes)
-    if not trace.has_gpu_kernels and not any(w.startswith("No GPU kernels") for w in trace.warnings):
-        notes.append(NOTE_CPU_ONLY)
+    # What the trace is (vendor, training or inference, schema, graphs, ranks): said once, here.
+    notes.extend(kind_of(trace).labels())
+    if len(traces) > 1:
+        notes.extend(job_labels({t.rank: kind_of(t) for t in traces}))
     if trace.is_synthetic:
         notes.append("synthetic trace (built by the test suite)")
     notes.extend(trace.warnings)
@@ -231,7 +241,7 @@ def analyze(
         metrics=dict(metrics.window),
         findings=sort_findings(findings),
         rules=statuses,
-        notes=notes_of(trace, run, [*metrics.notes, *extra_notes]),
+        notes=notes_of(trace, run, [*metrics.notes, *extra_notes], traces),
         trace=trace,
         metrics_detail=metrics,
         run=run,

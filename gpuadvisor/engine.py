@@ -42,6 +42,7 @@ from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 if TYPE_CHECKING:
     from gpuadvisor.metrics import Metrics
     from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.trace.kind import TraceKind
     from gpuadvisor.trace.model import TraceModel
 
 __all__ = [
@@ -77,6 +78,9 @@ _MISSING_TEXT: dict[Requirement, str] = {
     Requirement.FLOPS: "needs FLOP counts (with_flops=True)",
     Requirement.DEVICE_PROPERTIES: "needs the trace's deviceProperties",
     Requirement.MULTI_RANK: "needs traces of more than one rank",
+    Requirement.TRAINING: "needs a training run (a backward pass or an optimizer step in the trace)",
+    Requirement.NVIDIA_GPU: "needs an NVIDIA GPU (CUDA-specific advice)",
+    Requirement.STEADY_STATE: "needs steps whose GPU work ran (no CUDA/HIP graph capture in them)",
 }
 _RUN_ONLY = frozenset({Requirement.NVML, Requirement.SETTINGS, Requirement.CALLSITES})
 
@@ -426,7 +430,26 @@ def available_requirements(
             have.add(Requirement.CALLSITES)
     if ranks > 1:
         have.add(Requirement.MULTI_RANK)
+    kind = _kind(trace)
+    if kind is not None:
+        if kind.is_training:
+            have.add(Requirement.TRAINING)
+        if kind.is_nvidia and kind.accelerator_activity:
+            have.add(Requirement.NVIDIA_GPU)
+        if not kind.capture_in_window:
+            have.add(Requirement.STEADY_STATE)
     return frozenset(have)
+
+
+def _kind(trace: Any) -> TraceKind | None:
+    """The trace's `TraceKind` (classified once for a TraceModel); None for a stand-in without tables."""
+    from gpuadvisor.trace.kind import TraceKind, kind_of
+    from gpuadvisor.trace.model import TraceModel
+
+    if isinstance(trace, TraceModel):
+        return kind_of(trace)
+    kind = getattr(trace, "kind", None)
+    return kind if isinstance(kind, TraceKind) else None
 
 
 def _callsites_recorded(run: RunInfo) -> bool:
@@ -442,12 +465,24 @@ def _callsites_recorded(run: RunInfo) -> bool:
     return bool(getattr(run, "callsites", None))
 
 
-def describe_missing(missing: Iterable[Requirement], run: RunInfo | None) -> str:
-    """The not-applicable detail: what is missing and why, e.g. "needs NVML samples: this is a raw trace"."""
+def describe_missing(
+    missing: Iterable[Requirement], run: RunInfo | None, trace: TraceModel | None = None
+) -> str:
+    """The not-applicable detail: what is missing and why, e.g. "needs NVML samples: this is a raw trace".
+
+    With `trace`, what the trace is (its TraceKind) says why: "inference run: no optimizer step or
+    backward pass in the trace", "AMD GPU (ROCm): CUDA-specific advice does not apply"."""
+    kind = _kind(trace) if trace is not None else None
+    missing = set(missing)
+    if kind is not None and Requirement.GPU_KERNELS in missing and not kind.accelerator_activity:
+        missing.discard(Requirement.NVIDIA_GPU)  # implied: there is no GPU work at all
     parts: list[str] = []
     for req in sorted(missing, key=lambda r: r.value):
         text = _MISSING_TEXT.get(req, f"needs {req.value}")
-        if req in _RUN_ONLY and run is None:
+        why = _kind_reason(req, kind) if kind is not None else None
+        if why is not None:
+            text = why
+        elif req in _RUN_ONLY and run is None:
             text += ": this is a raw trace"
         elif req is Requirement.NVML and run is not None:
             reason = getattr(run, "nvml_reason", None)
@@ -456,6 +491,42 @@ def describe_missing(missing: Iterable[Requirement], run: RunInfo | None) -> str
             text += ": not recorded in this run"
         parts.append(text)
     return "; ".join(parts)
+
+
+def _kind_reason(req: Requirement, kind: TraceKind) -> str | None:
+    """Why `req` is missing, in the words of what the trace is (None: the generic text says it)."""
+    from gpuadvisor.trace.kind import Vendor, Workload
+
+    if req is Requirement.TRAINING:
+        if kind.workload is Workload.INFERENCE:
+            return "inference run: no optimizer step or backward pass in the trace"
+        return f"cannot tell training from inference: {kind.workload_evidence}"
+    if req is Requirement.NVIDIA_GPU:
+        if kind.vendor is Vendor.AMD:
+            return "AMD GPU (ROCm): CUDA-specific advice does not apply"
+        if kind.vendor is Vendor.MTIA:
+            return "MTIA accelerator: CUDA-specific advice does not apply"
+        if kind.vendor is Vendor.OTHER:
+            return "non-NVIDIA accelerator: CUDA-specific advice does not apply"
+        return None
+    if req is Requirement.GPU_KERNELS:
+        if kind.vendor is Vendor.MTIA:
+            return "needs GPU kernels: MTIA device events are not analyzed as GPU kernels"
+        if kind.launches_without_kernels:
+            return (
+                f"needs GPU kernels: none were recorded although the host made {kind.launches_without_kernels:,} "
+                "launch calls (CUPTI unavailable or GPU activity not enabled)"
+            )
+        if not kind.has_events:
+            return "needs GPU kernels: the trace holds no events"
+        return "needs GPU kernels: CPU-only trace" if kind.cpu_only else None
+    if req is Requirement.STEADY_STATE and kind.capture_in_window:
+        return (
+            f"{kind.capture_api_word()} graph capture in the analyzed steps: {kind.captured_launches:,} launches were "
+            "recorded into a graph and never ran, so host time against GPU time says nothing about batch size or "
+            "launch overhead"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,7 +577,7 @@ def run_rules(
         missing = frozenset(rule.requires) - ctx.available
         if missing:
             statuses.append(
-                RuleStatus(rule.id, rule.name, "not_applicable", describe_missing(missing, ctx.run))
+                RuleStatus(rule.id, rule.name, "not_applicable", describe_missing(missing, ctx.run, ctx.trace))
             )
             continue
         try:

@@ -767,16 +767,8 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
     total = float(kw["dur"].sum())
     df = kw.assign(
         _name=kw["name"].astype(str),
-        _grid=kw["grid_x"].astype("Int64").astype(str)
-        + ","
-        + kw["grid_y"].astype("Int64").astype(str)
-        + ","
-        + kw["grid_z"].astype("Int64").astype(str),
-        _block=kw["block_x"].astype("Int64").astype(str)
-        + ","
-        + kw["block_y"].astype("Int64").astype(str)
-        + ","
-        + kw["block_z"].astype("Int64").astype(str),
+        _grid=_dim_text(kw["grid_x"]) + "," + _dim_text(kw["grid_y"]) + "," + _dim_text(kw["grid_z"]),
+        _block=_dim_text(kw["block_x"]) + "," + _dim_text(kw["block_y"]) + "," + _dim_text(kw["block_z"]),
         _fam=kw["family"].astype(str),
     )
     g = df.groupby("_name", sort=True)
@@ -797,12 +789,28 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
     )
     out = agg.reset_index().rename(columns={"_name": "name"})
     out["share"] = out["total_us"] / total if total > 0 else np.nan
-    out["grid"] = g["_grid"].agg(lambda s: s.value_counts().index[0]).to_numpy()
-    out["block"] = g["_block"].agg(lambda s: s.value_counts().index[0]).to_numpy()
+    out["grid"] = g["_grid"].agg(_most_common).to_numpy()
+    out["block"] = g["_block"].agg(_most_common).to_numpy()
     out["tensor_core"] = out["name"].map(lambda n: tc_map.get(n)).astype(object)
     out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     result: pd.DataFrame = out[list(KERNEL_AGG_COLUMNS)]
     return result
+
+
+def _dim_text(col: pd.Series) -> pd.Series:
+    """Launch dimensions as text ("<NA>" when the kernel carries none: graph replays, ROCm kernels)."""
+    import pandas as pd
+
+    v = col.astype("float64")
+    ok = v.notna() & (v.abs() < float(1 << 53))
+    out = pd.Series("<NA>", index=col.index, dtype=object)
+    out[ok] = v[ok].astype("int64").astype(str)
+    return out
+
+
+def _most_common(values: pd.Series) -> str:
+    counts = values.value_counts()
+    return str(counts.index[0]) if len(counts) else "<NA>"
 
 
 def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:

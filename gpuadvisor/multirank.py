@@ -32,21 +32,36 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from gpuadvisor.errors import InputError
     from gpuadvisor.metrics import Metrics
     from gpuadvisor.rules_api import RuleContext
     from gpuadvisor.trace.model import TraceModel
 
 __all__ = [
+    "GRADIENT_SYNC_KINDS",
+    "STRAGGLER_MIN_CONSISTENCY",
+    "STRAGGLER_MIN_LATE_FRACTION",
     "CrossRank",
     "HostCollective",
+    "RankClaim",
     "RankStep",
     "RankSummary",
     "Straggler",
+    "StragglerVerdict",
+    "check_one_job",
+    "claim_of",
     "collective_kind",
     "cross_rank",
     "cross_rank_of",
     "host_collectives",
+    "job_problems",
+    "micro_batches",
+    "rank_problems",
     "rank_summary",
+    "straggler_verdict",
     "summary_of",
 ]
 
@@ -186,6 +201,43 @@ def backend_spans(trace: TraceModel) -> list[HostCollective]:
     return out
 
 
+# Collectives that synchronize gradients (DDP all-reduce, FSDP reduce-scatter); `other` when the
+# host call does not say (record_param_comms without a c10d op).
+GRADIENT_SYNC_KINDS = frozenset({"all_reduce", "reduce_scatter", "other"})
+
+
+def micro_batches(trace: TraceModel) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(start, end) of each DDP micro-batch's forward: the outermost `DistributedDataParallel.forward`
+    CPU spans, sorted by start. A DDP module inside another one's forward (nested wrappers, as in
+    DLRM's sharded embeddings) records a span inside its parent's: it is not another micro-batch."""
+    import numpy as np
+    import pandas as pd
+
+    ann = trace.annotations
+    if not len(ann):
+        z = np.zeros(0, dtype=np.float64)
+        return z, z.copy()
+    mask = (~ann["on_gpu"].to_numpy(dtype=bool)) & (ann["name"].astype(str) == DDP_FORWARD).to_numpy(dtype=bool)
+    sub = ann[mask].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
+    starts: list[float] = []
+    ends: list[float] = []
+    open_until: dict[int, float] = {}  # per thread: end of the outermost forward still open
+    for ts, end, tid in zip(
+        sub["ts"].to_numpy(dtype=np.float64), sub["end"].to_numpy(dtype=np.float64), sub["tid"], strict=True
+    ):
+        key = -1 if pd.isna(tid) else int(tid)
+        if key in open_until and ts < open_until[key]:
+            continue  # nested inside a forward of the same thread
+        open_until[key] = float(end)
+        starts.append(float(ts))
+        ends.append(float(end))
+    order = np.argsort(np.array(starts, dtype=np.float64), kind="stable")
+    return (
+        np.array(starts, dtype=np.float64)[order],
+        np.array(ends, dtype=np.float64)[order],
+    )
+
+
 @dataclass(frozen=True)
 class RankStep:
     """One rank's numbers for one step (microseconds; None where the trace cannot tell)."""
@@ -202,9 +254,7 @@ class RankStep:
     collectives: int
     forwards: int
     optimizer_steps: int
-    comm_rounds: (
-        int  # DDP forwards followed by a collective before the next forward (micro-steps that synced)
-    )
+    comm_rounds: int  # micro-batches whose backward issued a gradient collective (synced micro-batches)
 
 
 @dataclass(frozen=True)
@@ -292,14 +342,11 @@ def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSumma
             comm = np.zeros(len(S))
     calls = host_collectives(trace)
     call_ts = np.sort(np.array([c.ts for c in calls], dtype=np.float64))
+    sync_ts = np.sort(np.array([c.ts for c in calls if c.kind in GRADIENT_SYNC_KINDS], dtype=np.float64))
     ann = trace.annotations
     names = ann["name"].astype(str) if len(ann) else None
     cpu = ~ann["on_gpu"].to_numpy(dtype=bool) if len(ann) else np.zeros(0, dtype=bool)
-    fwd_ts = (
-        np.sort(ann["ts"].to_numpy(dtype=np.float64)[cpu & (names == DDP_FORWARD).to_numpy(dtype=bool)])
-        if names is not None
-        else np.zeros(0)
-    )
+    fwd_start, fwd_end = micro_batches(trace)
     opt_ts = (
         np.sort(
             ann["ts"].to_numpy(dtype=np.float64)[
@@ -316,11 +363,15 @@ def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSumma
     steps: list[RankStep] = []
     for i in range(len(ps)):
         a, b = float(S[i]), float(E[i])
-        fw = fwd_ts[(fwd_ts >= a) & (fwd_ts < b)]
+        inside = (fwd_start >= a) & (fwd_start < b)
+        fw, fw_end = fwd_start[inside], fwd_end[inside]
         rounds = 0
-        for j, f0 in enumerate(fw):
-            f1 = float(fw[j + 1]) if j + 1 < len(fw) else b
-            rounds += int(count(call_ts, float(f0), f1) > 0)
+        for j in range(len(fw)):
+            # The backward of micro-batch j runs after its forward and before the next forward: a
+            # gradient all-reduce / reduce-scatter issued there synchronized this micro-batch.
+            # (Collectives inside the forward, e.g. all-to-all of sharded embeddings, are not.)
+            nxt = float(fw[j + 1]) if j + 1 < len(fw) else b
+            rounds += int(count(sync_ts, float(fw_end[j]), nxt) > 0)
         steps.append(
             RankStep(
                 step=int(ps["step"].iloc[i]),
@@ -476,6 +527,164 @@ def _straggler(ranks: tuple[RankSummary, ...], common: tuple[int, ...]) -> Strag
         cause=cause,
         cause_detail=detail,
     )
+
+
+# ---- the straggler verdict (shared by GA1001 and GA1002) ---------------------------------------------
+
+# GA1002's threshold defaults; GA1001 judges with these too, so both rules name the same straggler.
+STRAGGLER_MIN_CONSISTENCY = 0.75  # last in at least this share of the compared steps
+STRAGGLER_MIN_LATE_FRACTION = 0.05  # late by at least this share of the median step time
+
+
+@dataclass(frozen=True)
+class StragglerVerdict:
+    """A straggler the evidence supports: `straggler` is late consistently and by enough to matter."""
+
+    straggler: Straggler
+    step_us: float  # median over ranks of the per-rank median step time
+    late_fraction: float  # straggler.late_us_per_step / step_us (GA1002's impact)
+    consistency: float  # straggler.steps_last / straggler.steps_compared
+    unprofiled_step_us: float | None = None  # extra evidence used, when given
+
+    @property
+    def rank(self) -> int:
+        return self.straggler.rank
+
+
+def straggler_verdict(
+    cr: CrossRank,
+    *,
+    min_consistency: float = STRAGGLER_MIN_CONSISTENCY,
+    min_late_fraction: float = STRAGGLER_MIN_LATE_FRACTION,
+    unprofiled_step_us: float | None = None,
+) -> StragglerVerdict | None:
+    """Is there a straggler? The one judgement both GA1001 (whose other ranks' wait is then not counted
+    as exposed communication) and GA1002 (which reports it) use.
+
+    A candidate (`cr.straggler`: the rank last at the collectives most often) is a straggler when it is
+    last in at least `min_consistency` of the compared steps and late by at least `min_late_fraction`
+    of the median step time. Extra evidence: `unprofiled_step_us`, the job's median step time measured
+    outside the profiler; when the profiled step exceeds it by at least the lateness, the profiler's
+    own overhead can explain the lateness and the trace proves no straggler (None)."""
+    s = cr.straggler
+    if s is None or s.steps_compared == 0:
+        return None
+    steps = sorted(v for v in cr.step_time_median_us.values() if v)
+    step_us = steps[len(steps) // 2] if steps else 0.0
+    if step_us <= 0:
+        return None
+    consistency = s.steps_last / s.steps_compared
+    late_fraction = s.late_us_per_step / step_us
+    if consistency < min_consistency or late_fraction < min_late_fraction:
+        return None
+    if unprofiled_step_us is not None and step_us - unprofiled_step_us >= s.late_us_per_step:
+        return None
+    return StragglerVerdict(
+        straggler=s,
+        step_us=step_us,
+        late_fraction=late_fraction,
+        consistency=consistency,
+        unprofiled_step_us=unprofiled_step_us,
+    )
+
+
+# ---- is a folder one job? ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankClaim:
+    """Which rank a trace file says it is (from its metadata, else its name), for the one-job check."""
+
+    name: str  # file name
+    rank: int | None  # None: the file says no rank (no distributedInfo.rank, no rankN in its name)
+    world_size: int | None = None
+
+
+def claim_of(trace: TraceModel) -> RankClaim:
+    from gpuadvisor.trace.load import rank_in_name
+
+    info = trace.meta.distributed_info or {}
+    rank = info.get("rank")
+    size = info.get("world_size")
+    known = (isinstance(rank, int) and not isinstance(rank, bool)) or rank_in_name(trace.path.name) is not None
+    return RankClaim(
+        name=trace.path.name,
+        rank=trace.rank if known else None,
+        world_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+    )
+
+
+def rank_problems(claims: Sequence[RankClaim]) -> list[str]:
+    """Why these files' rank claims are not distinct ranks of one job: a file that says no rank, two
+    that claim the same rank, world sizes that differ or a rank not below the world size."""
+    if len(claims) <= 1:
+        return []
+    problems: list[str] = []
+    unknown = [c.name for c in claims if c.rank is None]
+    if unknown:
+        problems.append(
+            f"{_names(unknown)} say{'s' if len(unknown) == 1 else ''} no rank (no distributedInfo.rank, "
+            "no rankN in the file name)"
+        )
+    by_rank: dict[int, list[str]] = {}
+    for c in claims:
+        if c.rank is not None:
+            by_rank.setdefault(c.rank, []).append(c.name)
+    for rank, names in sorted(by_rank.items()):
+        if len(names) > 1:
+            problems.append(f"{_names(names)} all claim rank {rank}")
+    sizes = sorted({c.world_size for c in claims if c.world_size is not None})
+    if len(sizes) > 1:
+        problems.append(f"world sizes differ ({', '.join(map(str, sizes))})")
+    elif sizes:
+        beyond = sorted(c.rank for c in claims if c.rank is not None and c.rank >= sizes[0])
+        if beyond:
+            problems.append(f"rank {beyond[0]} is not below the world size {sizes[0]}")
+    return problems
+
+
+def job_problems(traces: Sequence[TraceModel]) -> list[str]:
+    """Why these traces are not the distinct ranks of one job (empty when they are).
+
+    One job: every file says which rank it is (distributedInfo.rank, else rankN in its name), no two
+    claim the same rank, world sizes agree and every rank is below it (`rank_problems`), and every file
+    has the same schema version and accelerator vendor (a rank that recorded no GPU activity is allowed)."""
+    from gpuadvisor.trace.kind import Vendor, kind_of
+
+    if len(traces) <= 1:
+        return []
+    problems = rank_problems([claim_of(t) for t in traces])
+    kinds = [kind_of(t) for t in traces]
+    schemas = sorted({str(k.schema_version) for k in kinds})
+    if len(schemas) > 1:
+        problems.append(f"schema versions differ ({', '.join(schemas)})")
+    vendors = sorted({k.vendor.value for k in kinds if k.vendor is not Vendor.NONE})
+    if len(vendors) > 1:
+        problems.append(f"accelerators differ ({', '.join(vendors)})")
+    return problems
+
+
+def _names(names: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(sorted(names)[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def not_one_job_error(where: object, count: int, problems: Sequence[str]) -> InputError:
+    from gpuadvisor.errors import InputError
+
+    return InputError(
+        f"{where}: the {count} traces in it are not the distinct ranks of one job: "
+        + "; ".join(problems)
+        + ". Analyze each file on its own (gpuadvisor analyze FILE), or put each job's rank files in a "
+        "folder of their own."
+    )
+
+
+def check_one_job(traces: Sequence[TraceModel], where: object) -> None:
+    """Raise InputError (exit 2) when `traces` (the files of folder `where`) are not one job's ranks."""
+    problems = job_problems(traces)
+    if problems:
+        raise not_one_job_error(where, len(traces), problems)
 
 
 # One-entry caches: every communication rule of one analysis asks for the same numbers. The cached

@@ -62,6 +62,9 @@ class Requirement(str, enum.Enum):
     FLOPS = "flops"  # cpu ops carry `flops` (with_flops)
     DEVICE_PROPERTIES = "device_properties"  # trace deviceProperties (SM count...)
     MULTI_RANK = "multi_rank"  # more than one rank's trace
+    TRAINING = "training"  # a training run: backward pass or optimizer step in the trace (TraceKind)
+    NVIDIA_GPU = "nvidia_gpu"  # the GPU work ran on an NVIDIA GPU: CUDA-specific advice applies
+    STEADY_STATE = "steady_state"  # no CUDA/HIP graph capture in the analyzed steps (their launches ran)
 
     def __str__(self) -> str:
         return self.value

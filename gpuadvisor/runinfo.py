@@ -185,9 +185,14 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
         return "run", path, _find_traces(path, manifest)
     if path.is_file():
         if not _is_trace_name(path):
-            raise InputError(
-                f"{path}: not a trace (expected a .json or .json.gz Kineto trace or a run directory)"
-            )
+            # Another name: a trace all the same (read it), or say what it is.
+            from gpuadvisor.trace.identify import sniff_file
+
+            is_trace, what = sniff_file(path)
+            if not is_trace:
+                raise InputError(
+                    f"{path}: not a trace: {what} (expected a .json or .json.gz Kineto trace or a run directory)"
+                )
         return "trace", None, [path]
     if path.is_dir():
         traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p))

@@ -25,7 +25,9 @@ class ExposedCommunication(Rule):
     `ncclKernel_*`) during which no other kernel of the same rank runs (exposed communication),
     against the whole collective time (the overlapped part is the difference). Works on one rank's
     trace as well as on a folder of per-rank traces. Impact = exposed time / step time, the median
-    over ranks (ranks wait for each other, so a step costs the same on all of them).
+    over ranks (ranks wait for each other, so a step costs the same on all of them); when GA1002 names
+    a straggler (the same verdict), the straggler's own share, since the other ranks' extra exposed
+    time is their wait for it. Every number says which rank it is.
 
     How to fix
     ----------
@@ -69,50 +71,56 @@ class ExposedCommunication(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         import numpy as np
 
-        ranks = mr.cross_rank_of(ctx).ranks if len(ctx.traces) > 1 else (mr.summary_of(ctx),)
+        multi = len(ctx.traces) > 1
+        cr = mr.cross_rank_of(ctx) if multi else None
+        ranks = cr.ranks if cr is not None else (mr.summary_of(ctx),)
         ranks = tuple(r for r in ranks if r.comm_source == "nccl_kernels")
         if not ranks:
             return
-        per_rank: dict[str, dict[str, Any]] = {}
-        shares: list[float] = []
-        overlaps: list[float] = []
-        for r in ranks:
-            share = r.share("exposed_comm_us") or 0.0
-            overlap = r.overlap_fraction()
-            shares.append(share)
-            if overlap is not None:
-                overlaps.append(overlap)
-            per_rank[str(r.rank)] = {
+        share = {r.rank: r.share("exposed_comm_us") or 0.0 for r in ranks}
+        overlaps = [o for o in (r.overlap_fraction() for r in ranks) if o is not None]
+        per_rank: dict[str, dict[str, Any]] = {
+            str(r.rank): {
                 "exposed_comm_ms_per_step": (r.median("exposed_comm_us") or 0.0) / 1000,
                 "comm_ms_per_step": (r.median("comm_us") or 0.0) / 1000,
                 "step_time_ms": (r.median("step_time_us") or 0.0) / 1000,
-                "exposed_fraction": share,
-                "overlapped_fraction_of_comm": overlap,
+                "exposed_fraction": share[r.rank],
+                "overlapped_fraction_of_comm": r.overlap_fraction(),
             }
-        impact = float(np.median(shares))
-        straggler = mr.cross_rank_of(ctx).straggler if len(ctx.traces) > 1 else None
-        waited = ""
-        if straggler is not None:
-            # The other ranks' NCCL kernels also spin while they wait for the straggler (GA1002 reports
-            # that wait); the straggler's own exposed time is the communication cost proper.
-            for r, share in zip(ranks, shares, strict=True):
-                if r.rank == straggler.rank:
-                    impact = share
-                    waited = f" Rank {r.rank} is a straggler (GA1002): the other ranks' extra wait is not counted here."
+            for r in ranks
+        }
+        # The straggler verdict GA1002 reports (the same function, the default thresholds): when there is
+        # one, the other ranks' NCCL kernels spin while they wait for it and that wait is GA1002's; the
+        # straggler's own exposed time is the communication cost proper.
+        verdict = mr.straggler_verdict(cr) if cr is not None else None
+        by_rank = {r.rank: r for r in ranks}
+        median_share = float(np.median(list(share.values())))
+        if verdict is not None and verdict.rank in by_rank:
+            ref = by_rank[verdict.rank]
+            impact = share[ref.rank]
+            basis = f"rank {ref.rank}, the straggler (GA1002): the other ranks' extra wait is not counted here"
+        else:
+            # the rank whose share is the median (the lower middle one for an even count)
+            ordered = sorted(ranks, key=lambda r: (share[r.rank], r.rank))
+            ref = ordered[(len(ordered) - 1) // 2]
+            impact = median_share if len(ranks) % 2 else share[ref.rank]
+            basis = f"rank {ref.rank}, the median over {len(ranks)} ranks" if multi else f"rank {ref.rank}"
         if impact < ctx.threshold("min_impact"):
             return
-        worst = ranks[int(np.argmax(shares))]
-        if straggler is not None:
-            worst = next((r for r in ranks if r.rank == straggler.rank), worst)
+        worst = max(ranks, key=lambda r: (share[r.rank], -r.rank))
         overlap = float(np.median(overlaps)) if overlaps else 0.0
         kinds: dict[str, int] = {}
         for r in ranks:
             for k, n in r.collective_kinds.items():
                 kinds[k] = kinds.get(k, 0) + n
-        step_us = worst.median("step_time_us") or 0.0
-        exposed_us = worst.median("exposed_comm_us") or 0.0
-        multi = len(ranks) > 1
-        where = f" (worst: rank {worst.rank}, {fmt_pct(max(shares))})" if multi else ""
+        step_us = ref.median("step_time_us") or 0.0
+        exposed_us = ref.median("exposed_comm_us") or 0.0
+        spread = (
+            f" Across ranks: median {fmt_pct(median_share)}, most exposed rank {worst.rank} "
+            f"({fmt_pct(share[worst.rank])})."
+            if multi
+            else ""
+        )
         if overlap < ctx.threshold("low_overlap"):
             rec = (
                 f"Only {fmt_pct(overlap)} of the collective time runs during compute: the all-reduce "
@@ -130,19 +138,25 @@ class ExposedCommunication(Rule):
                 "NCCL_P2P/NCCL_IB settings)."
             )
         rec += (
-            f" Expected gain: up to {fmt_ms(exposed_us)} per step ({fmt_pct(impact)}) when the "
-            "communication is fully hidden."
+            f" Expected gain: up to {fmt_ms(exposed_us)} per step on rank {ref.rank} ({fmt_pct(impact)}) when "
+            "the communication is fully hidden."
         )
         yield self.finding(
             impact=impact,
-            title=f"Communication not hidden by compute: {fmt_pct(impact)} of each step",
+            title=f"Communication not hidden by compute: {fmt_pct(impact)} of each step (rank {ref.rank})",
             message=(
-                f"NCCL collectives ran {fmt_ms(worst.median('comm_us') or 0.0)} per step, of which "
-                f"{fmt_ms(exposed_us)} with no compute kernel beside it ({fmt_pct(impact)} of the "
-                f"{fmt_ms(step_us)} step{where}); {fmt_pct(overlap)} of the collective time was overlapped.{waited}"
+                f"On rank {ref.rank} NCCL collectives ran {fmt_ms(ref.median('comm_us') or 0.0)} per step, of "
+                f"which {fmt_ms(exposed_us)} with no compute kernel beside it: {fmt_pct(impact)} of its "
+                f"{fmt_ms(step_us)} step ({basis}); {fmt_pct(overlap)} of the collective time was overlapped "
+                f"(median over ranks).{spread}"
             ),
             evidence={
-                "exposed_fraction_median_over_ranks": impact,
+                "rank": ref.rank,
+                "impact_basis": "straggler" if verdict is not None and verdict.rank in by_rank else "median_rank",
+                "exposed_fraction": impact,
+                "exposed_fraction_median_over_ranks": median_share,
+                "most_exposed_rank": worst.rank,
+                "straggler_rank": verdict.rank if verdict is not None else None,
                 "overlapped_fraction_of_comm": overlap,
                 "ranks": per_rank,
                 "collective_calls_by_kind": dict(sorted(kinds.items())),
@@ -151,7 +165,8 @@ class ExposedCommunication(Rule):
             locations=_top_collective_kernels(ctx),
             impact_explanation=(
                 "Time covered by collective kernels and by no other kernel of the same rank, summed over the "
-                "analyzed steps and divided by their total time; the median over ranks."
+                "analyzed steps and divided by their total time: the straggler's own share when GA1002 names "
+                "one, else the median over ranks."
             ),
         )
 

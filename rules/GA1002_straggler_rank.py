@@ -56,10 +56,12 @@ class StragglerRank(Rule):
     requires = frozenset({Requirement.MULTI_RANK, Requirement.STEPS})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_impact": Threshold(
-            0.05, "report when the straggler is late by at least this share of the step time", "fraction"
+            mr.STRAGGLER_MIN_LATE_FRACTION,
+            "report when the straggler is late by at least this share of the step time",
+            "fraction",
         ),
         "min_consistency": Threshold(
-            0.75,
+            mr.STRAGGLER_MIN_CONSISTENCY,
             "the straggler must be the last rank in at least this share of the compared steps (a real "
             "straggler is late nearly every step; run-to-run jitter is not)",
             "fraction",
@@ -69,18 +71,17 @@ class StragglerRank(Rule):
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         cr = mr.cross_rank_of(ctx)
-        s = cr.straggler
-        if s is None or s.steps_compared == 0:
+        # The verdict GA1001 uses too (with these thresholds' defaults), so both name the same rank.
+        verdict = mr.straggler_verdict(
+            cr,
+            min_consistency=ctx.threshold("min_consistency"),
+            min_late_fraction=ctx.threshold("min_impact"),
+        )
+        if verdict is None:
             return
-        if s.steps_last / s.steps_compared < ctx.threshold("min_consistency"):
-            return
-        steps = [v for v in cr.step_time_median_us.values() if v]
-        step_us = sorted(steps)[len(steps) // 2] if steps else 0.0
-        if step_us <= 0:
-            return
-        impact = s.late_us_per_step / step_us
-        if impact < ctx.threshold("min_impact"):
-            return
+        s = verdict.straggler
+        step_us = verdict.step_us
+        impact = verdict.late_fraction
         detail = s.cause_detail
         if s.cause == "data_wait":
             rec = (
@@ -122,7 +123,7 @@ class StragglerRank(Rule):
             message=(
                 f"In {s.steps_last} of {s.steps_compared} steps compared, rank {s.rank} spent the least time "
                 f"inside collectives: the other ranks waited there {fmt_ms(s.late_us_per_step)} per step on "
-                f"average ({fmt_pct(impact)} of the {fmt_ms(step_us)} step). Why: {_WHY[s.cause]}."
+                f"average ({fmt_pct(impact)} of the {fmt_ms(step_us)} step, the median over ranks). Why: {_WHY[s.cause]}."
             ),
             evidence={
                 "straggler_rank": s.rank,

@@ -22,11 +22,14 @@ class DdpSyncEveryMicrostep(Rule):
 
     How it is detected
     ------------------
-    In the analyzed steps: the number of `DistributedDataParallel.forward` spans (micro-batches), of
-    `Optimizer.step#...` spans, and of micro-batches followed by at least one collective call before the
-    next forward (micro-batches that synchronized). Reported when there are more forwards than optimizer
-    steps (accumulation) and more synchronizing micro-batches than optimizer steps. Impact = the
-    communication time of the extra rounds (exposed time when NCCL kernels are recorded) / step time.
+    In the analyzed steps: the micro-batches (the outermost `DistributedDataParallel.forward` spans of
+    a thread: a DDP module nested inside another one's forward is not another micro-batch), the
+    `Optimizer.step#...` spans, and the micro-batches whose backward issued a gradient collective
+    (all-reduce or reduce-scatter after the forward ended, before the next forward: collectives inside
+    the forward, such as all-to-all of sharded embeddings, do not count). Reported when there are more
+    micro-batches than optimizer steps (accumulation) and more synchronizing micro-batches than
+    optimizer steps. Training runs only. Impact = the communication time of the extra rounds (exposed
+    time when NCCL kernels are recorded) / step time.
 
     How to fix
     ----------
@@ -51,7 +54,7 @@ class DdpSyncEveryMicrostep(Rule):
     id = "GA1004"
     name = "ddp-sync-every-microstep"
     category = Category.COMMUNICATION
-    requires = frozenset({Requirement.STEPS})
+    requires = frozenset({Requirement.STEPS, Requirement.TRAINING})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_extra_rounds": Threshold(
             1.5, "report when synchronizing micro-batches per optimizer step reach this", "rounds"

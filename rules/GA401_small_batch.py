@@ -63,7 +63,7 @@ class SmallBatch(Rule):
     id = "GA401"
     name = "small-batch"
     category = Category.SMALL_BATCH
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.STEADY_STATE})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "max_median_kernel_us": Threshold(
             20.0,

@@ -60,7 +60,7 @@ class LaunchBound(Rule):
     id = "GA501"
     name = "launch-bound"
     category = Category.LAUNCH_OVERHEAD
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.STEADY_STATE})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_kernels_per_step": Threshold(
             50.0,

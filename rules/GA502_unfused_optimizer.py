@@ -61,7 +61,7 @@ class UnfusedOptimizer(Rule):
     id = "GA502"
     name = "unfused-optimizer"
     category = Category.LAUNCH_OVERHEAD
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.TRAINING})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_kernels_per_step": Threshold(
             30.0, "optimizer kernels per step from which launches dominate a per-tensor update", "kernels"

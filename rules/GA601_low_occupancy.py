@@ -67,7 +67,7 @@ class LowOccupancyKernels(Rule):
     id = "GA601"
     name = "low-occupancy-kernels"
     category = Category.LOW_OCCUPANCY
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.NVIDIA_GPU})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_kernel_share": Threshold(
             0.05, "share of GPU kernel time for a kernel to be reported", "fraction"

@@ -67,7 +67,7 @@ class Fp32Matmul(Rule):
     id = "GA701"
     name = "fp32-matmul"
     category = Category.FP32_MATH
-    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS})
+    requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.NVIDIA_GPU})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_fp32_fraction": Threshold(
             0.05, "FP32 matmul/conv kernel time as a share of the step worth reporting", "fraction"

@@ -31,6 +31,7 @@ _KEY = b'"traceEvents"'
 _OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NEXT = re.compile(rb"\s*,\s*\{")
 _WS = b" \t\r\n"
+_UTF8_BOM = b"\xef\xbb\xbf"
 _MAX_TRIES = 32  # cut candidates tried per block before reading a bigger block
 
 
@@ -84,6 +85,8 @@ class EventStream:
     def _chunks(self, reader: IO[bytes], raw: IO[bytes], total: int, orjson: Any) -> Iterator[list[Any]]:
         buf = self._read(reader, raw, total)
         eof = not buf
+        if buf.startswith(_UTF8_BOM):
+            buf = buf[len(_UTF8_BOM) :]  # a byte-order mark before the JSON (UTF-16/32 ones fall back)
         if not buf.lstrip(_WS).startswith(b"{"):
             raise StreamFallback("not a JSON object")
         # The header: everything before "traceEvents": [ (metadata keys may also follow the array).

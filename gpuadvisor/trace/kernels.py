@@ -27,7 +27,11 @@ MATMUL_FAMILIES: frozenset[str] = frozenset({"gemm", "conv", "attention"})
 # Checked in order; the first match wins. Case-insensitive.
 _FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("collective", re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.I)),
-    ("optimizer", re.compile(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|sgd|lamb|lion|optim", re.I)),
+    # `lamb(?!da)`: the LAMB optimizer, not every templated kernel's `{lambda(...)#1}`
+    (
+        "optimizer",
+        re.compile(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|sgd|lamb(?!da)|(?<![a-z])lion|optim", re.I),
+    ),
     ("attention", re.compile(r"fmha|flash|attention|attn|sdpa|_mha|mha_|softmax_rescale", re.I)),
     (
         "conv",

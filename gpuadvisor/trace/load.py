@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import math
 import os
 import re
 import zlib
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.errors import InputError
+from gpuadvisor.trace.kind import CaptureScan, scan_graph_captures
 from gpuadvisor.trace.model import (
     ANNOTATION_COLUMNS,
     COPY_COLUMNS,
@@ -35,6 +37,8 @@ from gpuadvisor.trace.model import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from gpuadvisor.multirank import RankClaim
 
 Progress = Callable[[int, int], None]
 
@@ -58,6 +62,12 @@ _CAT_ALIASES = {
 
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\(\s*(\w+)\s*->\s*(\w+)\s*\)")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+_OPEN_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+# record_function spans that 2021 traces (category "Operator") log like ops; today they are
+# user_annotation events. Read as annotations so that steps, optimizer steps and DataLoader waits count.
+_SPAN_AS_OP = re.compile(
+    r"ProfilerStep\s*#\s*\d+$|Optimizer\.(?:step|zero_grad)#|enumerate\(DataLoader\)#|DistributedDataParallel\.forward$"
+)
 _PROGRESS_EVERY = 200_000
 
 
@@ -75,7 +85,7 @@ def _read_bytes(path: Path, warnings: list[str]) -> bytes:
         raise InputError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
+            return _without_bom(gzip.decompress(raw), path, warnings)
         except (OSError, EOFError, zlib.error):
             # A truncated gzip: decompress what is there, then salvage the JSON prefix.
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -84,8 +94,32 @@ def _read_bytes(path: Path, warnings: list[str]) -> bytes:
             except zlib.error:
                 raise InputError(f"{path}: corrupt gzip data, cannot be read") from None
             warnings.append(f"The gzip stream of {path.name} is truncated; only its complete part was read.")
-            return data
-    return raw
+            return _without_bom(data, path, warnings)
+    return _without_bom(raw, path, warnings)
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+# Longest first: the UTF-32 LE mark starts with the UTF-16 LE one.
+_OTHER_BOMS = (
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+
+
+def _without_bom(data: bytes, path: Path, warnings: list[str]) -> bytes:
+    """Drop a UTF-8 byte-order mark; re-encode UTF-16/32 text (with its mark) as UTF-8.
+
+    JSON parsers reject a leading BOM; without this the invalid-UTF-8 repair below would loop on it."""
+    if data.startswith(_UTF8_BOM):
+        return data[len(_UTF8_BOM) :]
+    for bom, codec in _OTHER_BOMS:
+        if data.startswith(bom):
+            text = data[len(bom) :].decode(codec, errors="replace")
+            warnings.append(f"{path.name} is {codec.upper()} text; it was read as UTF-8.")
+            return text.encode("utf-8")
+    return data
 
 
 def _salvage_truncated(data: bytes) -> Any | None:
@@ -95,7 +129,10 @@ def _salvage_truncated(data: bytes) -> Any | None:
     """
     import orjson
 
-    key = data.find(b'"traceEvents"')
+    if data.lstrip().startswith(b"["):
+        key, closing = data.find(b"["), b"]"  # a truncated bare event array
+    else:
+        key, closing = data.find(b'"traceEvents"'), b"]}"
     if key < 0:
         return None
     pos = len(data)
@@ -104,7 +141,7 @@ def _salvage_truncated(data: bytes) -> Any | None:
         if pos < 0:
             return None
         try:
-            return orjson.loads(data[: pos + 1] + b"]}")
+            return orjson.loads(data[: pos + 1] + closing)
         except orjson.JSONDecodeError:
             continue
     return None
@@ -113,37 +150,49 @@ def _salvage_truncated(data: bytes) -> Any | None:
 def _parse(path: Path, data: bytes, warnings: list[str]) -> dict[str, Any]:
     import orjson
 
+    from gpuadvisor.trace.identify import describe_document
+
     if not data.strip():
         raise InputError(f"{path}: empty file, not a trace")
+    obj: Any = None
+    parsed = False
     try:
-        obj = orjson.loads(data)
+        obj, parsed = orjson.loads(data), True
     except orjson.JSONDecodeError as exc:
         msg = str(exc)
-        if "utf-8" in msg.lower() or "utf8" in msg.lower():
-            fixed = data.decode("utf-8", errors="replace").encode("utf-8")
-            warnings.append(f"{path.name} holds invalid UTF-8; the bad bytes were replaced with U+FFFD.")
-            return _parse(path, fixed, warnings)
+    if not parsed and ("utf-8" in msg.lower() or "utf8" in msg.lower()):
+        # One repair, never a loop: replace the bad bytes and parse once more.
+        data = data.decode("utf-8", errors="replace").encode("utf-8")
+        warnings.append(f"{path.name} holds invalid UTF-8; the bad bytes were replaced with U+FFFD.")
+        try:
+            obj, parsed = orjson.loads(data), True
+        except orjson.JSONDecodeError as exc:
+            msg = str(exc)
+    if not parsed:
         stripped = data.lstrip()
-        if not stripped.startswith(b"{"):
+        if not stripped.startswith((b"{", b"[")):
             raise InputError(f"{path}: not a JSON trace (does not start with '{{')") from None
+        if "recursion" in msg.lower():
+            raise InputError(
+                f"{path}: not a JSON trace gpuadvisor can read: nested deeper than the JSON parser allows ({msg})"
+            ) from None
         obj = _salvage_truncated(data)
         if obj is None:
             raise InputError(
-                f"{path}: not valid JSON and no complete events could be salvaged ({msg})"
+                f"{path}: not a JSON trace: invalid JSON and no complete events could be salvaged ({msg})"
             ) from None
-        n = len(obj.get("traceEvents") or []) if isinstance(obj, dict) else 0
+        events = obj if isinstance(obj, list) else obj.get("traceEvents") if isinstance(obj, dict) else None
+        n = len(events) if isinstance(events, list) else 0
         warnings.append(
             f"{path.name} is truncated or malformed ({msg}); the {n} complete events before the damage were used."
         )
+    what = describe_document(obj)
+    if what:
+        raise InputError(f"{path}: {what}")
     if isinstance(obj, list):
         # The JSON Array Format of the Chrome trace viewer: a bare list of events.
         return {"traceEvents": obj}
-    if not isinstance(obj, dict):
-        raise InputError(
-            f"{path}: not a Kineto trace (top level is {type(obj).__name__}, expected an object)"
-        )
-    if "traceEvents" not in obj:
-        raise InputError(f"{path}: not a Kineto trace (no 'traceEvents' key)")
+    assert isinstance(obj, dict)
     return obj
 
 
@@ -155,7 +204,7 @@ def _int_or_none(v: Any) -> int | None:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, float) and v == v:
+    if isinstance(v, float) and math.isfinite(v):
         return int(v)
     if isinstance(v, str):
         try:
@@ -165,25 +214,39 @@ def _int_or_none(v: Any) -> int | None:
     return None
 
 
+# Int64 table columns (ids, devices, streams, thread ids) hold values in this range; a value outside it
+# (a 64-bit unsigned id, a corrupted field) is unknown rather than an overflow in pandas.
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+
+
+def _id(v: Any) -> int | None:
+    """An Int64 column value: an int within 64-bit signed range, else None."""
+    if type(v) is int:
+        return v if _I64_MIN <= v <= _I64_MAX else None
+    i = _int_or_none(v)
+    return i if i is not None and _I64_MIN <= i <= _I64_MAX else None
+
+
 def _num(v: Any) -> float | None:
+    """A finite float, else None (booleans, NaN, infinities, numbers too large for a float)."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
+    if isinstance(v, (int, float, str)):
         try:
-            return float(v)
-        except ValueError:
+            f = float(v)
+        except (ValueError, OverflowError):
             return None
+        return f if math.isfinite(f) else None
     return None
 
 
 def _tid(v: Any) -> int | None:
     if isinstance(v, int) and not isinstance(v, bool):
-        return v
+        return v if _I64_MIN <= v <= _I64_MAX else zlib.crc32(str(v).encode())
     if isinstance(v, str):
         try:
-            return int(v)
+            return _tid(int(v))
         except ValueError:
             return zlib.crc32(v.encode("utf-8", "replace"))
     return None
@@ -199,10 +262,32 @@ def _bool_or_none(v: Any) -> bool | None:
     return None
 
 
+class _BadDim(float):
+    """Marker for launch dimensions no GPU can have (see `_dim3`)."""
+
+
+_BAD = _BadDim("nan")
+# CUDA's largest grid dimension is 2^31 - 1 (x) and 65535 (y, z); HIP's are 32-bit. A value beyond
+# 32 bits (a corrupted or 64-bit overflowed field) is not a launch dimension.
+_MAX_DIM = float(1 << 32)
+# Integers that a float64 column holds exactly (larger ones are converted through `_num`).
+_EXACT = 1 << 53
+
+
 def _dim3(v: Any) -> tuple[float | None, float | None, float | None]:
+    """(x, y, z) of a `grid` / `block` arg; (None,)*3 when absent; (_BAD,)*3 when impossible."""
     if isinstance(v, (list, tuple)) and len(v) == 3:
-        return _num(v[0]), _num(v[1]), _num(v[2])
+        dims = (_num(v[0]), _num(v[1]), _num(v[2]))
+        if any(d is None or d < 0 or d > _MAX_DIM for d in dims):
+            return _BAD, _BAD, _BAD
+        return dims
     return None, None, None
+
+
+def _external_id(args: dict[str, Any]) -> Any:
+    """args "External id" (today) or "external id" (2021 traces)."""
+    ext = args.get("External id")
+    return args.get("external id") if ext is None else ext
 
 
 def _as_text(v: Any) -> str | None:
@@ -250,10 +335,19 @@ class _Collector:
         self.no_ts = 0
         self.bad_events = 0
         self.kernels_without_args = 0
+        self.bad_launch_dims = 0
         self.total = 0
+        self._span_names: dict[str, bool] = {}
         # Repeated strings (op names, Input Dims of repeated steps) share one object: large traces
         # repeat the same few thousand values millions of times.
         self._strings: dict[str, str] = {}
+
+    def _is_span(self, name: str) -> bool:
+        """A record_function span logged as an operator (2021 traces): ProfilerStep#N and friends."""
+        hit = self._span_names.get(name)
+        if hit is None:
+            hit = self._span_names[name] = bool(_SPAN_AS_OP.match(name))
+        return hit
 
     def _text(self, v: Any) -> str | None:
         if v is None:
@@ -281,13 +375,14 @@ class _Collector:
                 continue
             ts = ev.get("ts")
             # `type(x) is float` first: the common case, far cheaper than the isinstance chain.
-            if type(ts) is not float and (not isinstance(ts, (int, float)) or isinstance(ts, bool)):
+            # `x - x != 0.0` is true only for NaN and infinities.
+            if (type(ts) is not float or ts - ts != 0.0) and not (type(ts) is int and -_EXACT < ts < _EXACT):
                 ts = _num(ts)
                 if ts is None:
                     self.no_ts += 1
                     continue
             dur = ev.get("dur")
-            if type(dur) is not float and (not isinstance(dur, (int, float)) or isinstance(dur, bool)):
+            if (type(dur) is not float or dur - dur != 0.0) and not (type(dur) is int and -_EXACT < dur < _EXACT):
                 dur = _num(dur)
                 if dur is None:
                     self.no_dur += 1
@@ -303,20 +398,25 @@ class _Collector:
             args = ev.get("args")
             if not isinstance(args, dict):
                 args = {}
+            if cat == "cpu_op" and self._is_span(name):
+                cat = "user_annotation"  # 2021 traces log record_function spans as operators
             if cat == "kernel":
                 if not args:
                     self.kernels_without_args += 1
                 gx, gy, gz = _dim3(args.get("grid"))
                 bx, by, bz = _dim3(args.get("block"))
+                if gx is _BAD or bx is _BAD:
+                    self.bad_launch_dims += 1
+                    gx = gy = gz = bx = by = bz = None
                 self.kernels.append(
                     (
                         ts,
                         dur,
                         name,
-                        _int_or_none(args.get("device", ev.get("pid"))),
-                        _int_or_none(args.get("stream", ev.get("tid"))),
-                        _int_or_none(args.get("correlation")),
-                        _int_or_none(args.get("External id")),
+                        _id(args.get("device", ev.get("pid"))),
+                        _id(args.get("stream", ev.get("tid"))),
+                        _id(args.get("correlation")),
+                        _id(_external_id(args)),
                         gx,
                         gy,
                         gz,
@@ -336,8 +436,8 @@ class _Collector:
                         ts,
                         dur,
                         name,
-                        _int_or_none(args.get("correlation")),
-                        _int_or_none(args.get("External id")),
+                        _id(args.get("correlation")),
+                        _id(_external_id(args)),
                         _tid(ev.get("tid")),
                         cat,
                     )
@@ -346,19 +446,24 @@ class _Collector:
                 # The hot path (most events of a real trace): inline the common types.
                 tid = ev.get("tid")
                 ext = args.get("External id")
+                if ext is None:
+                    ext = args.get("external id")
                 seq = args.get("Sequence number")
                 flops = args.get("flops")
+                dims = args.get("Input Dims")
+                if dims is None:
+                    dims = args.get("Input dims")  # 2021 spelling
                 self.cpu_ops.append(
                     (
                         ts,
                         dur,
                         name,
-                        tid if type(tid) is int else _tid(tid),
-                        ext if type(ext) is int else _int_or_none(ext),
-                        text(args.get("Input Dims")),
+                        tid if type(tid) is int and _I64_MIN <= tid <= _I64_MAX else _tid(tid),
+                        ext if type(ext) is int and _I64_MIN <= ext <= _I64_MAX else _id(ext),
+                        text(dims),
                         text(args.get("Input type")),
                         None if flops is None else _num(flops),
-                        seq if type(seq) is int else _int_or_none(seq),
+                        seq if type(seq) is int and _I64_MIN <= seq <= _I64_MAX else _id(seq),
                     )
                 )
             elif cat == "gpu_memcpy":
@@ -369,10 +474,10 @@ class _Collector:
                         name,
                         _num(args.get("bytes")),
                         _num(args.get("memory bandwidth (GB/s)")),
-                        _int_or_none(args.get("correlation")),
-                        _int_or_none(args.get("External id")),
-                        _int_or_none(args.get("device", ev.get("pid"))),
-                        _int_or_none(args.get("stream", ev.get("tid"))),
+                        _id(args.get("correlation")),
+                        _id(_external_id(args)),
+                        _id(args.get("device", ev.get("pid"))),
+                        _id(args.get("stream", ev.get("tid"))),
                     )
                 )
             elif cat == "gpu_memset":
@@ -382,9 +487,9 @@ class _Collector:
                         dur,
                         name,
                         _num(args.get("bytes")),
-                        _int_or_none(args.get("correlation")),
-                        _int_or_none(args.get("device", ev.get("pid"))),
-                        _int_or_none(args.get("stream", ev.get("tid"))),
+                        _id(args.get("correlation")),
+                        _id(args.get("device", ev.get("pid"))),
+                        _id(args.get("stream", ev.get("tid"))),
                     )
                 )
             elif cat == "user_annotation" or cat == "gpu_user_annotation":
@@ -402,6 +507,11 @@ class _Collector:
             out.append(f"{self.no_ts} events had no usable 'ts' and were skipped.")
         if self.no_dur:
             out.append(f"{self.no_dur} complete events had no 'dur'; they were kept with a duration of 0.")
+        if self.bad_launch_dims:
+            out.append(
+                f"{self.bad_launch_dims} kernels carry impossible launch dimensions (negative or beyond 32 bits); "
+                "their grid and block were ignored."
+            )
         if self.kernels_without_args:
             out.append(
                 f"{self.kernels_without_args} kernels carry no args (grid, occupancy, correlation unknown for them)."
@@ -454,6 +564,7 @@ def load_trace(
     Raises InputError (one line) when the file cannot be read as a trace at all.
     """
     from gpuadvisor.trace._stream import CHUNK_BYTES, StreamFallback
+    from gpuadvisor.trace.kind import classify
     from gpuadvisor.trace.steps import segment_steps
 
     path = Path(path)
@@ -483,6 +594,7 @@ def load_trace(
         if gc_was_enabled:
             gc.enable()
     _drop_zero_ts(tables, warnings)
+    capture = _drop_captured_launches(tables)
     span = _span(tables)
     meta = _meta(obj, span)
     if rank is None:
@@ -508,8 +620,14 @@ def load_trace(
         python_functions=py_df,
     )
     model.steps, model.step_source = segment_steps(model)
-    _labels(model)
+    model.kind = classify(model, capture)
     return model
+
+
+def rank_in_name(name: str) -> int | None:
+    """N of `rankN` / `rank-N` / `rank_N` in a file name, else None."""
+    m = _RANK_IN_NAME.search(name)
+    return int(m.group(1)) if m else None
 
 
 def _rank(meta: TraceMeta, path: Path) -> int:
@@ -517,30 +635,22 @@ def _rank(meta: TraceMeta, path: Path) -> int:
         r = _int_or_none(meta.distributed_info.get("rank"))
         if r is not None:
             return r
-    m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else 0
+    r = rank_in_name(path.name)
+    return 0 if r is None else r
 
 
-def _labels(model: TraceModel) -> None:
-    """Add notes that label the trace (CPU-only, CUDA graphs, torch.compile) to the warnings."""
-    from gpuadvisor.trace.kernels import is_triton
-
-    if not model.has_gpu_kernels and (len(model.cpu_ops) or len(model.runtime)):
-        model.warnings.append(
-            "No GPU kernels were recorded (CPU-only trace, or CUPTI was unavailable): GPU metrics are not available."
-        )
-    if len(model.runtime):
-        graph = int(model.runtime["name"].astype(str).str.contains("GraphLaunch", regex=False).sum())
-        if graph:
-            model.warnings.append(
-                f"The trace holds {graph} CUDA graph launches: kernels replayed by a graph share one launch, "
-                "so per-kernel launch attribution is approximate."
-            )
-    if len(model.kernels):
-        names = [str(n) for n in model.kernels["name"].cat.categories]
-        triton = sum(1 for n in names if is_triton(n))
-        if triton:
-            model.warnings.append(f"{triton} distinct Triton kernels (torch.compile) were recorded.")
+def _drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
+    """Remove the runtime calls recorded into a CUDA/HIP graph during stream capture (they never ran
+    as such: not GPU work, no kernel of their own) and return what the scan found."""
+    gpu_corr = [
+        *tables["kernels"]["correlation"],
+        *tables["copies"]["correlation"],
+        *tables["memsets"]["correlation"],
+    ]
+    scan, captured = scan_graph_captures(tables["runtime"], gpu_corr)
+    if captured.any():
+        tables["runtime"] = tables["runtime"][~captured].reset_index(drop=True)
+    return scan
 
 
 # ---- tables ---------------------------------------------------------------------------------------
@@ -697,9 +807,10 @@ def load_traces(
 ) -> list[TraceModel]:
     """Load every `.json` / `.json.gz` trace in a folder (or one file), sorted by rank.
 
-    The rank of each comes from distributedInfo.rank, else `rankN` in the file name, else its position.
-    Two files claiming the same rank: InputError. Several files load in parallel processes
-    (see `load_trace_files`); `progress` is only used for a single file.
+    The rank of each comes from distributedInfo.rank, else `rankN` in the file name. The files of a
+    folder must be the distinct ranks of one job (`gpuadvisor.multirank.check_one_job`), else
+    InputError. Several files load in parallel processes (see `load_trace_files`); `progress` is only
+    used for a single file.
     """
     path = Path(path)
     if path.is_file():
@@ -710,18 +821,6 @@ def load_traces(
     if not files:
         raise InputError(f"{path}: no .json or .json.gz traces in this folder")
     models = load_trace_files(files, keep_python_functions=keep_python_functions)
-    has_rank = [
-        m.meta.distributed_info is not None or _RANK_IN_NAME.search(m.path.name) is not None for m in models
-    ]
-    if not all(has_rank):
-        for i, m in enumerate(models):
-            if not has_rank[i]:
-                m.rank = i
-    seen: dict[int, Path] = {}
-    for m in models:
-        if m.rank in seen:
-            raise InputError(f"{path}: {seen[m.rank].name} and {m.path.name} both claim rank {m.rank}")
-        seen[m.rank] = m.path
     return sorted(models, key=lambda m: m.rank)
 
 
@@ -736,23 +835,121 @@ def load_trace_files(
     keep_python_functions: bool = False,
     workers: int | None = None,
     on_done: Callable[[Path, int, int], None] | None = None,
+    one_job: bool = True,
 ) -> list[TraceModel]:
     """Load several trace files, in parallel worker processes when there are several files and CPUs.
 
     Returns the models in the order of `paths` (ranks as `load_trace` finds them). workers: number of
     processes (default: min(files, CPUs); 1 loads in this process). on_done(path, done, total) is
     called in this process as each file finishes. An InputError of any file is raised as is.
+    one_job: several files are the ranks of one job; when they are not (two files claim one rank, a
+    file says no rank, world sizes, schemas or accelerators differ) InputError names why
+    (`gpuadvisor.multirank.check_one_job`).
     """
     paths = [Path(p) for p in paths]
+    if one_job and len(paths) > 1:
+        _refuse_early(paths)
     if workers is None:
         workers = min(len(paths), os.cpu_count() or 1)
+    models: list[TraceModel] = []
     if workers <= 1 or len(paths) <= 1:
-        models: list[TraceModel] = []
         for i, p in enumerate(paths):
             models.append(load_trace(p, keep_python_functions=keep_python_functions))
             if on_done is not None:
                 on_done(p, i + 1, len(paths))
-        return models
+    else:
+        models = _load_parallel(paths, keep_python_functions, workers, on_done)
+    if one_job and len(models) > 1:
+        from gpuadvisor.multirank import check_one_job
+
+        check_one_job(models, _common_folder(paths))
+    return models
+
+
+def _refuse_early(paths: list[Path]) -> None:
+    """Refuse a folder that cannot be one job before parsing it, when every file's rank claim can be
+    read cheaply (`peek_rank_claim`): a folder of 30 MB traces that all say no rank fails in a
+    fraction of a second instead of after loading them all."""
+    from gpuadvisor.multirank import not_one_job_error, rank_problems
+
+    claims = []
+    for p in paths:
+        claim = peek_rank_claim(p)
+        if claim is None:
+            return  # unknown without a full load: check_one_job decides after loading
+        claims.append(claim)
+    problems = rank_problems(claims)
+    if problems:
+        raise not_one_job_error(_common_folder(paths), len(paths), problems)
+
+
+_TAIL_BYTES = 64 * 1024
+
+
+def peek_rank_claim(path: Path) -> RankClaim | None:
+    """The rank a trace file claims, read from its head (and tail) without parsing its events; None
+    when that cannot be told cheaply. Kineto writes `distributedInfo` before `traceEvents`; hand-made
+    traces may write it after, so a header without it is confirmed by the file's last 64 KB."""
+    import orjson
+
+    from gpuadvisor.multirank import RankClaim
+    from gpuadvisor.trace.identify import read_head
+
+    name_rank = rank_in_name(path.name)
+    try:
+        head = read_head(path, _TAIL_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return None
+    if head.startswith(b"["):
+        return RankClaim(path.name, name_rank)  # a bare event array carries no metadata
+    m = _OPEN_EVENTS.search(head)
+    if not head.startswith(b"{") or m is None:
+        return None
+    try:
+        header = orjson.loads(head[: m.start()] + b'"traceEvents": []}')
+    except orjson.JSONDecodeError:
+        return None
+    info = header.get("distributedInfo") if isinstance(header, dict) else None
+    if isinstance(info, dict):
+        rank = _int_or_none(info.get("rank"))
+        size = _int_or_none(info.get("world_size"))
+        return RankClaim(path.name, rank if rank is not None else name_rank, size)
+    try:
+        tail = read_tail(path, _TAIL_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    if b'"distributedInfo"' in tail:
+        return None  # metadata after the events: only a full load can read it
+    return RankClaim(path.name, name_rank)
+
+
+def read_tail(path: Path, nbytes: int) -> bytes:
+    """The last `nbytes` of a file's content (decompressed for gzip: the stream is read through)."""
+    with path.open("rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+        if not gz:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - nbytes))
+            return fh.read()
+        fh.seek(0)
+        tail = b""
+        with gzip.GzipFile(fileobj=fh, mode="rb") as stream:
+            while block := stream.read(8 << 20):
+                tail = (tail + block)[-nbytes:]
+        return tail
+
+
+def _common_folder(paths: Sequence[Path]) -> Path:
+    parents = {p.parent for p in paths}
+    return parents.pop() if len(parents) == 1 else Path(os.path.commonpath([str(p) for p in paths]))
+
+
+def _load_parallel(
+    paths: list[Path],
+    keep_python_functions: bool,
+    workers: int,
+    on_done: Callable[[Path, int, int], None] | None,
+) -> list[TraceModel]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     results: dict[int, TraceModel] = {}

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gpuadvisor.trace.kind import TraceKind
+
 # ---- column lists (stable API: add columns at the end, never rename) -------------------------------
 
 KERNEL_COLUMNS: tuple[str, ...] = (
@@ -189,6 +191,10 @@ class TraceModel:
       step_source: one of the STEP_SOURCE_* constants.
       warnings: human sentences about what was missing, salvaged or degraded.
       counts: number of events per `cat` value in the file (all of them, including dropped ones).
+      kind: what the trace is (vendor, training or inference, schema, graphs, torch.compile, ranks):
+        `gpuadvisor.trace.kind.TraceKind`, decided once by the loader; `kind_of(model)` for models
+        built otherwise. Runtime calls captured into a CUDA/HIP graph are not in `runtime` (they did
+        not run); `kind.captured_launches` counts them.
     """
 
     path: Path
@@ -205,6 +211,7 @@ class TraceModel:
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     python_functions: pd.DataFrame | None = None
+    kind: TraceKind | None = None  # what the trace is (gpuadvisor.trace.kind); set by the loader
 
     # ---- facts --------------------------------------------------------------------------------
 

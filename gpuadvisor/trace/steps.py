@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
     from gpuadvisor.trace.model import TraceModel
 
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# As HTA reads it (hta/common/trace.py add_iteration): "ProfilerStep#15", spaces tolerated.
+_PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 # enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ / _MultiProcessingDataLoaderIter.__next__
 DATALOADER_NEXT = re.compile(r"DataLoader.*__next__")

@@ -117,7 +117,10 @@ def test_truncated_gzip_is_salvaged(tmp_path: Path) -> None:
         (b'{"foo": 1}', "no 'traceEvents'"),
         (b"[1, 2", "not a JSON trace"),
         (b'{"traceEvents": 3}', "not a list"),
-        (b'"str"', "top level is str"),
+        (b'"str"', "a JSON str, not a Kineto trace"),
+        (b'[{"name": "a", "value": 1}, {"name": "b", "value": 2}]', "list of 2 objects that are not trace events"),
+        (b'{"schema": "1.0.1", "pid": 1, "nodes": []}', "PyTorch execution trace"),
+        (b"[[-1, 1, 37888, 7], [5, 2, 512, 7]]", "memory timeline"),
     ],
 )
 def test_unreadable_inputs_raise_input_error(tmp_path: Path, content: bytes, needle: str) -> None:
@@ -174,7 +177,8 @@ def test_cpu_only_trace_warns(tmp_path: Path) -> None:
     st = SyntheticTrace(device_properties=None)
     st.add_cpu_op("aten::mm", 0, 100)
     m = load_trace(st.write(tmp_path / "cpu.json"))
-    assert not m.has_gpu_kernels and any("No GPU kernels" in w for w in m.warnings)
+    assert not m.has_gpu_kernels and m.kind is not None and m.kind.cpu_only
+    assert any("CPU-only trace" in label for label in m.kind.labels())
 
 
 def test_old_category_spelling_and_graphs_and_triton(tmp_path: Path) -> None:
@@ -195,7 +199,9 @@ def test_old_category_spelling_and_graphs_and_triton(tmp_path: Path) -> None:
     )
     m = load_trace(st.write(tmp_path / "t.json"))
     assert (m.runtime["name"] == "cudaLaunchKernel").sum() == 1
-    assert any("CUDA graph" in w for w in m.warnings) and any("Triton" in w for w in m.warnings)
+    assert m.kind is not None and m.kind.graph_launches == 1 and m.kind.triton_kernels == 1
+    labels = " ".join(m.kind.labels())
+    assert "CUDA graphs replayed" in labels and "Triton" in labels
     assert m.kernels["family"].iloc[0] == "elementwise"
 
 
@@ -212,7 +218,7 @@ def test_load_traces_folder_ranks(tmp_path: Path) -> None:
     d3.mkdir()
     SyntheticTrace(rank=0).write(d3 / "x.json")
     SyntheticTrace(rank=0).write(d3 / "y.json")
-    with pytest.raises(InputError, match="both claim rank 0"):
+    with pytest.raises(InputError, match=r"x\.json, y\.json all claim rank 0"):
         load_traces(d3)
     with pytest.raises(InputError, match=r"no \.json"):
         (tmp_path / "empty").mkdir()

@@ -235,6 +235,21 @@ print(before, after, len(m.cpu_ops))
 """
 
 
+def load_in_fresh_process(path: Path) -> tuple[int, int, int]:
+    """Load `path` in a fresh Python process: (max RSS in KB before, after, cpu ops loaded)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    before_kb, after_kb, n_ops = (int(x) for x in out.stdout.split())
+    return before_kb, after_kb, n_ops
+
+
 def test_50mb_trace_memory_bound(tmp_path: Path) -> None:
     """A ~50 MB SYNTHETIC trace loads with a peak RSS growth below 3x its size, measured in a fresh
     subprocess. The previous whole-document loader needed about 9x; the streaming loader needs
@@ -250,16 +265,7 @@ def test_50mb_trace_memory_bound(tmp_path: Path) -> None:
         fh.write(b",\n".join([unit] * reps))
         fh.write(b"\n]}")
     size = p.stat().st_size
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run(
-        [sys.executable, "-c", _MEMORY_CHILD, str(p)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    before_kb, after_kb, n_ops = (int(x) for x in out.stdout.split())
+    before_kb, after_kb, n_ops = load_in_fresh_process(p)
     assert n_ops == reps * sum(1 for e in st.events if e.get("cat") == "cpu_op")
     delta = (after_kb - before_kb) * 1024
     assert delta < 3 * size, f"RSS grew {delta / 1e6:.0f} MB for a {size / 1e6:.0f} MB trace"
