@@ -110,14 +110,17 @@ class StepModel:
 
     @property
     def is_training(self) -> bool:
-        """An optimizer stepped, or backward ops ran, inside the window."""
-        if self.optimizer_spans.count:
-            return True
-        ops = self.trace.cpu_ops
-        if len(ops) == 0:
-            return False
-        names = ops["name"].astype(str)
-        return bool(names.str.contains(r"Backward|autograd::engine", regex=True).any())
+        """A training run (advice about optimizers and learning rates applies): what the capture saw at
+        run time when it recorded it, else what the trace shows (gpuadvisor.trace.kind: optimizer steps
+        or a backward pass = training; neither, with forward ops = inference; unknown counts as training)."""
+        mode = self.settings.get("run_mode") if isinstance(self.settings, Mapping) else None
+        if isinstance(mode, Mapping):
+            mode = mode.get("mode")
+        if mode in ("training", "inference"):
+            return bool(mode == "training")
+        from gpuadvisor.trace.kind import Workload, kind_of
+
+        return kind_of(self.trace).workload is not Workload.INFERENCE
 
     def idle_us(self, cause: str | None = None, sync_kind: str | None = None) -> float:
         """GPU idle time in the window attributed to `cause` (all causes when None)."""

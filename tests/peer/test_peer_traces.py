@@ -141,15 +141,7 @@ def _inference_files() -> list[Any]:
     for rel in sorted(EXPECT):
         if EXPECT[rel].workload != "inference" or is_slow(rel):
             continue
-        marks = []
-        if rel.startswith(("hta/critical_path/cuda_event_sync/", "hta/trace_compare/base")):
-            marks.append(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="GA401 still words its batch advice for training (learning rate): the lead's "
-                    "rewrite of GA401 (issue 13 item 3) removes it; then drop this mark",
-                )
-            )
+        marks: list[Any] = []
         out.append(pytest.param(rel, id=rel, marks=marks))
     return out
 
