@@ -1,4 +1,4 @@
-"""Planted problem: host_device_transfer, two remedies (`uint8_inputs`, `pinned_prefetch`). Small convnet.
+"""Planted problem: host_device_transfer, two remedies (`uint8_inputs`, `prefetch_copies`). Small convnet.
 
 Every step moves a 256x3x224x224 float32 batch (154 MB) from pageable host memory with a blocking
 `.to(device)`. Pageable copies go through a driver staging buffer at ~12 GB/s (~13 ms) and block the
@@ -6,7 +6,7 @@ host, while the small 3-conv net needs only a few ms of GPU time: the copy domin
 
 --fix uint8_inputs: the batches stay uint8 (38.5 MB, 4x fewer bytes: ~3 ms pageable) and are converted
 and normalized on the GPU.
---fix pinned_prefetch: the batches live in pinned memory and are copied with non_blocking=True on a
+--fix prefetch_copies: the batches live in pinned memory and are copied with non_blocking=True on a
 side CUDA stream one step ahead (the next batch's copy, ~3 ms at ~50 GB/s, overlaps this step's compute).
 --fixed: both.
 """
@@ -41,7 +41,7 @@ class SmallConvNet(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    add_workload_args(parser, fixes=["uint8_inputs", "pinned_prefetch"], steps=1200)
+    add_workload_args(parser, fixes=["uint8_inputs", "prefetch_copies"], steps=1200)
     args = parser.parse_args()
     fixes = chosen_fixes(args)
 
@@ -65,7 +65,7 @@ def main() -> None:
         mean_c, std_c = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
         images = [((r.float() / 255.0) - mean_c) / std_c for r in raw]
     del raw
-    pin = "pinned_prefetch" in fixes and device.type == "cuda"
+    pin = "prefetch_copies" in fixes and device.type == "cuda"
     if pin:  # page-locked memory: DMA at full bandwidth, asynchronous
         images = [im.pin_memory() for im in images]
         labels = [y.pin_memory() for y in labels]
