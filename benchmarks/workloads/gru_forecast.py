@@ -66,7 +66,7 @@ def main() -> None:
     batch = args.batch_size or (4 if args.tiny else 256)
     window, features, hidden = (24, 16, 16) if args.tiny else (168, 256, 256)
 
-    batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in make_batches(4, batch, window, features)]
+    batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in make_batches(2, batch, window, features)]
     if "float32_inputs" in fixes:
         batches = [(x.float(), y.float()) for x, y in batches]
     pin = "prefetch_copies" in fixes and device.type == "cuda"

@@ -49,7 +49,7 @@ def main() -> None:
     device = pick_device(args.tiny)
     batch = args.batch_size or (4 if args.tiny else 256)
     size = 32 if args.tiny else 224
-    n_batches = 4  # a small in-memory "dataset" of ready batches, cycled
+    n_batches = 2  # a small in-memory "dataset" of ready batches, cycled
 
     model = SmallConvNet().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
