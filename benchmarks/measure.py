@@ -221,11 +221,16 @@ def run_in_process(script: Path, args: Sequence[str], timeout_s: float, state: T
 
 
 def child_main(plan_path: Path, results_path: Path) -> int:
-    """Internal: run the plan's runs in this process, one JSON line per run to `results_path`."""
+    """Internal: run the plan's runs in this process, one JSON line per run to `results_path`.
+
+    The plan is JSON: {"seconds": float | null, "min_steps": int, "run_timeout": float, "runs": [{"workload",
+    "variant", "repeat", "argv"}]}; each result line is {"run": <the plan's run>, "stdout", "error", "wall_s"}.
+    """
     plan = json.loads(plan_path.read_text())
     sys.path.insert(0, str(WORKLOADS_DIR))
-    os.environ["GPUADVISOR_BENCH_SECONDS"] = str(plan["seconds"])
-    os.environ["GPUADVISOR_BENCH_MIN_STEPS"] = str(plan["min_steps"])
+    if plan.get("seconds") is not None:  # else --steps alone decides (smoke tests)
+        os.environ["GPUADVISOR_BENCH_SECONDS"] = str(plan["seconds"])
+        os.environ["GPUADVISOR_BENCH_MIN_STEPS"] = str(plan.get("min_steps", 3))
     state = TorchGlobalState()
     with results_path.open("a", buffering=1) as results:
         for run in plan["runs"]:
