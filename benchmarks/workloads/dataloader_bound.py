@@ -1,11 +1,11 @@
-"""Planted problem: data_loading.
+"""Planted problem: data_loading (fix `dataloader_workers`). A ResNet-18-sized CNN.
 
 A Dataset whose per-sample transform is CPU-heavy numpy augmentation (random resized crop, flip,
 brightness/contrast jitter, a separable blur, about a millisecond per sample), loaded with
 `DataLoader(num_workers=0)`: the training process itself prepares every batch (~70 ms for 64 samples)
 while the GPU, which needs ~15 ms for the ResNet-18-sized convnet, waits.
 
---fixed: num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4 and non_blocking
+--fix dataloader_workers (= --fixed): num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4 and non_blocking
 copies (the target machine has 16 cores): 8 workers prepare a batch in ~9 ms, faster than the GPU
 consumes it, so the fixed run is bound by the GPU.
 """

@@ -1,11 +1,11 @@
-"""Planted problem: low_occupancy.
+"""Planted problem: low_occupancy (fix `fix_kernel_grid`). An MLP over token sequences.
 
 A model whose blocks use a custom fused RMSNorm written in Triton (wrapped in a
 torch.autograd.Function, backward in plain torch). The kernel is launched with grid=(4,): four programs
-each loop over thousands of rows, so 4 of the H100's 132 SMs do all the work while the rest idle, and
+each loop over thousands of rows, so 4 of the H200's 132 SMs do all the work while the rest idle, and
 this one kernel dominates the step.
 
---fixed: the same kernel launched with one program per row (grid=(n_rows,)), which fills the GPU.
+--fix fix_kernel_grid (= --fixed): the same kernel launched with one program per row (grid=(n_rows,)), which fills the GPU.
 Without Triton/CUDA (the `--tiny` CPU smoke test) an equivalent torch implementation is used.
 """
 

@@ -1,10 +1,10 @@
-"""Planted problem: small_batch.
+"""Planted problem: small_batch (fix `larger_batch`). A CIFAR-sized CNN.
 
 A CIFAR-sized convnet (32x32 images, 10 classes) trained with batch_size=8. Every kernel touches a
 few kilobytes and finishes in microseconds; the step is paced by the ~100 kernel launches of forward,
-backward and optimizer, so the H100 is mostly idle and samples/s is tiny.
+backward and optimizer, so the H200 is mostly idle and samples/s is tiny.
 
---fixed: batch 1024 with the learning rate scaled linearly (x128); the same number of launches now
+--fix larger_batch (= --fixed): batch 1024 with the learning rate scaled linearly (x128); the same number of launches now
 carries 128x more samples, enough that the GPU, not the per-step host work, sets the pace (batch 256
 was measured still host-bound on an H200: GPU busy 38% of the step).
 """
