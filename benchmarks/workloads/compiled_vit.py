@@ -1,12 +1,12 @@
 """Planted problem: fp32_math (fix `tf32`). A torch.compile'd vision transformer.
 
 A ViT (224x224 images, 16x16 patches: 196 tokens + a class token, width 384, 6 heads, 6 pre-norm
-blocks, MLP 1536, 1000 classes; 22M parameters) compiled with `torch.compile(model)` and trained at
+blocks, MLP 1536, 1000 classes; 11.4M parameters) compiled with `torch.compile(model)` and trained at
 batch 128 with fused AdamW on images resident on the GPU (uint8, normalized per step). The script
 leaves `torch.get_float32_matmul_precision()` at PyTorch's default, "highest": every matmul, inside
 Inductor's graph too, runs in strict FP32 on CUDA cores (Inductor warns about exactly this).
 
-Why it is slow on an H200: a step is ~1.75 TFLOP of GEMMs (6 x 22M parameters x 25k tokens plus
+Why it is slow on an H200: a step is ~1.7 TFLOP of GEMMs (6 x 11.4M parameters x 25k tokens plus
 attention); strict FP32 runs them at ~50-60 TFLOP/s (~30 ms) where TF32 tensor cores need ~5-7 ms;
 compilation has already fused the elementwise work (~2-3 ms), so the GEMMs are most of the step.
 

@@ -1,6 +1,6 @@
 """Control (must stay quiet): a well-tuned torch.compile'd vision transformer.
 
-The ViT of compiled_vit.py (224x224 images, 16x16 patches, width 384, 6 heads, 6 blocks, 22M
+The ViT of compiled_vit.py, imported from it (224x224 images, 16x16 patches, width 384, 6 heads, 6 blocks, 11.4M
 parameters) compiled with `torch.compile(model)` and trained at batch 256 under bf16 autocast with
 TF32 allowed (`set_float32_matmul_precision("high")`) for what stays FP32, fused AdamW, images resident
 on the GPU (uint8, normalized per step), and the loss read once every 100 steps: tensor-core GEMMs,
@@ -15,54 +15,11 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from _common import StepBench, add_workload_args, pick_device, variant_name
+from compiled_vit import VisionTransformer  # the same model as the planted workload
 
 LOG_EVERY = 100
-
-
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
-
-
-class VisionTransformer(nn.Module):
-    def __init__(self, image: int, patch: int, dim: int, depth: int, heads: int, classes: int) -> None:
-        super().__init__()
-        self.patch_embed = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
-        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
-        return self.head(self.norm(self.blocks(x))[:, 0])
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ programs, each looping over half of the 4,096 rows.
 
 Why it is slow on an H200: the kernel streams ~0.8 GB per step (the bf16 logits twice, their gradient
 once) but 2 programs occupy 2 of 132 SMs; each SM pulls only tens of GB/s, so the loss alone takes
-~10 ms while the rest of the step (a ~0.9 TFLOP bf16 model) takes ~3 ms. The GPU is busy all the time,
+~10 ms while the rest of the step (a ~0.7 TFLOP bf16 model) takes ~2-3 ms. The GPU is busy all the time,
 so a larger batch is not the fix: the kernel's time grows with the rows exactly as the model's does
 (measured as the probe `batch_x4`).
 
