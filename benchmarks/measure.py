@@ -7,7 +7,7 @@ For each workload of benchmarks/catalog.py: the planted script, each single fix,
 the catalog's probes, `--repeats` times, interleaved (repeat r runs the variants rotated by r so that no
 variant always runs first or last). Each run is timed by the workload's own StepBench over a measured
 region of about `--seconds` (default 1.2; GPUADVISOR_BENCH_SECONDS: the region ends at the first step boundary past
-it), after the workload's warm-up steps.
+it), after `--warmup-steps` (default 5) warm-up steps.
 
 To pay Python start-up, imports, CUDA initialization and torch.compile's caches once, all runs of a
 workload share one child process (`runpy`, `sys.argv` per variant) that resets the process-global torch
@@ -220,17 +220,23 @@ def run_in_process(script: Path, args: Sequence[str], timeout_s: float, state: T
     return {"stdout": out.getvalue(), "error": error, "wall_s": round(wall, 3)}
 
 
+def bench_env(seconds: float, min_steps: int, warmup_steps: int) -> dict[str, str]:
+    """The StepBench variables of a measured run (benchmarks/workloads/_common.py)."""
+    return {"GPUADVISOR_BENCH_SECONDS": str(seconds), "GPUADVISOR_BENCH_MIN_STEPS": str(min_steps),
+            "GPUADVISOR_BENCH_WARMUP_STEPS": str(warmup_steps)}
+
+
 def child_main(plan_path: Path, results_path: Path) -> int:
     """Internal: run the plan's runs in this process, one JSON line per run to `results_path`.
 
-    The plan is JSON: {"seconds": float | null, "min_steps": int, "run_timeout": float, "runs": [{"workload",
+    The plan is JSON: {"seconds": float | null, "min_steps": int, "warmup_steps": int, "run_timeout": float,
+    "runs": [{"workload",
     "variant", "repeat", "argv"}]}; each result line is {"run": <the plan's run>, "stdout", "error", "wall_s"}.
     """
     plan = json.loads(plan_path.read_text())
     sys.path.insert(0, str(WORKLOADS_DIR))
     if plan.get("seconds") is not None:  # else --steps alone decides (smoke tests)
-        os.environ["GPUADVISOR_BENCH_SECONDS"] = str(plan["seconds"])
-        os.environ["GPUADVISOR_BENCH_MIN_STEPS"] = str(plan.get("min_steps", 3))
+        os.environ.update(bench_env(plan["seconds"], plan.get("min_steps", 3), plan.get("warmup_steps", 10)))
     state = TorchGlobalState()
     with results_path.open("a", buffering=1) as results:
         for run in plan["runs"]:
@@ -294,7 +300,7 @@ def script_argv(w: Workload, run: PlannedRun, tiny: bool) -> list[str]:
 def measure_isolated(w: Workload, runs: list[PlannedRun], opts: argparse.Namespace, rep: Reporter,
                      deadline_at: float | None) -> list[dict[str, Any]]:
     records = []
-    env = dict(os.environ, GPUADVISOR_BENCH_SECONDS=str(opts.seconds), GPUADVISOR_BENCH_MIN_STEPS=str(opts.min_steps))
+    env = dict(os.environ, **bench_env(opts.seconds, opts.min_steps, opts.warmup_steps))
     for run in runs:
         if deadline_at is not None and time.monotonic() + w.measure.est_run_s > deadline_at:
             rec = run_record(w, run, None, "skipped: deadline", 0.0)
@@ -334,7 +340,8 @@ def measure_in_process(w: Workload, runs: list[PlannedRun], opts: argparse.Names
     with tempfile.TemporaryDirectory(prefix=f"measure-{w.name}-") as tmp:
         plan_path, results_path, err_path = Path(tmp, "plan.json"), Path(tmp, "results.jsonl"), Path(tmp, "stderr")
         plan = {
-            "seconds": opts.seconds, "min_steps": opts.min_steps, "run_timeout": opts.run_timeout,
+            "seconds": opts.seconds, "min_steps": opts.min_steps, "warmup_steps": opts.warmup_steps,
+            "run_timeout": opts.run_timeout,
             "runs": [{"workload": r.workload, "variant": r.variant, "repeat": r.repeat,
                       "argv": script_argv(w, r, opts.tiny)} for r in runs],
         }
@@ -458,6 +465,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=None,
                         help=f"measured region per run (default 1.2; {TINY_SECONDS} with --tiny)")
     parser.add_argument("--min-steps", type=int, default=5, help="measured steps at least (default 5)")
+    parser.add_argument("--warmup-steps", type=int, default=5,
+                        help="steps before the measured region (default 5: compilation, CUDA graph capture, "
+                             "cuDNN autotuning and DataLoader start-up all happen in the first steps)")
     parser.add_argument("--out", type=Path, default=Path("measure-out"))
     parser.add_argument("--tiny", action="store_true", help="pass --tiny to every workload (CPU smoke test)")
     parser.add_argument("--run-timeout", type=float, default=180.0, help="seconds per run (default 180)")

@@ -12,7 +12,8 @@ Measurement harness hook (benchmarks/measure.py): when GPUADVISOR_BENCH_SECONDS 
 region ends at the first step boundary after that many seconds (and at least
 GPUADVISOR_BENCH_MIN_STEPS measured steps, default 3): the BENCH line is printed and the script stops
 with `BenchComplete` (a SystemExit with status 0), so every variant is timed over about the same
-wall time whatever its speed. Without the variable, `--steps` alone decides, as for any user script.
+wall time whatever its speed. GPUADVISOR_BENCH_WARMUP_STEPS overrides the 10 warm-up steps. Without
+these variables, `--steps` alone decides, as for any user script.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class StepBench:
         self.device = device
         self.batch_size = batch_size
         self.total_steps = steps
-        self.warmup = min(WARMUP_STEPS, steps // 2)
+        warmup = int(os.environ.get("GPUADVISOR_BENCH_WARMUP_STEPS", WARMUP_STEPS))
+        self.warmup = min(warmup, steps // 2)
         self.step_count = 0
         self.cuda = device.type == "cuda"
         self.t_start = 0.0
