@@ -489,6 +489,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return opts
 
 
+ENV_PROBE = (
+    "import json, platform, torch; cuda = torch.cuda.is_available(); "
+    "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, "
+    "'cuda_runtime': torch.version.cuda, 'cudnn': torch.backends.cudnn.version() if cuda else None, "
+    "'gpu': torch.cuda.get_device_name(0) if cuda else None, "
+    "'cuda_visible_devices': __import__('os').environ.get('CUDA_VISIBLE_DEVICES')}))"
+)
+
+
+def environment(python: str) -> dict[str, Any]:
+    """Versions and the GPU the runs see (one short subprocess: the parent never imports torch)."""
+    env: dict[str, Any] = {"record": "environment"}
+    try:
+        proc = subprocess.run([python, "-c", ENV_PROBE], capture_output=True, text=True, timeout=120)
+        env.update(json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else
+                   {"error": proc.stderr.strip()[-500:]})
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        env["error"] = str(exc)
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        env["nvidia_smi"] = smi.stdout.strip().splitlines() if smi.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        env["nvidia_smi"] = None  # no NVIDIA driver on this machine
+    return env
+
+
 def shard_suffix(opts: argparse.Namespace) -> str:
     return "" if opts.shard is None else f"-s{opts.shard[0]}of{opts.shard[1]}"
 
@@ -517,6 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     with (opts.out / f"measure{suffix}.jsonl").open("w") as jsonl, (opts.out / f"measure{suffix}.log").open("w") as log:
         rep = Reporter(jsonl, log, label)
+        env = environment(opts.python)
+        rep.record(env)
+        rep.say("environment: " + json.dumps({k: v for k, v in env.items() if k != "record"}, sort_keys=True))
         rep.say(f"{len(opts.selection)} workloads, {opts.repeats} repeats, {opts.seconds} s regions: "
                 + ", ".join(w.name for w in opts.selection))
         for w, runs, est in iter_plan(opts):

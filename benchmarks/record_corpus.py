@@ -14,10 +14,13 @@ it writes RUNS/<workload>-<variant>/README.md from the run's environment.json an
 driver, CUDA/cuDNN, torch/Python, time, the exact command, the planted problems and fixes, the
 workload's docstring, and the measured samples/s when `--measurements` names measure.py JSONL files).
 
-RUNS is OUT/runs, or with `--tar` a temporary folder packed into OUT/record[-sIofN].tar.gz at the end
-(one file per shard, for machines that return few files). Progress and failed runs' output go to
-stderr and OUT/record[-sIofN].log. Exit status: 0 when every recording completed, 1 when some failed
-or were skipped by the deadline, 2 on bad usage.
+RUNS is OUT/runs, or with `--tar` a temporary folder packed at the end into OUT/record[-sIofN].tar.gz
+(and -part2, -part3... when one archive would pass `--tar-max-mb`, default 15: machines that return
+few files of bounded size). Progress and failed runs' output go to stderr and OUT/record[-sIofN].log.
+`--readmes-only` records nothing: it rewrites the README.md of the run directories already in
+OUT/runs (e.g. unpacked from the tarballs) with the `--measurements` taken since.
+Exit status: 0 when every recording completed, 1 when some failed or were skipped by the deadline,
+2 on bad usage.
 """
 
 from __future__ import annotations
@@ -172,12 +175,51 @@ def record_one(w: Workload, v: Variant, runs: Path, opts: argparse.Namespace, lo
     return result
 
 
+def pack(runs: Path, out: Path, stem: str, max_bytes: int) -> list[Path]:
+    """Tar.gz the run directories into as few archives as keep each under `max_bytes` (run directories
+    hold gzip traces, so their size on disk is close to their compressed size)."""
+    parts: list[list[Path]] = [[]]
+    size = 0
+    for run in sorted(p for p in runs.iterdir() if p.is_dir()):
+        n = dir_size(run)
+        if parts[-1] and size + n > max_bytes:
+            parts.append([])
+            size = 0
+        parts[-1].append(run)
+        size += n
+    paths = []
+    for k, members in enumerate(parts, start=1):
+        path = out / (f"{stem}.tar.gz" if k == 1 else f"{stem}-part{k}.tar.gz")
+        with tarfile.open(path, "w:gz") as tar:
+            for run in members:
+                tar.add(run, arcname=f"runs/{run.name}")
+        paths.append(path)
+    return paths
+
+
+def rewrite_readmes(runs: Path, workloads: Sequence[Workload], python: str,
+                    measurements: dict[tuple[str, str], dict[str, Any]]) -> int:
+    """README.md of every recorded run directory in `runs`, again (after measuring)."""
+    done = 0
+    for w in workloads:
+        for v in w.recorded_variants():
+            run_dir = runs / f"{w.name}-{v.name}"
+            if run_dir.is_dir():
+                cmd = profile_command(w, v, str(run_dir), python, tiny=False)
+                (run_dir / "README.md").write_text(run_readme(run_dir, w, v, cmd, measurements))
+                done += 1
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--shard", type=parse_shard, default=None, metavar="I/N")
     parser.add_argument("--workloads", default="", help="comma-separated subset (default: the whole catalog)")
     parser.add_argument("--tar", action="store_true", help="pack the run directories into OUT/record*.tar.gz")
+    parser.add_argument("--tar-max-mb", type=float, default=15.0, help="largest archive (MiB) before a new part")
+    parser.add_argument("--readmes-only", action="store_true",
+                        help="record nothing; rewrite the READMEs of the run directories in OUT/runs")
     parser.add_argument("--tiny", action="store_true", help="pass --tiny to every workload (CPU smoke test)")
     parser.add_argument("--run-timeout", type=float, default=150.0, help="seconds per recording (default 150)")
     parser.add_argument("--deadline", type=float, default=None, help="seconds after which no recording starts")
@@ -193,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cost = {w.name: w.record.est_run_s * len(w.recorded_variants()) for w in workloads}
         workloads = shard(workloads, opts.shard[0], opts.shard[1], cost)
     measurements = load_measurements([p for p in opts.measurements if p.is_file()])
+    if opts.readmes_only:
+        n = rewrite_readmes(opts.out / "runs", workloads, "python3", measurements)
+        print(f"rewrote {n} READMEs in {opts.out / 'runs'}", file=sys.stderr)
+        return 0 if n else 1
     suffix = "" if opts.shard is None else f"-s{opts.shard[0]}of{opts.shard[1]}"
     opts.out.mkdir(parents=True, exist_ok=True)
     deadline_at = time.monotonic() + opts.deadline if opts.deadline is not None else None
@@ -213,8 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.write(line + "\n")
         log.write(json.dumps({"results": results}, sort_keys=True) + "\n")
     if tmp is not None:
-        with tarfile.open(opts.out / f"record{suffix}.tar.gz", "w:gz") as tar:
-            tar.add(runs, arcname="runs")
+        for path in pack(runs, opts.out, f"record{suffix}", int(opts.tar_max_mb * 2**20)):
+            print(f"{path} {path.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
         shutil.rmtree(tmp)
     failed = [r for r in results if not r["ok"]]
     print(f"{len(results) - len(failed)} of {len(results)} recordings complete", file=sys.stderr)

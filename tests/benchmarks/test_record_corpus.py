@@ -15,7 +15,7 @@ BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 from catalog import by_name  # noqa: E402
-from record_corpus import profile_command, run_readme  # noqa: E402
+from record_corpus import pack, profile_command, run_readme  # noqa: E402
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
 
@@ -51,6 +51,27 @@ def test_record_two_workloads_tiny_into_a_tarball(tmp_path: Path) -> None:
     assert "Planted problem: host_sync" in readme  # the docstring
     assert "fixes applied | `--fix remove_host_syncs`" in (runs / "sync_bound-fixed" / "README.md").read_text()
     assert "none (well-tuned control)" in (runs / "control_transformer-planted" / "README.md").read_text()
+
+    # Measured later: the READMEs of the unpacked run directories are rewritten with the new numbers.
+    measured.write_text(measured.read_text().replace("1234.0", "4321.0"))
+    again = subprocess.run([sys.executable, str(BENCH / "record_corpus.py"), str(tmp_path / "x"), "--readmes-only",
+                            "--measurements", str(measured)], capture_output=True, text=True, timeout=120, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert "planted 4,321" in (runs / "sync_bound-planted" / "README.md").read_text()
+
+
+def test_pack_splits_archives_at_the_size_limit(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for name in ("a-planted", "a-fixed", "b-planted"):
+        (runs / name / "trace").mkdir(parents=True)
+        (runs / name / "trace" / "rank0.json.gz").write_bytes(os.urandom(40_000))
+    parts = pack(runs, tmp_path, "record-s1of2", max_bytes=90_000)
+    assert [p.name for p in parts] == ["record-s1of2.tar.gz", "record-s1of2-part2.tar.gz"]
+    names = []
+    for part in parts:
+        with tarfile.open(part) as tar:
+            names += [m.name for m in tar.getmembers() if m.name.endswith(".gz")]
+    assert sorted(names) == sorted(f"runs/{n}/trace/rank0.json.gz" for n in ("a-planted", "a-fixed", "b-planted"))
 
 
 def test_readme_of_a_failed_run_says_what_is_missing(tmp_path: Path) -> None:
