@@ -66,8 +66,11 @@ def main() -> None:
     add_workload_args(parser, fixes=["expandable_segments"], steps=1000)
     args = parser.parse_args()
     if "expandable_segments" in chosen_fixes(args):
-        # Read when the CUDA caching allocator starts (the first CUDA allocation, below).
+        # Read when the CUDA caching allocator starts (the first CUDA allocation, below). A torch that
+        # parsed its allocator configuration at import gets the same setting at run time as well.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        if torch.cuda.is_available() and hasattr(torch.cuda.memory, "_set_allocator_settings"):
+            torch.cuda.memory._set_allocator_settings("expandable_segments:True")
 
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
