@@ -135,9 +135,9 @@ class TorchGlobalState:
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "grad_enabled": torch.is_grad_enabled(),
             "num_threads": torch.get_num_threads(),
-            "flash_sdp": b.cuda.flash_sdp_enabled(),
-            "mem_efficient_sdp": b.cuda.mem_efficient_sdp_enabled(),
-            "math_sdp": b.cuda.math_sdp_enabled(),
+            "flash_sdp": b.cuda.flash_sdp_enabled(),  # type: ignore[no-untyped-call]
+            "mem_efficient_sdp": b.cuda.mem_efficient_sdp_enabled(),  # type: ignore[no-untyped-call]
+            "math_sdp": b.cuda.math_sdp_enabled(),  # type: ignore[no-untyped-call]
         }
 
     def restore(self) -> None:
