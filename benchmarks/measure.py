@@ -279,13 +279,15 @@ class Reporter:
 
 
 def run_record(w: Workload, run: PlannedRun, bench: dict[str, Any] | None, error: str | None,
-               wall_s: float) -> dict[str, Any]:
+               wall_s: float, stdout: str = "") -> dict[str, Any]:
     rec: dict[str, Any] = {
         "record": "run", "workload": w.name, "variant": run.variant, "repeat": run.repeat, "order": run.order,
         "args": list(run.args), "fixes": list(run.fixes), "isolated": w.isolated, "split": w.split.value,
         "family": w.family.value, "wall_s": round(wall_s, 3), "ok": bench is not None and error is None,
         "error": error if error is not None else (None if bench is not None else "no BENCH line"),
     }
+    # The script's own last lines (e.g. the memory workloads' allocator retry counts), kept short.
+    rec["stdout_tail"] = [line[:200] for line in stdout.splitlines() if not line.startswith("BENCH ")][-3:]
     if bench is not None:
         for key in ("samples_per_s", "step_ms_median", "step_ms_mean", "steps", "warmup_steps", "batch_size",
                     "device"):
@@ -309,27 +311,37 @@ def measure_isolated(w: Workload, runs: list[PlannedRun], opts: argparse.Namespa
             t0 = time.monotonic()
             timeout = opts.run_timeout if deadline_at is None else max(1.0, min(opts.run_timeout,
                                                                               deadline_at - time.monotonic()))
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
-                                      start_new_session=True)
-                bench = bench_line(proc.stdout)
-                error = None if proc.returncode == 0 else f"exit status {proc.returncode}"
-                if error or bench is None:
-                    rep.attach(f"{w.name} {run.variant} r{run.repeat} stderr", proc.stderr)
-            except subprocess.TimeoutExpired as exc:
-                bench, error = None, f"run exceeded {timeout:.0f} s"
-                rep.attach(f"{w.name} {run.variant} r{run.repeat} stderr", _text(exc.stderr))
-            rec = run_record(w, run, bench, error, time.monotonic() - t0)
+            rc, stdout, stderr = run_with_limit(cmd, timeout, env)
+            bench = bench_line(stdout)
+            error = (f"run exceeded {timeout:.0f} s" if rc is None
+                     else None if rc == 0 else f"exit status {rc}")
+            if error or bench is None:
+                rep.attach(f"{w.name} {run.variant} r{run.repeat} stderr", stderr)
+            rec = run_record(w, run, bench, error, time.monotonic() - t0, stdout)
         records.append(rec)
         rep.record(rec)
         progress(rep, rec)
     return records
 
 
-def _text(data: str | bytes | None) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
+def run_with_limit(cmd: Sequence[str], timeout: float, env: dict[str, str] | None = None,
+                   grace: float = 10.0) -> tuple[int | None, str, str]:
+    """Run `cmd` in its own process group from the repository root; at `timeout` send the group SIGTERM
+    (a profiler flushes what it has), after `grace` SIGKILL. Returns (exit status or None when it had to
+    be stopped, stdout, stderr)."""
+    proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        return None, out, err
 
 
 def measure_in_process(w: Workload, runs: list[PlannedRun], opts: argparse.Namespace, rep: Reporter,
@@ -362,7 +374,7 @@ def measure_in_process(w: Workload, runs: list[PlannedRun], opts: argparse.Names
                 for line in lines[seen:]:
                     res = json.loads(line)
                     run = by_key[(res["run"]["variant"], res["run"]["repeat"])]
-                    rec = run_record(w, run, bench_line(res["stdout"]), res["error"], res["wall_s"])
+                    rec = run_record(w, run, bench_line(res["stdout"]), res["error"], res["wall_s"], res["stdout"])
                     if not rec["ok"]:
                         rep.attach(f"{w.name} {run.variant} r{run.repeat} stdout", res["stdout"], 20)
                     records.append(rec)

@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -44,7 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from catalog import Variant, Workload, by_name, shard  # noqa: E402
-from measure import parse_shard  # noqa: E402
+from measure import parse_shard, run_with_limit  # noqa: E402
 
 
 def profile_command(w: Workload, v: Variant, run_dir: str, python: str, tiny: bool) -> list[str]:
@@ -145,19 +142,9 @@ def record_one(w: Workload, v: Variant, runs: Path, opts: argparse.Namespace, lo
         result.update(ok=False, error="skipped: deadline", wall_s=0.0)
         return result
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-        error = None if proc.returncode == 0 else f"exit status {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)  # gpuadvisor flushes what it recorded
-        try:
-            output, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-        error = f"run exceeded {timeout:.0f} s"
+    rc, output, errors = run_with_limit(cmd, timeout, grace=20.0)
+    output += errors
+    error = f"run exceeded {timeout:.0f} s" if rc is None else None if rc == 0 else f"exit status {rc}"
     result.update(ok=error is None, error=error, wall_s=round(time.monotonic() - t0, 1))
     if run_dir.is_dir():
         (run_dir / "README.md").write_text(run_readme(run_dir, w, v, cmd, measurements))

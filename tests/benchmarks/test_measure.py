@@ -117,3 +117,15 @@ def test_torch_state_is_restored_between_runs() -> None:
     state.restore()
     assert state.changed() == []
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_runs_past_their_time_limit_are_stopped_and_recorded(tmp_path: Path) -> None:
+    """In a shared process a run is interrupted by SIGALRM; an isolated run's process group is killed."""
+    proc = run_measure("--tiny", "--workloads", "sync_bound,multiscale_memory", "--repeats", "1", "--seconds", "60",
+                       "--run-timeout", "3", "--out", str(tmp_path), timeout=300)
+    assert proc.returncode == 1
+    runs = [r for r in jsonl(tmp_path / "measure.jsonl") if r["record"] == "run"]
+    assert len(runs) == 4
+    for r in runs:
+        assert not r["ok"] and r["error"] == "run exceeded 3 s", r
+        assert r["wall_s"] < 60
