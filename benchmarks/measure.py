@@ -30,6 +30,7 @@ deadline, 2 on bad usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -51,6 +52,7 @@ sys.path.insert(0, str(HERE))
 from catalog import Variant, Workload, by_name, shard  # noqa: E402
 
 CHILD_START_S = 3.0  # python + torch import + CUDA init of one in-process child (estimate)
+ACTIVE_GROUPS: set[int] = set()  # process groups of running children, killed if this process is terminated
 TINY_SECONDS = 0.2
 
 
@@ -181,7 +183,6 @@ class TorchGlobalState:
 
 def run_in_process(script: Path, args: Sequence[str], timeout_s: float, state: TorchGlobalState) -> dict[str, Any]:
     """Run `script` as __main__ with `args`, capture its stdout, restore the torch state afterwards."""
-    import contextlib
     import io
     import runpy
     import traceback
@@ -331,6 +332,7 @@ def run_with_limit(cmd: Sequence[str], timeout: float, env: dict[str, str] | Non
     be stopped, stdout, stderr)."""
     proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
+    ACTIVE_GROUPS.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err
@@ -342,6 +344,21 @@ def run_with_limit(cmd: Sequence[str], timeout: float, env: dict[str, str] | Non
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
         return None, out, err
+    finally:
+        ACTIVE_GROUPS.discard(proc.pid)
+
+
+def stop_children_on_sigterm() -> None:
+    """`timeout` or a scheduler terminating the harness also stops the workload processes it started
+    (each runs in its own session); what was measured is already on disk, line by line."""
+
+    def handler(signum: int, frame: Any) -> None:
+        for pgid in list(ACTIVE_GROUPS):
+            with contextlib.suppress(ProcessLookupError):  # already gone
+                os.killpg(pgid, signal.SIGKILL)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def measure_in_process(w: Workload, runs: list[PlannedRun], opts: argparse.Namespace, rep: Reporter,
@@ -366,6 +383,7 @@ def measure_in_process(w: Workload, runs: list[PlannedRun], opts: argparse.Names
         t0 = time.monotonic()
         with err_path.open("w") as err:
             proc = subprocess.Popen(cmd, stdout=err, stderr=err, cwd=ROOT, start_new_session=True)
+            ACTIVE_GROUPS.add(proc.pid)
             seen = 0
             killed = False
             while True:
@@ -389,6 +407,7 @@ def measure_in_process(w: Workload, runs: list[PlannedRun], opts: argparse.Names
                     killed = True
                     continue  # read what was written before the kill, then leave
                 time.sleep(0.25)
+            ACTIVE_GROUPS.discard(proc.pid)
         finished = {(r["variant"], r["repeat"]) for r in records}
         child_err = err_path.read_text(errors="replace")
         missing = [r for r in runs if (r.variant, r.repeat) not in finished]
@@ -548,6 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{w.name:<24} {len(runs):>3} runs {'isolated' if w.isolated else 'in-process':<10} ~{est:5.0f} s")
         print(f"{'total':<24} ~{total:.0f} s on an H200 (estimate)")
         return 0
+    stop_children_on_sigterm()
     opts.out.mkdir(parents=True, exist_ok=True)
     suffix = shard_suffix(opts)
     label = f"s{opts.shard[0]}/{opts.shard[1]}" if opts.shard else "measure"

@@ -41,7 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from catalog import Variant, Workload, by_name, shard  # noqa: E402
-from measure import parse_shard, run_with_limit  # noqa: E402
+from measure import parse_shard, run_with_limit, stop_children_on_sigterm  # noqa: E402
 
 
 def profile_command(w: Workload, v: Variant, run_dir: str, python: str, tiny: bool) -> list[str]:
@@ -227,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rewrote {n} READMEs in {opts.out / 'runs'}", file=sys.stderr)
         return 0 if n else 1
     suffix = "" if opts.shard is None else f"-s{opts.shard[0]}of{opts.shard[1]}"
+    stop_children_on_sigterm()
     opts.out.mkdir(parents=True, exist_ok=True)
     deadline_at = time.monotonic() + opts.deadline if opts.deadline is not None else None
     t0 = time.monotonic()
