@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, pick_device
+from _common import StepBench, add_workload_args, pick_device, variant_name
 from torch.utils.data import DataLoader, Dataset
 
 LOG_EVERY = 50
@@ -70,10 +70,7 @@ class ResNetSmall(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=1200)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--fixed", action="store_true", help="accepted; changes nothing (control)")
-    parser.add_argument("--tiny", action="store_true")
+    add_workload_args(parser, fixes=[], steps=1200)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -90,7 +87,7 @@ def main() -> None:
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255.0
     std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255.0
 
-    bench = StepBench("control_convnet", "fixed" if args.fixed else "planted", device, batch, args.steps)
+    bench = StepBench("control_convnet", variant_name(args), device, batch, args.steps)
     for step, (x, y) in enumerate(loader):
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, pick_device
+from _common import StepBench, add_workload_args, pick_device, variant_name
 
 LOG_EVERY = 50
 
@@ -69,10 +69,7 @@ class GPT(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--fixed", action="store_true", help="accepted; changes nothing (control)")
-    parser.add_argument("--tiny", action="store_true")
+    add_workload_args(parser, fixes=[], steps=600)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -87,7 +84,7 @@ def main() -> None:
     n_batches = 4
     data = torch.randint(0, vocab, (n_batches, batch, seq + 1), device=device)
 
-    bench = StepBench("control_transformer", "fixed" if args.fixed else "planted", device, batch, args.steps)
+    bench = StepBench("control_transformer", variant_name(args), device, batch, args.steps)
     for step in range(args.steps):
         chunk = data[step % n_batches]
         x, y = chunk[:, :-1], chunk[:, 1:]

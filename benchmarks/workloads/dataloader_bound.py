@@ -1,11 +1,11 @@
-"""Planted problem: data_loading.
+"""Planted problem: data_loading (fix `dataloader_workers`). A ResNet-18-sized CNN.
 
 A Dataset whose per-sample transform is CPU-heavy numpy augmentation (random resized crop, flip,
 brightness/contrast jitter, a separable blur, about a millisecond per sample), loaded with
 `DataLoader(num_workers=0)`: the training process itself prepares every batch (~70 ms for 64 samples)
 while the GPU, which needs ~15 ms for the ResNet-18-sized convnet, waits.
 
---fixed: num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4 and non_blocking
+--fix dataloader_workers (= --fixed): num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4 and non_blocking
 copies (the target machine has 16 cores): 8 workers prepare a batch in ~9 ms, faster than the GPU
 consumes it, so the fixed run is bound by the GPU.
 """
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, pick_device
+from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
 from torch.utils.data import DataLoader, Dataset
 
 
@@ -85,18 +85,16 @@ class ConvNet(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--fixed", action="store_true")
-    parser.add_argument("--tiny", action="store_true")
+    add_workload_args(parser, fixes=["dataloader_workers"], steps=150)
     args = parser.parse_args()
+    fixed = "dataloader_workers" in chosen_fixes(args)
 
     torch.manual_seed(0)
     device = pick_device(args.tiny)
     batch = args.batch_size or (4 if args.tiny else 64)
     out_size, src_size, passes = (16, 24, 1) if args.tiny else (128, 160, 2)
     dataset = SyntheticAugmentedImages(batch * args.steps, out_size, src_size, passes)
-    if args.fixed:
+    if fixed:
         workers = 2 if args.tiny else 8
         loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
                             pin_memory=device.type == "cuda", persistent_workers=True, prefetch_factor=4,
@@ -106,10 +104,10 @@ def main() -> None:
 
     model = ConvNet(width=8 if args.tiny else 64).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    bench = StepBench("dataloader_bound", "fixed" if args.fixed else "planted", device, batch, args.steps)
+    bench = StepBench("dataloader_bound", variant_name(args), device, batch, args.steps)
     for x, y in loader:
-        x = x.to(device, non_blocking=args.fixed)
-        y = y.to(device, non_blocking=args.fixed)
+        x = x.to(device, non_blocking=fixed)
+        y = y.to(device, non_blocking=fixed)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()

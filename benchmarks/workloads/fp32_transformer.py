@@ -1,12 +1,13 @@
-"""Planted problem: fp32_math.
+"""Planted problem: fp32_math, two remedies (`tf32`, `bf16_autocast`). A GPT-style LM.
 
 A GPT-style decoder LM (12 layers, d_model 768, 12 heads, seq 512, batch 16, vocab 32k) trained in
-full FP32 with TF32 explicitly disabled for matmuls and cuDNN. Every GEMM then runs on the H100's FP32
-CUDA-core path (~60 TFLOPS peak) instead of its tensor cores (~990 TFLOPS dense BF16): the step is
-several times slower than it needs to be.
+full FP32 with TF32 explicitly disabled for matmuls and cuDNN. Every GEMM then runs on the FP32
+CUDA-core path (~60 TFLOP/s peak) instead of tensor cores: ~1.5 TFLOP per step (6 x 124M params x 8k
+tokens + attention) is ~25-30 ms of FP32 GEMMs, most of the step.
 
---fixed: bf16 autocast around forward + loss (master weights and optimizer stay FP32), and TF32
-enabled for whatever remains in FP32.
+--fix tf32: TF32 allowed for matmuls and cuDNN (tensor cores with FP32 storage, ~400 TFLOP/s dense).
+--fix bf16_autocast: bf16 autocast around forward + loss (master weights and optimizer stay FP32).
+--fixed: both (TF32 then covers whatever autocast leaves in FP32).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, pick_device
+from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
 
 
 class CausalSelfAttention(nn.Module):
@@ -70,36 +71,30 @@ class GPT(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--fixed", action="store_true")
-    parser.add_argument("--tiny", action="store_true")
+    add_workload_args(parser, fixes=["tf32", "bf16_autocast"], steps=200)
     args = parser.parse_args()
+    fixes = chosen_fixes(args)
 
     torch.manual_seed(0)
     device = pick_device(args.tiny)
     batch = args.batch_size or (2 if args.tiny else 16)
     vocab, seq, d_model, n_layers, n_heads = (128, 16, 32, 2, 4) if args.tiny else (32000, 512, 768, 12, 12)
 
-    if args.fixed:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    else:
-        # Strict IEEE FP32 everywhere (the matmul setting is already PyTorch's default).
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    # Strict IEEE FP32 everywhere (the matmul setting is already PyTorch's default) unless fixed.
+    torch.backends.cuda.matmul.allow_tf32 = "tf32" in fixes
+    torch.backends.cudnn.allow_tf32 = "tf32" in fixes
 
     model = GPT(vocab, seq, d_model, n_layers, n_heads).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     n_batches = 4
     data = torch.randint(0, vocab, (n_batches, batch, seq + 1), device=device)
 
-    bench = StepBench("fp32_transformer", "fixed" if args.fixed else "planted", device, batch, args.steps)
+    bench = StepBench("fp32_transformer", variant_name(args), device, batch, args.steps)
     losses = []
     for step in range(args.steps):
         chunk = data[step % n_batches]
         x, y = chunk[:, :-1], chunk[:, 1:]
-        amp = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if args.fixed
+        amp = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if "bf16_autocast" in fixes
                else contextlib.nullcontext())
         with amp:
             logits = model(x)

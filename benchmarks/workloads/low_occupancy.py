@@ -1,11 +1,11 @@
-"""Planted problem: low_occupancy.
+"""Planted problem: low_occupancy (fix `fix_kernel_grid`). An MLP over token sequences.
 
 A model whose blocks use a custom fused RMSNorm written in Triton (wrapped in a
 torch.autograd.Function, backward in plain torch). The kernel is launched with grid=(4,): four programs
-each loop over thousands of rows, so 4 of the H100's 132 SMs do all the work while the rest idle, and
+each loop over thousands of rows, so 4 of the H200's 132 SMs do all the work while the rest idle, and
 this one kernel dominates the step.
 
---fixed: the same kernel launched with one program per row (grid=(n_rows,)), which fills the GPU.
+--fix fix_kernel_grid (= --fixed): the same kernel launched with one program per row (grid=(n_rows,)), which fills the GPU.
 Without Triton/CUDA (the `--tiny` CPU smoke test) an equivalent torch implementation is used.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, pick_device
+from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
 
 try:
     import triton
@@ -119,11 +119,9 @@ class Block(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--fixed", action="store_true")
-    parser.add_argument("--tiny", action="store_true")
+    add_workload_args(parser, fixes=["fix_kernel_grid"], steps=600)
     args = parser.parse_args()
+    fixed = "fix_kernel_grid" in chosen_fixes(args)
 
     torch.manual_seed(0)
     # Everything else is well tuned: TF32 matmuls, data on the device, no per-step syncs.
@@ -132,14 +130,14 @@ def main() -> None:
     batch = args.batch_size or (2 if args.tiny else 32)
     seq, width, depth, classes = (8, 32, 2, 10) if args.tiny else (512, 1024, 4, 100)
 
-    model = nn.Sequential(*[Block(width, args.fixed) for _ in range(depth)]).to(device)
+    model = nn.Sequential(*[Block(width, fixed) for _ in range(depth)]).to(device)
     head = nn.Linear(width, classes).to(device)
     opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-4)
     n_batches = 4
     xs = torch.randn(n_batches, batch, seq, width, device=device)
     ys = torch.randint(0, classes, (n_batches, batch), device=device)
 
-    bench = StepBench("low_occupancy", "fixed" if args.fixed else "planted", device, batch, args.steps)
+    bench = StepBench("low_occupancy", variant_name(args), device, batch, args.steps)
     for step in range(args.steps):
         h = model(xs[step % n_batches])
         loss = F.cross_entropy(head(h.mean(dim=1)), ys[step % n_batches])

@@ -1,10 +1,10 @@
-"""Planted problem: small_batch.
+"""Planted problem: small_batch (fix `larger_batch`). A CIFAR-sized CNN.
 
 A CIFAR-sized convnet (32x32 images, 10 classes) trained with batch_size=8. Every kernel touches a
 few kilobytes and finishes in microseconds; the step is paced by the ~100 kernel launches of forward,
-backward and optimizer, so the H100 is mostly idle and samples/s is tiny.
+backward and optimizer, so the H200 is mostly idle and samples/s is tiny.
 
---fixed: batch 1024 with the learning rate scaled linearly (x128); the same number of launches now
+--fix larger_batch (= --fixed): batch 1024 with the learning rate scaled linearly (x128); the same number of launches now
 carries 128x more samples, enough that the GPU, not the per-step host work, sets the pace (batch 256
 was measured still host-bound on an H200: GPU busy 38% of the step).
 """
@@ -16,7 +16,7 @@ import argparse
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, pick_device
+from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
 
 BASE_BATCH, BASE_LR = 8, 0.002
 
@@ -40,17 +40,15 @@ class CifarNet(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=8000)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--fixed", action="store_true")
-    parser.add_argument("--tiny", action="store_true")
+    add_workload_args(parser, fixes=["larger_batch"], steps=8000)
     args = parser.parse_args()
+    fixed = "larger_batch" in chosen_fixes(args)
 
     torch.manual_seed(0)
     device = pick_device(args.tiny)
-    batch = args.batch_size or (1024 if args.fixed else BASE_BATCH)
+    batch = args.batch_size or (1024 if fixed else BASE_BATCH)
     if args.tiny and args.batch_size is None:
-        batch = 32 if args.fixed else 2
+        batch = 32 if fixed else 2
     lr = BASE_LR * batch / BASE_BATCH  # linear scaling rule
 
     model = CifarNet().to(device)
@@ -60,7 +58,7 @@ def main() -> None:
     images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
     targets = torch.randint(0, 10, (n,), device=device)
 
-    bench = StepBench("small_batch", "fixed" if args.fixed else "planted", device, batch, args.steps)
+    bench = StepBench("small_batch", variant_name(args), device, batch, args.steps)
     for step in range(args.steps):
         start = (step * batch) % (n - batch)
         x = images[start:start + batch].float().div_(255.0)
