@@ -175,6 +175,7 @@ CATALOG: tuple[Workload, ...] = (
         _p("prefetch_copies", "host_device_transfer", "prefetch_copies"),
     ), CAL, measure=MeasureSettings(est_run_s=3.5)),
     Workload("sync_bound", F.MLP, (_p("remove_host_syncs", "host_sync", "remove_host_syncs"),), HOLD,
+             probes=(("batch_x8", ("--batch-size", "2048")),),
              measure=MeasureSettings(est_run_s=2.2), record=RecordSettings(profile_args=LAUNCH_WINDOW)),
     Workload("dataloader_bound", F.CNN, (_p("dataloader_workers", "data_loading", "dataloader_workers"),), HOLD,
              measure=MeasureSettings(est_run_s=3.5), record=RecordSettings(est_run_s=14.0)),
@@ -183,7 +184,7 @@ CATALOG: tuple[Workload, ...] = (
     Workload("launch_bound", F.MLP, (
         _p("torch_compile", "launch_overhead", "torch_compile"),
         _p("fused_optimizer", "launch_overhead", "fused_optimizer"),
-    ), CAL, measure=MeasureSettings(est_run_s=5.0, est_first_s=45.0),
+    ), CAL, probes=(("batch_x8", ("--batch-size", "512")),), measure=MeasureSettings(est_run_s=5.0, est_first_s=45.0),
         record=RecordSettings(profile_args=LAUNCH_WINDOW, est_run_s=30.0)),
     Workload("low_occupancy", F.MLP, (_p("fix_kernel_grid", "low_occupancy", "fix_kernel_grid"),), HOLD,
              measure=MeasureSettings(est_run_s=2.5, est_first_s=5.0)),
