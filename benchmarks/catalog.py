@@ -175,7 +175,6 @@ CATALOG: tuple[Workload, ...] = (
         _p("prefetch_copies", "host_device_transfer", "prefetch_copies"),
     ), CAL, measure=MeasureSettings(est_run_s=3.5)),
     Workload("sync_bound", F.MLP, (_p("remove_host_syncs", "host_sync", "remove_host_syncs"),), HOLD,
-             probes=(("batch_x8", ("--batch-size", "2048")),),
              measure=MeasureSettings(est_run_s=2.2), record=RecordSettings(profile_args=LAUNCH_WINDOW)),
     Workload("dataloader_bound", F.CNN, (_p("dataloader_workers", "data_loading", "dataloader_workers"),), HOLD,
              measure=MeasureSettings(est_run_s=3.5), record=RecordSettings(est_run_s=14.0)),
