@@ -183,7 +183,7 @@ CATALOG: tuple[Workload, ...] = (
     Workload("launch_bound", F.MLP, (
         _p("torch_compile", "launch_overhead", "torch_compile"),
         _p("fused_optimizer", "launch_overhead", "fused_optimizer"),
-    ), CAL, probes=(("batch_x8", ("--batch-size", "512")),), measure=MeasureSettings(est_run_s=5.0, est_first_s=45.0),
+    ), CAL, measure=MeasureSettings(est_run_s=5.0, est_first_s=45.0),
         record=RecordSettings(profile_args=LAUNCH_WINDOW, est_run_s=30.0)),
     Workload("low_occupancy", F.MLP, (_p("fix_kernel_grid", "low_occupancy", "fix_kernel_grid"),), HOLD,
              measure=MeasureSettings(est_run_s=2.5, est_first_s=5.0)),
