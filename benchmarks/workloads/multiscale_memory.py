@@ -98,7 +98,7 @@ def main() -> None:
         torch.cuda.synchronize()
         need = torch.cuda.max_memory_allocated(device)
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, 1.3 * need / total), device)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, 1.3 * need / total), torch.cuda.current_device())
         print(f"memory cap {1.3 * need / 2**30:.2f} GiB (trial peak {need / 2**30:.2f} GiB)", flush=True)
 
     bench = StepBench("multiscale_memory", variant_name(args), device, batch, args.steps)
