@@ -2,10 +2,10 @@
 # The README's main job: set up .venv on a fresh machine, then
 #   bash scripts/run.sh                       profile a demo workload (GPU) or show what works without one
 #   bash scripts/run.sh train.py --lr 3e-4    profile your own script (everything after it is its own)
-# Runs and reports go under runs/.
+# Runs and reports go under runs/. Installs only what profiling needs (gpuadvisor[profile]: torch, NVML).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh
+source scripts/setup.sh profile
 mkdir -p runs
 
 if [ $# -gt 0 ]; then
