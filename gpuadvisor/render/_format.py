@@ -104,7 +104,12 @@ def wrap_clipped(
     Returns (lines, shortened). A shortened text ends with an ellipsis on its last kept line, so a
     reader never takes a cut sentence for a whole one."""
     lines = textwrap.wrap(
-        " ".join(text.split()), width, initial_indent=initial_indent, subsequent_indent=subsequent_indent
+        " ".join(text.split()),
+        width,
+        initial_indent=initial_indent,
+        subsequent_indent=subsequent_indent,
+        break_long_words=False,  # never split a path, a kernel name or `non_blocking=True`
+        break_on_hyphens=False,
     )
     if max_lines is None or len(lines) <= max_lines:
         return lines, False
