@@ -46,6 +46,7 @@ def test_torch_is_an_extra_not_a_dependency() -> None:
     assert any(d.startswith("nvidia-ml-py") for d in extras["profile"])
 
 
+@pytest.mark.slow
 def test_analysis_commands_never_import_torch(tmp_path: Path) -> None:
     """rules, analyze, report and diff in one process: neither torch nor pynvml gets imported."""
     code = f"""
