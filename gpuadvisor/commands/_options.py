@@ -11,6 +11,7 @@ import click
 
 if TYPE_CHECKING:
     from gpuadvisor.config import AnalysisConfig
+    from gpuadvisor.result import AnalysisResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -152,3 +153,17 @@ def resolve_options(
     )
     cfg.check_against_rules(base, merged.rules_dirs, select=select, ignore=ignore, thresholds=cli_thresholds)
     return merged
+
+
+def analyze_path(path: Path, options: AnalysisConfig, *, progress: bool) -> AnalysisResult:
+    """Analyze PATH with the resolved options (what analyze and report share)."""
+    from gpuadvisor.analysis import analyze
+
+    return analyze(
+        path,
+        select=options.select,
+        ignore=options.ignore,
+        thresholds=options.threshold_dict(),
+        rules_dirs=options.rules_dirs,
+        progress=progress,
+    )

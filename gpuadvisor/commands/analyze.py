@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from gpuadvisor.commands._options import (
+    analyze_path,
     emit,
     output_option,
     resolve_options,
@@ -68,17 +69,8 @@ def analyze(
     Exit codes: 0 no finding at or above --fail-on (or no gate); 1 findings at or above --fail-on;
     2 usage error, bad configuration or unreadable input; 70 internal error; 130 interrupted.
     """
-    from gpuadvisor.analysis import analyze as run_analysis
-
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on)
-    result = run_analysis(
-        path,
-        select=options.select,
-        ignore=options.ignore,
-        thresholds=options.threshold_dict(),
-        rules_dirs=options.rules_dirs,
-        progress=progress,
-    )
+    result = analyze_path(path, options, progress=progress)
     renderer = importlib.import_module(_RENDERERS[fmt])
     color = fmt == "text" and stdout_color(output)
     if fmt == "text":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuadvisor.commands._options import resolve_options, rule_options, verbose_option
+from gpuadvisor.commands._options import analyze_path, resolve_options, rule_options, verbose_option
 from gpuadvisor.errors import UsageError
 
 
@@ -68,20 +68,12 @@ def report(
     70 internal error; 74 the report could not be written; 130 interrupted.
     """
     del verbose  # only the error boundary reads it
-    from gpuadvisor.analysis import analyze as run_analysis
     from gpuadvisor.render.html import default_rule_docs, write_report
 
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
-    result = run_analysis(
-        path,
-        select=options.select,
-        ignore=options.ignore,
-        thresholds=options.threshold_dict(),
-        rules_dirs=options.rules_dirs,
-        progress=progress,
-    )
+    result = analyze_path(path, options, progress=progress)
     target = output if output is not None else default_output(path)
     written = write_report(result, target, cdn=cdn, rule_docs=default_rule_docs(options.rules_dirs))
     click.echo(str(written))

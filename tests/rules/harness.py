@@ -13,34 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuadvisor.testing import (
-    Expect,
-    RuleCase,
-    RuleHarness,
-    RuleOutcome,
-    assert_expected,
-    builtin_rules,
-    get_rule,
-    load_case_file,
-    write_run_dir,
-    write_trace,
-)
+from gpuadvisor.testing import Expect, RuleCase, RuleHarness, write_run_dir, write_trace
 from gpuadvisor.testing import collect_cases as _collect_cases
 
-__all__ = [
-    "CASES_DIR",
-    "Expect",
-    "RuleCase",
-    "RuleHarness",
-    "RuleOutcome",
-    "assert_expected",
-    "builtin_rules",
-    "collect_cases",
-    "get_rule",
-    "load_case_file",
-    "write_run_dir",
-    "write_trace",
-]
+__all__ = ["CASES_DIR", "Expect", "RuleCase", "RuleHarness", "collect_cases", "write_run_dir", "write_trace"]
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 
