@@ -36,6 +36,7 @@ python - <<'PY'
 from pathlib import Path
 
 import gpuadvisor
+from gpuadvisor.render._format import clip
 from gpuadvisor.render.html import write_report
 
 for run in sorted(p for p in Path("sample_runs").iterdir() if p.is_dir()):
@@ -45,6 +46,6 @@ for run in sorted(p for p in Path("sample_runs").iterdir() if p.is_dir()):
     summary = (
         f"{top.severity.value:6} {100 * (top.impact or 0):5.1f}%  {top.rule} {top.title}" if top else "no finding"
     )
-    print(f"{run.name:28} {summary[:100]}")
+    print(f"{run.name:28} {clip(summary, 100)}")
 print("reports: runs/reports/*.html (open one in a browser)")
 PY
