@@ -516,7 +516,9 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
 
 def _first_sentence(text: str) -> str:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    return clip(line, 220)
+    short = clip(line, 220)
+    # cut inside a code span: close it, so the shortened span still shows as code
+    return short + "`" if short.count("`") % 2 else short
 
 
 _KEY_METRICS: tuple[tuple[str, str, str], ...] = (

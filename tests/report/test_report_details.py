@@ -124,3 +124,11 @@ def test_trace_can_be_opened_in_perfetto(run_result: AnalysisResult, tmp_path: P
     assert "https://ui.perfetto.dev" in page and "ProfilerStep#" in page
     files = report_html.trace_files(run_result)  # no report folder: an absolute file URI
     assert files[0]["href"] == trace.as_uri() and files[0]["rank"] == "0"
+
+
+def test_do_first_line_shortened_inside_code_stays_code() -> None:
+    text = "Stop reading values: `correct += int(preds[i].item() == y[i].item())" + " x" * 200 + "` and more."
+    short = report_html._first_sentence(text)
+    assert len(short) <= 221 and short.endswith("…`")
+    segments = report_html.inline_code(short)
+    assert segments[-1][0] is True and segments[-1][1].endswith("…")  # the cut code span is still code
