@@ -8,15 +8,25 @@ Public API (imports are lazy: `import gpuadvisor` does not import torch or panda
     result.write_html("report.html")
     delta = gpuadvisor.diff("runs/base", "runs/a")
     with gpuadvisor.capture(out="runs/nb") as cap: ...; cap.step()
+
+For type checkers the names below are the real functions of `gpuadvisor.api` (their signatures and
+return types: `AnalysisResult`, `DiffResult`, `Run`, `Capture`); at run time they are loaded on first
+use by the module `__getattr__`, so `import gpuadvisor` stays light.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "analyze", "capture", "diff", "profile"]
+
+if TYPE_CHECKING:
+    from gpuadvisor.api import analyze as analyze
+    from gpuadvisor.api import capture as capture
+    from gpuadvisor.api import diff as diff
+    from gpuadvisor.api import profile as profile
 
 _LAZY = {
     "analyze": ("gpuadvisor.api", "analyze"),

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.errors import InputError
 
 if TYPE_CHECKING:
-    from gpuadvisor.capture import Capture
+    from gpuadvisor.capture.inprocess import Capture
     from gpuadvisor.config import AnalysisConfig
     from gpuadvisor.diff import DiffInput, DiffResult
     from gpuadvisor.result import AnalysisResult
@@ -211,10 +211,18 @@ def diff(
     return run_diff(base, new, select=select, ignore=ignore, thresholds=thresholds, rules=rules)
 
 
-def capture(out: PathLike, **options: Any) -> Capture:
-    """The in-process capture context manager (`gpuadvisor.capture.Capture`), for notebooks and code
-    that cannot run as a script: `with gpuadvisor.capture(out="runs/nb") as cap: ...; cap.step()`.
-    NVML is sampled from a thread of this process; the run directory has the same layout as `profile`'s."""
-    from gpuadvisor.capture import Capture
+if TYPE_CHECKING:
+    # For type checkers `capture` is the class: `gpuadvisor.capture(out=..., skip_steps=...)` is checked
+    # against Capture.__init__ and gives a `Capture` (a context manager with `.step()`).
+    from gpuadvisor.capture.inprocess import Capture as capture
+else:
 
-    return Capture(Path(out), **options)
+    def capture(out: PathLike, **options: Any) -> Capture:
+        """The in-process capture context manager (`gpuadvisor.capture.Capture`), for notebooks and code
+        that cannot run as a script: `with gpuadvisor.capture(out="runs/nb") as cap: ...; cap.step()`.
+        NVML is sampled from a thread of this process; the run directory has the same layout as
+        `profile`'s. Options: force, skip_steps, warmup_steps, active_steps, with_stack, nvml,
+        nvml_interval, quiet, steps ("manual" or "auto")."""
+        from gpuadvisor.capture import Capture
+
+        return Capture(Path(out), **options)

@@ -1,16 +1,29 @@
 """Command-line entry point. Subcommands are loaded lazily so `gpuadvisor --help` stays fast
-and imports neither torch, pandas nor plotly."""
+and imports neither torch, pandas nor plotly.
+
+`LazyGroup.main` is the one error boundary of every command (also under click's CliRunner): typed
+errors (gpuadvisor.errors) print one line and exit with their code, click's usage errors exit 2, Ctrl-C
+exits 130, and anything else is an internal error: one line, exit 70, and the traceback only with -v
+or GPUADVISOR_DEBUG=1.
+"""
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import click
 
 from gpuadvisor import __version__
-from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError
+from gpuadvisor.commands._options import VERBOSE, verbose_option
+from gpuadvisor.errors import EXIT_INTERNAL, EXIT_USAGE, GpuAdvisorError
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+DEBUG_ENV = "GPUADVISOR_DEBUG"
 
 # name -> (module, attribute, one-line help shown by `gpuadvisor --help` without importing the module)
 _COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -20,6 +33,23 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "diff": ("gpuadvisor.commands.diff", "diff", "Compare two runs: step time, per-category time, new/resolved findings."),
     "rules": ("gpuadvisor.commands.rules", "rules", "List the rules, or print one rule's documentation."),
 }
+
+
+def _debug() -> bool:
+    return VERBOSE.get() or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _error_line(prefix: str, message: str = "") -> None:
+    """One line on stderr: `gpuadvisor: error: message`, the prefix in red on a colour terminal."""
+    from gpuadvisor.render._format import Style, color_enabled
+
+    style = Style(color_enabled(sys.stderr))
+    text = f"gpuadvisor: {style.bad(prefix)}" + (f" {message}" if message else "")
+    click.echo(text, err=True, color=style.enabled or None)
+
+
+def _exit(code: int) -> NoReturn:
+    sys.exit(code)
 
 
 class LazyGroup(click.Group):
@@ -35,34 +65,82 @@ class LazyGroup(click.Group):
         assert isinstance(cmd, click.Command)
         return cmd
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in _COMMANDS:
+            close = difflib.get_close_matches(name, list(_COMMANDS), n=2, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint} Commands: {', '.join(_COMMANDS)}.")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, spec[2]) for name, spec in _COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> NoReturn:
+        """Run the command line and exit; the single place where errors become exit codes."""
+        del standalone_mode  # always exits: the exit code is the interface
+        token = VERBOSE.set(False)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            _exit(rv if isinstance(rv, int) else 0)  # --help / --version return their code here
+        except GpuAdvisorError as err:
+            _error_line("error:", str(err))
+            _exit(err.exit_code)
+        except click.ClickException as err:  # usage errors: the message and `--help` hint, exit 2
+            err.show()
+            _exit(err.exit_code)
+        except click.exceptions.Abort as err:  # click's wrapper of Ctrl-C (and of end of input)
+            if isinstance(err.__cause__, KeyboardInterrupt):
+                _error_line("interrupted")
+                _exit(EXIT_INTERRUPTED)
+            _error_line("aborted", "(end of input)")
+            _exit(EXIT_USAGE)
+        except KeyboardInterrupt:
+            _error_line("interrupted")
+            _exit(EXIT_INTERRUPTED)
+        except Exception as err:  # a bug in gpuadvisor, not in the user's input
+            if _debug():
+                import traceback
+
+                traceback.print_exc()
+                hint = "please report it with the traceback above"
+            else:
+                hint = f"run with -v or {DEBUG_ENV}=1 for the traceback"
+            text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            _error_line("internal error:", f"{type(err).__name__}{': ' + text if text else ''} ({hint})")
+            _exit(EXIT_INTERNAL)
+        finally:
+            VERBOSE.reset(token)
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpuadvisor")
-def cli() -> None:
+@verbose_option
+def cli(verbose: bool) -> None:
     """gpuadvisor: find what wastes the GPU in a PyTorch training run, and what to change.
 
     \b
     Exit codes: 0 ok; 1 findings at or above --fail-on (analyze);
     2 usage error or unreadable input; 70 internal error of gpuadvisor;
-    74 outputs could not be fully written; profile returns the script's own status
-    (128+N when a signal ended it).
+    74 outputs could not be fully written; 130 interrupted (Ctrl-C);
+    profile returns the script's own status (128+N when a signal ended it).
+
+    \b
+    Colour on a terminal; NO_COLOR=1 turns it off, FORCE_COLOR=1 keeps it when piped.
     """
+    del verbose  # recorded by the option's callback for the error boundary
 
 
-def main(argv: list[str] | None = None) -> Any:
-    try:
-        return cli.main(args=argv, prog_name="gpuadvisor", standalone_mode=True)
-    except GpuAdvisorError as err:  # commands normally handle these; this is the safety net
-        click.echo(f"gpuadvisor: error: {err}", err=True)
-        sys.exit(err.exit_code)
-    except Exception as err:  # a bug in gpuadvisor: say so, with its own exit code
-        import traceback
-
-        traceback.print_exc()
-        click.echo(f"gpuadvisor: internal error: {type(err).__name__}: {err}", err=True)
-        sys.exit(EXIT_INTERNAL)
+def main(argv: list[str] | None = None) -> NoReturn:
+    cli.main(args=argv, prog_name="gpuadvisor")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -41,6 +41,7 @@ __all__ = [
     "FAIL_ON_CHOICES",
     "AnalysisConfig",
     "ConfigError",
+    "check_against_rules",
     "find_config_file",
     "load_config",
     "merge",
@@ -81,6 +82,10 @@ class AnalysisConfig:
     def __post_init__(self) -> None:
         # Keep the dataclass truly immutable even when built from plain dicts.
         object.__setattr__(self, "thresholds", _frozen_thresholds(self.thresholds))
+
+    def threshold_dict(self) -> dict[str, dict[str, float]] | None:
+        """`thresholds` as plain dicts (None when there is none), the form the analysis takes."""
+        return {rule: dict(values) for rule, values in self.thresholds.items()} or None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe view (for `--show-config` style output and tests)."""
@@ -280,3 +285,47 @@ def parse_threshold_assignments(values: Iterable[str]) -> dict[str, dict[str, fl
             raise ConfigError(f"--threshold {raw!r}: {rhs.strip()!r} is not a number") from None
         out.setdefault(rule, {})[name] = _number(number, f"--threshold {raw!r}")
     return out
+
+
+def check_against_rules(
+    config: AnalysisConfig,
+    rules_dirs: Iterable[Path] = (),
+    *,
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+) -> None:
+    """Check rule selectors and thresholds against the rules that will run (built-ins, `rules_dirs`,
+    entry points), so that a mistake is reported where it was made: the configuration file and key
+    (`pyproject.toml: [tool.gpuadvisor] thresholds.GA201.min_imapct: unknown threshold ... (did you
+    mean min_impact?)`) or the command-line option (`--select`, `--ignore`, `--threshold`).
+
+    `config` is the configuration as read from its file (before command-line values were merged in);
+    `select`/`ignore`/`thresholds` are the command-line values. Raises ConfigError (exit 2)."""
+    from gpuadvisor import engine
+
+    classes = [r.cls for r in engine.load_rules(rules_dirs)]
+
+    def check_selectors(values: Iterable[str], where: str) -> None:
+        for selector in values:
+            try:
+                engine.select_rules(classes, [selector])
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
+
+    def check_thresholds(values: Mapping[str, Mapping[str, float]], where: Callable[[str, str], str]) -> None:
+        for rule, keys in values.items():
+            for key, number in keys.items():
+                try:
+                    engine.resolve_thresholds(classes, {rule: {key: number}})
+                except ConfigError as err:
+                    raise ConfigError(f"{where(rule, key)}: {err}") from None
+
+    if config.source is not None:
+        path = config.source
+        check_selectors(config.select, _where(path, "select"))
+        check_selectors(config.ignore, _where(path, "ignore"))
+        check_thresholds(config.thresholds, lambda rule, key: _where(path, f"thresholds.{rule}.{key}"))
+    check_selectors(select, "--select")
+    check_selectors(ignore, "--ignore")
+    check_thresholds(thresholds or {}, lambda rule, key: f"--threshold {rule}.{key}")

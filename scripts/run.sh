@@ -2,10 +2,10 @@
 # The README's main job: set up .venv on a fresh machine, then
 #   bash scripts/run.sh                       profile a demo workload (GPU) or show what works without one
 #   bash scripts/run.sh train.py --lr 3e-4    profile your own script (everything after it is its own)
-# Runs and reports go under runs/.
+# Runs and reports go under runs/. Installs only what profiling needs (gpuadvisor[profile]: torch, NVML).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh
+source scripts/setup.sh profile
 mkdir -p runs
 
 if [ $# -gt 0 ]; then
@@ -36,6 +36,7 @@ python - <<'PY'
 from pathlib import Path
 
 import gpuadvisor
+from gpuadvisor.render._format import clip
 from gpuadvisor.render.html import write_report
 
 for run in sorted(p for p in Path("sample_runs").iterdir() if p.is_dir()):
@@ -45,6 +46,6 @@ for run in sorted(p for p in Path("sample_runs").iterdir() if p.is_dir()):
     summary = (
         f"{top.severity.value:6} {100 * (top.impact or 0):5.1f}%  {top.rule} {top.title}" if top else "no finding"
     )
-    print(f"{run.name:28} {summary[:100]}")
+    print(f"{run.name:28} {clip(summary, 100)}")
 print("reports: runs/reports/*.html (open one in a browser)")
 PY

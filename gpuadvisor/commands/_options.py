@@ -3,12 +3,50 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+if TYPE_CHECKING:
+    from gpuadvisor.config import AnalysisConfig
+    from gpuadvisor.result import AnalysisResult
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Set by any -v/--verbose of this command line; read by the error boundary (gpuadvisor.cli) to show
+# an internal error's traceback.
+VERBOSE: ContextVar[bool] = ContextVar("gpuadvisor_verbose", default=False)
+
+
+def _record_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    del ctx, param
+    if value:
+        VERBOSE.set(True)
+    return value
+
+
+def verbose_option(f: F) -> F:
+    """-v/--verbose: the full text of every finding (no shortening) and, on an internal error, the
+    traceback."""
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        default=False,
+        callback=_record_verbose,
+        help="Full text (nothing shortened) and, on an internal error, the traceback.",
+    )(f)
+
+
+def stdout_color(output: Path | None) -> bool:
+    """Colour for text written to stdout (never into a file given with -o)."""
+    import sys
+
+    from gpuadvisor.render._format import color_enabled
+
+    return output is None and color_enabled(sys.stdout)
 
 
 def rule_options(*, thresholds: bool = True, progress: bool = True) -> Callable[[F], F]:
@@ -80,10 +118,11 @@ def output_option(f: F) -> F:
     )(f)
 
 
-def emit(text: str, output: Path | None) -> None:
-    """Write `text` to OUTPUT atomically, or to stdout. OutputLostError (exit 74) when it cannot."""
+def emit(text: str, output: Path | None, *, color: bool = False) -> None:
+    """Write `text` to OUTPUT atomically, or to stdout (keeping ANSI styles when `color`).
+    OutputLostError (exit 74) when it cannot."""
     if output is None:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=color or None)
         return
     from gpuadvisor._atomic import write_text_atomic
     from gpuadvisor.errors import OutputLostError
@@ -92,3 +131,39 @@ def emit(text: str, output: Path | None) -> None:
         write_text_atomic(output, text)
     except OSError as err:
         raise OutputLostError(f"cannot write {output}: {err.strerror or err}") from None
+
+
+def resolve_options(
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    rules_dirs: tuple[Path, ...],
+    threshold_opts: tuple[str, ...],
+    config_file: Path | None,
+    fail_on: str | None,
+) -> AnalysisConfig:
+    """Command-line options over [tool.gpuadvisor] (CLI > pyproject > defaults), checked against the
+    rules that will run, so that a bad value names its file and key, or its option. Without a
+    configuration file the gate is off unless --fail-on is given."""
+    from gpuadvisor import config as cfg
+
+    base = cfg.load_config(explicit=config_file) if config_file else cfg.load_config()
+    cli_thresholds = cfg.parse_threshold_assignments(threshold_opts)
+    merged = cfg.merge(
+        base, select=select, ignore=ignore, fail_on=fail_on, thresholds=cli_thresholds, rules_dirs=rules_dirs
+    )
+    cfg.check_against_rules(base, merged.rules_dirs, select=select, ignore=ignore, thresholds=cli_thresholds)
+    return merged
+
+
+def analyze_path(path: Path, options: AnalysisConfig, *, progress: bool) -> AnalysisResult:
+    """Analyze PATH with the resolved options (what analyze and report share)."""
+    from gpuadvisor.analysis import analyze
+
+    return analyze(
+        path,
+        select=options.select,
+        ignore=options.ignore,
+        thresholds=options.threshold_dict(),
+        rules_dirs=options.rules_dirs,
+        progress=progress,
+    )

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from gpuadvisor.commands._options import emit, output_option, rule_options
-from gpuadvisor.errors import (
-    EXIT_FINDINGS,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_USAGE,
-    GpuAdvisorError,
+from gpuadvisor.commands._options import (
+    emit,
+    output_option,
+    resolve_options,
+    rule_options,
+    stdout_color,
+    verbose_option,
 )
+from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from gpuadvisor.render._format import Style
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
@@ -30,16 +32,19 @@ def _fmt_ms(value: float | None, signed: bool = False) -> str:
     return f"{value:+.2f}" if signed else f"{value:.2f}"
 
 
-def render_text(result: DiffResult, fail_on_regression: float | None = None) -> str:
-    """The terminal form of a diff."""
+def render_text(result: DiffResult, fail_on_regression: float | None = None, *, color: bool = False) -> str:
+    """The terminal form of a diff (ANSI colours only with `color`)."""
     from gpuadvisor.diff import verdict
     from gpuadvisor.render._ci import fmt_impact
 
-    lines = [f"gpuadvisor diff: {result.base_source} -> {result.new_source}"]
+    style = Style(color)
+    lines = [style.bold(f"gpuadvisor diff: {result.base_source} -> {result.new_source}")]
     if not result.compatible:
-        lines.append("WARNING: environments differ, timings are not comparable:")
+        lines.append(style.bad("WARNING: environments differ, timings are not comparable:"))
         lines += [f"  - {m}" for m in result.mismatches]
-    lines.append(f"verdict: {verdict(result, fail_on_regression)}")
+    regressed = fail_on_regression is not None and result.exit_code(fail_on_regression) != 0
+    said = verdict(result, fail_on_regression)
+    lines.append(f"verdict: {style.bad(said) if regressed else said}")
     st = result.step_time
     if st is not None:
         pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
@@ -62,21 +67,16 @@ def render_text(result: DiffResult, fail_on_regression: float | None = None) -> 
         f"findings: {len(result.new_findings)} new, {len(result.resolved_findings)} resolved, "
         f"{len(result.persisting_findings)} persisting"
     )
-    marks = {"new": "+", "resolved": "-", "persisting": "="}
+    marks = {"new": style.bad("+"), "resolved": style.good("-"), "persisting": "="}
     for f in result.findings:
         where = f" at {f.location}" if f.location else ""
         lines.append(
-            f"  {marks[f.status]} {f.rule} {f.name}{where}: {f.title} "
+            f"  {marks[f.status]} {style.bold(f.rule)} {f.name}{where}: {f.title} "
             f"[{f.severity}, {fmt_impact(f.base_impact)} -> {fmt_impact(f.new_impact)}]"
         )
     for note in result.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"gpuadvisor: error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.command("diff")
@@ -101,6 +101,7 @@ def _fail(message: str, code: int) -> None:
     help="Compare runs from different GPUs, drivers, CUDA or torch versions (warns loudly).",
 )
 @rule_options(thresholds=False, progress=False)
+@verbose_option
 def diff(
     base: Path,
     new: Path,
@@ -112,6 +113,7 @@ def diff(
     ignore: tuple[str, ...],
     rules_dirs: tuple[Path, ...],
     config_file: Path | None,
+    verbose: bool,
 ) -> None:
     """Compare BASE and NEW (run directories or Kineto traces): median step time against the measured
     noise, per-category time per step, new and resolved findings.
@@ -119,56 +121,35 @@ def diff(
     \b
     Exit codes: 0 no regression (or no gate); 1 step time regressed by more than
     --fail-on-regression percent and beyond the noise; 2 usage error, unreadable input, or
-    different GPU/driver/CUDA/torch without --allow-mismatch; 70 internal error.
+    different GPU/driver/CUDA/torch without --allow-mismatch; 70 internal error; 130 interrupted.
     """
-    try:
-        from gpuadvisor.config import load_config, merge
-        from gpuadvisor.diff import diff_results, parse_regression_pct
-        from gpuadvisor.render.markdown import render_diff
+    del verbose  # nothing in a diff is shortened; the error boundary reads it
+    from gpuadvisor.api import analyze
+    from gpuadvisor.diff import diff_results, parse_regression_pct
+    from gpuadvisor.render.markdown import render_diff
 
-        pct = parse_regression_pct(fail_on_regression)
-        config = merge(
-            load_config(explicit=config_file) if config_file else load_config(),
-            select=select,
-            ignore=ignore,
-            rules_dirs=rules_dirs,
+    pct = parse_regression_pct(fail_on_regression)
+    config = resolve_options(select, ignore, rules_dirs, (), config_file, None)
+    result = diff_results(analyze(base, config=config), analyze(new, config=config))
+    if not result.compatible and not allow_mismatch:
+        reasons = "; ".join(result.mismatches)
+        raise UsageError(f"runs are not comparable ({reasons}); pass --allow-mismatch to compare anyway")
+    if not result.compatible:
+        click.echo(
+            "gpuadvisor: WARNING: comparing runs from different environments "
+            f"({'; '.join(result.mismatches)}): step-time changes may come from the environment, "
+            "not the code.",
+            err=True,
         )
-        from gpuadvisor.api import analyze
-
-        options: dict[str, Any] = {
-            "select": config.select,
-            "ignore": config.ignore,
-            "thresholds": {rule: dict(values) for rule, values in config.thresholds.items()} or None,
-            "rules": config.rules_dirs,
-        }
-        result = diff_results(analyze(base, **options), analyze(new, **options))
-        if not result.compatible and not allow_mismatch:
-            reasons = "; ".join(result.mismatches)
-            _fail(f"runs are not comparable ({reasons}); pass --allow-mismatch to compare anyway", EXIT_USAGE)
-        if not result.compatible:
-            click.echo(
-                "gpuadvisor: WARNING: comparing runs from different environments "
-                f"({'; '.join(result.mismatches)}): step-time changes may come from the environment, "
-                "not the code.",
-                err=True,
-            )
-        if fmt == "json":
-            data = result.to_dict()
-            data["fail_on_regression"] = pct
-            data["regressed"] = None if pct is None else result.regressed(pct)
-            text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        elif fmt == "markdown":
-            text = render_diff(result, fail_on_regression=pct)
-        else:
-            text = render_text(result, pct)
-        emit(text, output)
-        sys.exit(EXIT_FINDINGS if result.exit_code(pct) else EXIT_OK)
-    except GpuAdvisorError as err:
-        _fail(str(err), err.exit_code)
-    except SystemExit:
-        raise
-    except Exception as err:  # a bug in gpuadvisor: one line plus the traceback for the bug report
-        import traceback
-
-        traceback.print_exc()
-        _fail(f"internal error: {type(err).__name__}: {err}", EXIT_INTERNAL)
+    color = fmt == "text" and stdout_color(output)
+    if fmt == "json":
+        data = result.to_dict()
+        data["fail_on_regression"] = pct
+        data["regressed"] = None if pct is None else result.regressed(pct)
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    elif fmt == "markdown":
+        text = render_diff(result, fail_on_regression=pct)
+    else:
+        text = render_text(result, pct, color=color)
+    emit(text, output, color=color)
+    sys.exit(EXIT_FINDINGS if result.exit_code(pct) else EXIT_OK)

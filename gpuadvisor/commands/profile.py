@@ -150,8 +150,16 @@ def profile(
     (one trace per rank, trace/rank{RANK}.json.gz); the exit status is the failing rank's own status
     (else torchrun's).
     """
-    from gpuadvisor.capture.runner import LaunchOptions, run_profile
+    import importlib.util
+
     from gpuadvisor.errors import UsageError
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError(
+            "profile needs PyTorch, which is not installed in this environment: "
+            "pip install 'gpuadvisor[profile]' (on a GPU machine, install your CUDA build of torch first)"
+        )
+    from gpuadvisor.capture.runner import LaunchOptions, run_profile
 
     launch: LaunchOptions | None = None
     torchrun_only = {

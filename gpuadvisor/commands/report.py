@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
-from gpuadvisor.commands._options import rule_options
-from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError, UsageError
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"gpuadvisor: error: {message}", err=True)
-    sys.exit(code)
+from gpuadvisor.commands._options import analyze_path, resolve_options, rule_options, verbose_option
+from gpuadvisor.errors import UsageError
 
 
 def default_output(path: Path) -> Path:
@@ -51,6 +44,7 @@ def default_output(path: Path) -> Path:
 )
 @click.option("--open", "open_browser", is_flag=True, default=False, help="Open the report in a web browser.")
 @rule_options()
+@verbose_option
 def report(
     path: Path,
     output: Path | None,
@@ -62,6 +56,7 @@ def report(
     threshold_opts: tuple[str, ...],
     config_file: Path | None,
     progress: bool,
+    verbose: bool,
 ) -> None:
     """Analyze PATH (a run directory, a .json/.json.gz Kineto trace, or a folder of per-rank traces)
     and write one self-contained HTML report that works offline.
@@ -70,36 +65,20 @@ def report(
 
     \b
     Exit codes: 0 report written; 2 usage error, bad configuration or unreadable input;
-    70 internal error; 74 the report could not be written.
+    70 internal error; 74 the report could not be written; 130 interrupted.
     """
-    try:
-        from gpuadvisor.analysis import analyze as run_analysis
-        from gpuadvisor.commands.analyze import _options
-        from gpuadvisor.render.html import default_rule_docs, write_report
+    del verbose  # only the error boundary reads it
+    from gpuadvisor.render.html import default_rule_docs, write_report
 
-        if not path.exists():
-            raise UsageError(f"{path}: no such file or directory")
-        select_f, ignore_f, dirs, thresholds, _gate = _options(
-            select, ignore, rules_dirs, threshold_opts, config_file, None
-        )
-        result = run_analysis(
-            path, select=select_f, ignore=ignore_f, thresholds=thresholds, rules_dirs=dirs, progress=progress
-        )
-        target = output if output is not None else default_output(path)
-        written = write_report(result, target, cdn=cdn, rule_docs=default_rule_docs(dirs))
-        click.echo(str(written))
-        if open_browser:
-            import webbrowser
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
+    result = analyze_path(path, options, progress=progress)
+    target = output if output is not None else default_output(path)
+    written = write_report(result, target, cdn=cdn, rule_docs=default_rule_docs(options.rules_dirs))
+    click.echo(str(written))
+    if open_browser:
+        import webbrowser
 
-            if not webbrowser.open(written.resolve().as_uri()):
-                click.echo("gpuadvisor: could not open a web browser; open the file yourself.", err=True)
-        sys.exit(0)
-    except GpuAdvisorError as err:
-        _fail(str(err), err.exit_code)
-    except SystemExit:
-        raise
-    except Exception as err:  # a bug in gpuadvisor: one line plus the traceback for the bug report
-        import traceback
-
-        traceback.print_exc()
-        _fail(f"internal error: {type(err).__name__}: {err}", EXIT_INTERNAL)
+        if not webbrowser.open(written.resolve().as_uri()):
+            click.echo("gpuadvisor: could not open a web browser; open the file yourself.", err=True)

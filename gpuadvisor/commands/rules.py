@@ -5,17 +5,12 @@ from __future__ import annotations
 import inspect
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
+from gpuadvisor.commands._options import verbose_option
 from gpuadvisor.engine import LoadedRule
-from gpuadvisor.errors import GpuAdvisorError
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"gpuadvisor: error: {message}", err=True)
-    sys.exit(code)
+from gpuadvisor.render._format import Style, color_enabled, rule_sort_key
 
 
 @click.command("rules")
@@ -29,32 +24,43 @@ def _fail(message: str, code: int) -> NoReturn:
     help="Also load rules from the *.py files of DIR. Repeatable.",
 )
 @click.option("--markdown", is_flag=True, help="Print the catalog (or the rule) as Markdown (docs/rules.md).")
-def rules(rule: str | None, rules_dirs: tuple[Path, ...], markdown: bool) -> None:
+@verbose_option
+def rules(rule: str | None, rules_dirs: tuple[Path, ...], markdown: bool, verbose: bool) -> None:
     """List the rules (id, name, category, summary), or print RULE's documentation (id or name).
 
     \b
     Exit codes: 0 ok; 2 unknown rule (close matches are suggested) or a broken rules folder.
     """
+    del verbose  # only the error boundary reads it
     from gpuadvisor import engine
 
-    try:
-        loaded = engine.load_rules(rules_dirs)
-        if rule is None:
-            click.echo(catalog_markdown(loaded) if markdown else catalog_table(loaded), nl=False)
-            return
+    loaded = sorted(engine.load_rules(rules_dirs), key=lambda r: rule_sort_key(r.id))
+    style = Style(not markdown and color_enabled(sys.stdout))
+    if rule is None:
+        text = catalog_markdown(loaded) if markdown else catalog_table(loaded, style)
+    else:
         cls = engine.find_rule([r.cls for r in loaded], rule)
         item = next(r for r in loaded if r.cls is cls)
-        click.echo(rule_markdown(item) if markdown else rule_text(item), nl=False)
-    except GpuAdvisorError as err:
-        _fail(str(err), err.exit_code)
+        text = rule_markdown(item) if markdown else rule_text(item, style)
+    click.echo(text, nl=False, color=style.enabled or None)
 
 
-def catalog_table(loaded: list[LoadedRule]) -> str:
-    """A plain table: ID, NAME, CATEGORY, SUMMARY."""
+def catalog_table(loaded: list[LoadedRule], style: Style | None = None) -> str:
+    """A table: ID, NAME, CATEGORY, SUMMARY, in natural rule order (GA101 before GA1001)."""
+    st = style or Style()
     rows = [("ID", "NAME", "CATEGORY", "SUMMARY")]
-    rows += [(r.id, r.name, r.cls.category.value, r.cls.summary()) for r in loaded]
+    rows += [
+        (r.id, r.name, r.cls.category.value, r.cls.summary())
+        for r in sorted(loaded, key=lambda r: rule_sort_key(r.id))
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
+    lines = []
+    for i, (a, b, c, d) in enumerate(rows):
+        cells = f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip()
+        if i == 0:
+            lines.append(st.dim(cells))
+        else:  # the id in bold; padding measured on the plain text
+            lines.append(st.bold(a) + cells[len(a) :])
     return "\n".join(lines) + "\n"
 
 
@@ -62,10 +68,11 @@ def _requires(item: LoadedRule) -> str:
     return ", ".join(sorted(r.value for r in item.cls.requires)) or "nothing beyond the trace"
 
 
-def rule_text(item: LoadedRule) -> str:
+def rule_text(item: LoadedRule, style: Style | None = None) -> str:
     """One rule's documentation: header, docstring, requires, thresholds with defaults, source."""
     cls = item.cls
-    lines = [f"{cls.id} {cls.name} ({cls.category.value})", ""]
+    st = style or Style()
+    lines = [st.bold(f"{cls.id} {cls.name}") + f" ({cls.category.value})", ""]
     lines.append(inspect.getdoc(cls) or "")
     lines += ["", f"Requires: {_requires(item)}"]
     if cls.aliases:
@@ -162,8 +169,9 @@ def catalog_markdown(loaded: list[LoadedRule]) -> str:
         "| id | name | category | summary |",
         "|---|---|---|---|",
     ]
-    out += [f"| {r.id} | `{r.name}` | `{r.cls.category.value}` | {r.cls.summary()} |" for r in loaded]
+    ordered = sorted(loaded, key=lambda r: rule_sort_key(r.id))
+    out += [f"| {r.id} | `{r.name}` | `{r.cls.category.value}` | {r.cls.summary()} |" for r in ordered]
     out.append("")
-    for r in loaded:
+    for r in ordered:
         out.append(rule_markdown(r))
     return "\n".join(out).rstrip() + "\n"

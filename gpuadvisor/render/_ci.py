@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from gpuadvisor.errors import ConfigError, GpuAdvisorError
 from gpuadvisor.model import Finding, Severity
+from gpuadvisor.render._format import fmt_number, is_version_key, rule_sort_key
 from gpuadvisor.result import AnalysisResult
 
 
@@ -77,13 +78,13 @@ def _builtin_catalog() -> dict[str, RuleMeta]:
 
 
 def rule_catalog(result: AnalysisResult) -> dict[str, RuleMeta]:
-    """Metadata of every rule the result mentions (statuses and findings), sorted by id."""
+    """Metadata of every rule the result mentions (statuses and findings), in natural id order."""
     known = _builtin_catalog()
     out: dict[str, RuleMeta] = {}
     by_rule: Mapping[str, list[Finding]] = result.by_rule()
     ids = {s.rule for s in result.rules} | set(by_rule)
     names = {s.rule: s.name for s in result.rules}
-    for rule_id in sorted(ids):
+    for rule_id in sorted(ids, key=rule_sort_key):
         meta = known.get(rule_id)
         if meta is None:
             findings = [f for f in by_rule.get(rule_id, []) if not is_internal(f)]
@@ -118,6 +119,6 @@ def fmt_metric(key: str, value: object) -> str:
         if key.endswith("_pct"):
             return f"{float(value):.1f}%"
         if isinstance(value, int):
-            return str(value)
-        return f"{float(value):.4g}"
+            return str(value) if is_version_key(key) else f"{value:,}"
+        return fmt_number(float(value))
     return str(value)

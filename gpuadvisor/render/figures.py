@@ -30,25 +30,35 @@ BREAKDOWN_COLORS: dict[str, str] = {
     "other": "#bab0ac",
 }
 
+# The timeline's legend entries (kernel families, copy kinds, CPU lanes, GPU idle) each get their own
+# colour (tableau 20); GPU idle is the only red, as the caption says. tests/report/test_figures.py checks
+# that no two entries share a colour.
 FAMILY_COLORS: dict[str, str] = {
-    "gemm": "#4c78a8",
-    "conv": "#72b7b2",
-    "attention": "#54a24b",
-    "elementwise": "#eeca3b",
-    "reduction": "#ff9da6",
-    "optimizer": "#b279a2",
-    "collective": "#e45756",
-    "memcpy-like": "#f58518",
-    "other": "#9d755d",
+    "gemm": "#4e79a7",
+    "conv": "#a0cbe8",
+    "attention": "#59a14f",
+    "elementwise": "#f1ce63",
+    "reduction": "#8cd17d",
+    "optimizer": "#499894",
+    "collective": "#d37295",
+    "memcpy-like": "#86bcb6",
+    "other": "#d7b5a6",
 }
-COPY_COLORS: dict[str, str] = {"HtoD": "#f58518", "DtoH": "#e45756", "DtoD": "#ff9da6", "PtoP": "#9d755d"}
+COPY_COLORS: dict[str, str] = {
+    "HtoD": "#f28e2b",
+    "DtoH": "#ffbe7d",
+    "DtoD": "#b6992d",
+    "PtoP": "#fabfd2",
+    "memset": "#79706e",
+}
 LANE_COLORS: dict[str, str] = {
-    "step": "#d0d7e2",
-    "data": "#b279a2",
-    "annotation": "#72b7b2",
-    "sync": "#e45756",
-    "idle": "#f2b8b5",
+    "step": "#bab0ac",
+    "data": "#b07aa1",
+    "annotation": "#d4a6c8",
+    "sync": "#9d7660",
+    "idle": "#e15759",
 }
+_UNKNOWN_COPY_COLOR = "#ff9d9a"
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 _MARGIN = {"l": 150, "r": 20, "t": 30, "b": 40}
@@ -288,10 +298,20 @@ def _idle_gaps(window: TimelineWindow, tables: Iterable[pd.DataFrame | None]) ->
     return gaps
 
 
+# A merged bar collects events over at most this many `min_width`s (about pixels).
+MERGE_SPAN = 32
+
+
 def merge_small_events(events: Sequence[TimelineEvent], min_width: float) -> list[TimelineEvent]:
-    """Merge runs of events narrower than `min_width` (microseconds) that follow each other closely in
-    the same lane into one bar ("37 events merged"), so tens of thousands of tiny kernels become a
-    few hundred bars. Wide events are kept as they are. Input order does not matter."""
+    """Merge events narrower than `min_width` (microseconds, about one pixel) in the same lane into one
+    event ("37 events merged") that keeps their summed time (`busy_us`), so tens of thousands of tiny
+    kernels become a few hundred bars. Wide events are kept as they are.
+
+    plotly.js widens any bar thinner than a pixel to one pixel, so 500 gaps of 8 us between kernels
+    would draw as 500 pixels of "GPU idle": a solid band on a 96%-busy run. So a run of tiny events
+    is merged until it holds one pixel of time (or spans MERGE_SPAN * min_width), and the figure draws
+    it as long as its summed time (`drawn_extent`): the lanes stay to scale. Input order does not
+    matter."""
     by_lane: dict[str, list[TimelineEvent]] = {}
     for ev in events:
         by_lane.setdefault(ev.lane, []).append(ev)
@@ -304,19 +324,23 @@ def merge_small_events(events: Sequence[TimelineEvent], min_width: float) -> lis
 def _merge_lane(lane: str, events: Sequence[TimelineEvent], min_width: float) -> list[TimelineEvent]:
     out: list[TimelineEvent] = []
     cluster: list[TimelineEvent] = []
-    cluster_end = -math.inf
+    busy = 0.0
+
+    def flush() -> None:
+        if cluster:
+            out.append(cluster[0] if len(cluster) == 1 else _merged(lane, cluster))
+            cluster.clear()
+
     for ev in sorted(events, key=lambda e: (e.start, e.end, e.group, e.label)):
         wide = ev.end - ev.start >= min_width
-        if cluster and (wide or ev.start - cluster_end > min_width):
-            out.append(cluster[0] if len(cluster) == 1 else _merged(lane, cluster))
-            cluster = []
+        if cluster and (wide or busy >= min_width or ev.end - cluster[0].start > MERGE_SPAN * min_width):
+            flush()
         if wide:
             out.append(ev)
             continue
-        cluster_end = max(cluster_end, ev.end) if cluster else ev.end
+        busy = ev.busy_us if not cluster else busy + ev.busy_us
         cluster.append(ev)
-    if cluster:
-        out.append(cluster[0] if len(cluster) == 1 else _merged(lane, cluster))
+    flush()
     return out
 
 
@@ -331,12 +355,25 @@ def _merged(lane: str, cluster: Sequence[TimelineEvent]) -> TimelineEvent:
     count = sum(ev.count for ev in cluster)
     busy = sum(ev.busy_us for ev in cluster)
     top = tuple(sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
-    label = f"{count} events merged ({busy:.1f} us busy); most: " + "; ".join(
-        f"{_short(n, 60)} x{c}" for n, c in top
-    )
-    return TimelineEvent(
-        lane, group, min(e.start for e in cluster), max(e.end for e in cluster), label, count, busy, top
-    )
+    start, end = min(e.start for e in cluster), max(e.end for e in cluster)
+    if group == "idle":
+        label = f"{count} idle gaps merged: {busy:.1f} us idle over {end - start:.1f} us"
+    else:
+        label = f"{count} events merged: {busy:.1f} us over {end - start:.1f} us; most: " + "; ".join(
+            f"{_short(n, 60)} x{c}" for n, c in top
+        )
+    return TimelineEvent(lane, group, start, end, label, count, busy, top)
+
+
+def drawn_extent(event: TimelineEvent) -> tuple[float, float]:
+    """Where a bar is drawn: an event as it is; a merged event as long as its summed time (capped at
+    its span), centred in the span it covers, so the drawing stays to scale."""
+    if event.count <= 1:
+        return event.start, event.end
+    span = event.end - event.start
+    length = min(max(event.busy_us, 0.0), span)
+    start = event.start + (span - length) / 2.0
+    return start, start + length
 
 
 def _short(text: str, limit: int) -> str:
@@ -368,7 +405,7 @@ def _group_color(lane: str, group: str) -> str:
     if lane == "GPU · kernels":
         return FAMILY_COLORS.get(group, FAMILY_COLORS["other"])
     if lane == "GPU · copies":
-        return COPY_COLORS.get(group, "#9d755d")
+        return COPY_COLORS.get(group, _UNKNOWN_COPY_COLOR)
     return LANE_COLORS.get(group, "#888888")
 
 
@@ -401,16 +438,17 @@ def timeline_figure(
     order = {lane: i for i, lane in enumerate((*_CPU_LANES, *_GPU_LANES))}
     for lane, group in sorted(groups, key=lambda k: (order.get(k[0], 99), k[1])):
         items = sorted(groups[(lane, group)], key=lambda e: (e.start, e.end, e.label))
+        extents = [drawn_extent(e) for e in items]
         data.append(
             {
                 "type": "bar",
                 "orientation": "h",
                 "name": _group_name(lane, group),
                 "y": [lane] * len(items),
-                "base": [_r((e.start - window.start) / 1000.0, 4) for e in items],
-                "x": [_r((e.end - e.start) / 1000.0, 4) for e in items],
+                "base": [_r((s - window.start) / 1000.0, 4) for s, _e in extents],
+                "x": [_r((e - s) / 1000.0, 4) for s, e in extents],
                 "hovertext": [
-                    f"{_short(e.label, 120)}<br>{(e.end - e.start):.1f} us at +{(e.start - window.start) / 1000.0:.3f} ms"
+                    f"{_short(e.label, 120)}<br>{e.busy_us:.1f} us at +{(e.start - window.start) / 1000.0:.3f} ms"
                     for e in items
                 ],
                 "hoverinfo": "text",

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
 from gpuadvisor.errors import OutputLostError
-from gpuadvisor.model import Finding, Location, jsonable
+from gpuadvisor.model import Finding, Location, Severity, jsonable
+from gpuadvisor.render._format import (
+    clip,
+    fmt_bytes,
+    fmt_number,
+    is_version_key,
+    mfu_unknown_reason,
+    rule_sort_key,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,8 +77,10 @@ def write_report(
     Returns the path written. Raises OutputLostError (exit 74) when the file cannot be written."""
     from gpuadvisor._atomic import write_text_atomic
 
-    html = render_html(result, cdn=cdn, rule_docs=rule_docs, generated_at=generated_at)
     path = Path(path)
+    html = render_html(
+        result, cdn=cdn, rule_docs=rule_docs, generated_at=generated_at, report_dir=path.parent
+    )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, html)
@@ -85,8 +95,10 @@ def render_html(
     cdn: bool = False,
     generated_at: str | None = None,
     rule_docs: Mapping[str, str] | None = None,
+    report_dir: Path | None = None,
 ) -> str:
-    """The report of `result` as one HTML string.
+    """The report of `result` as one HTML string. `report_dir` (the folder the page will be written to)
+    makes the links to the trace files relative; without it they are absolute file URIs.
 
     `generated_at` (shown in the header; default: now, UTC) is the only part that varies between two
     renders of the same result. `rule_docs` maps rule id -> docstring; default: the docstrings of the
@@ -97,7 +109,12 @@ def render_html(
     html = ""
     for max_events, max_points in _BUDGETS:
         context = build_context(
-            result, generated_at=generated_at, rule_docs=docs, max_events=max_events, max_points=max_points
+            result,
+            generated_at=generated_at,
+            rule_docs=docs,
+            max_events=max_events,
+            max_points=max_points,
+            report_dir=report_dir,
         )
         html = _render(context, cdn=cdn)
         if len(html.encode("utf-8")) <= MAX_REPORT_BYTES:
@@ -148,6 +165,7 @@ def build_context(
     rule_docs: Mapping[str, str],
     max_events: int = 2500,
     max_points: int = 600,
+    report_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Everything the template shows, as plain values (strings are escaped by the template)."""
     from gpuadvisor.render import figures
@@ -178,6 +196,7 @@ def build_context(
         unavailable.append("Step-time breakdown: no training steps were segmented in the trace.")
 
     # Timeline
+    timeline_steps: list[int] = []
     if trace is not None:
         window = figures.select_timeline_window(trace.steps, TIMELINE_STEPS)
         if window is None:
@@ -193,15 +212,18 @@ def build_context(
                 cpu_ops=trace.cpu_ops,
             )
             fig = figures.timeline_figure(events, window, max_events=max_events)
+            timeline_steps = [int(s[0]) for s in window.steps]
             shown = ", ".join(str(s[0]) for s in window.steps)
             charts.append(
                 Chart(
                     "ga-fig-timeline",
                     "Timeline",
                     script_json(fig),
-                    f"Steps {shown}: CPU lanes on top, GPU lanes below; red gaps are GPU idle time. "
-                    "Drag to zoom, double-click to reset. Runs of tiny events are merged into one bar "
-                    "(hover says how many).",
+                    f"Steps {shown}: CPU lanes on top, GPU lanes below; red bars are GPU idle time. "
+                    "Drag to zoom, double-click to reset. Where events are too small to draw, runs of "
+                    "them become one bar whose length is their summed time, placed in the middle of the "
+                    "span they cover (hover says how many and over what span), so idle and busy time "
+                    "stay to scale.",
                 )
             )
     else:
@@ -255,7 +277,7 @@ def build_context(
         "generated_at": generated_at,
         "source": data["source"],
         "verdict": _verdict(result),
-        "key_metrics": _key_metrics(metrics),
+        "key_metrics": _key_metrics(metrics, getattr(detail, "kernels", None)),
         "findings": [_finding_view(f, i, result, rule_docs) for i, f in enumerate(result.findings)],
         "severity_counts": _severity_counts(result.findings),
         "charts": charts,
@@ -268,7 +290,32 @@ def build_context(
         "data_json": script_json(data),
         "synthetic": bool(trace is not None and trace.is_synthetic),
         "ranks": ranks_view,
+        "trace_files": trace_files(result, report_dir),
+        "timeline_steps": timeline_steps,
     }
+
+
+def trace_files(result: AnalysisResult, report_dir: Path | None = None) -> list[dict[str, str]]:
+    """The Kineto trace file(s) of the analysis, for "open it in Perfetto": rank, absolute path, a link
+    (relative to `report_dir` when given, so the link survives moving the run directory), size."""
+    import contextlib
+    import os
+    from urllib.parse import quote
+
+    out: list[dict[str, str]] = []
+    for model in result.traces or ((result.trace,) if result.trace is not None else ()):
+        path = Path(model.path)
+        absolute = path.resolve()
+        href = absolute.as_uri()
+        if report_dir is not None:
+            with contextlib.suppress(ValueError):  # another drive (Windows): keep the absolute URI
+                href = quote(Path(os.path.relpath(absolute, Path(report_dir).resolve())).as_posix())
+        try:
+            size = fmt_bytes(absolute.stat().st_size)
+        except OSError:
+            size = "file not found"
+        out.append({"rank": str(model.rank), "path": str(absolute), "href": href, "size": size})
+    return out
 
 
 def ranks_section(result: AnalysisResult) -> dict[str, Any] | None:
@@ -374,27 +421,28 @@ def _num(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def fmt_value(value: Any) -> str:
-    """Compact human formatting of a JSON-able value."""
+def fmt_value(value: Any, key: str = "") -> str:
+    """Compact human formatting of a JSON-able value. `key` (the dotted name it is shown under) keeps
+    version codes as they are (cuda_runtime_version 13000, not "13,000") and gives byte counts units."""
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
+        if is_version_key(key):
+            return str(value)
+        if key.endswith("_bytes") and value >= 1024:
+            return f"{fmt_bytes(value)} ({value:,} bytes)"
         return f"{value:,}" if abs(value) >= 10000 else str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             return "—"
         if value == 0:
             return "0"
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        if abs(value) >= 1:
-            return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
-        return f"{value:.3g}"
+        return fmt_number(value)
     if isinstance(value, (list, tuple)):
         if all(not isinstance(v, (dict, list, tuple)) for v in value):
-            return ", ".join(fmt_value(v) for v in value) if value else "[]"
+            return ", ".join(fmt_value(v, key) for v in value) if value else "[]"
         return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
     if isinstance(value, Mapping):
         return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
@@ -418,8 +466,10 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
     if not gpu and isinstance(env.get("gpus"), list) and env["gpus"]:
         gpu = _get(env["gpus"][0], "name")
     mfu = _num(m.get("mfu"))
+    mfu_unknown = mfu_unknown_reason(m, getattr(result.metrics_detail, "kernels", None))
     actionable = [f for f in result.findings if f.category.value not in ("internal", "capture")]
-    top = [f for f in actionable if f.impact is not None and f.impact > 0][:2] or actionable[:1]
+    serious = [f for f in actionable if f.severity in (Severity.HIGH, Severity.MEDIUM)]
+    top = [f for f in serious if f.impact is not None and f.impact > 0][:2] or serious[:1]
     busy = _num(m.get("gpu_busy_fraction"))
     if not result.findings:
         headline = "No problem found by the rules that could run on this input."
@@ -427,6 +477,13 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
         headline = f"Biggest opportunity: {top[0].title} (up to {top[0].impact * 100:.0f}% of step time)."
     elif top:
         headline = f"First thing to look at: {top[0].title}."
+    elif actionable:
+        largest = actionable[0]
+        gain = f" (up to {largest.impact * 100:.1f}% of step time)" if largest.impact is not None else ""
+        headline = (
+            "Well tuned: no finding of medium or high impact. "
+            f"The largest is low: {largest.title}{gain}."
+        )
     else:
         headline = "Only capture notes or internal errors were reported; see below."
     return {
@@ -434,9 +491,11 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
         "step_time": _ms(m.get("step_time_ms")),
         "gpu_busy": _pct(busy),
         "gpu_busy_value": busy,
-        "mfu": _pct(mfu) if mfu is not None else None,
-        "mfu_dtype": m.get("peak_dtype"),
+        "mfu": _pct(mfu) if mfu is not None and mfu_unknown is None else "n/a",
+        "mfu_note": mfu_unknown,
+        "mfu_dtype": m.get("peak_dtype") if mfu_unknown is None else None,
         "headline": headline,
+        "well_tuned": bool(actionable) and not serious,
         "actions": [
             {
                 "anchor": f"finding-{result.findings.index(f)}",
@@ -457,7 +516,9 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
 
 def _first_sentence(text: str) -> str:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    return line if len(line) <= 220 else line[:219] + "…"
+    short = clip(line, 220)
+    # cut inside a code span: close it, so the shortened span still shows as code
+    return short + "`" if short.count("`") % 2 else short
 
 
 _KEY_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -477,13 +538,16 @@ _KEY_METRICS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _key_metrics(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+def _key_metrics(metrics: Mapping[str, Any], kernels: Any = None) -> list[dict[str, str]]:
     rows = []
+    mfu_unknown = mfu_unknown_reason(metrics, kernels)
     for key, label, unit in _KEY_METRICS:
         value = metrics.get(key)
         if value is None:
             continue
-        if unit == "pct":
+        if key == "mfu" and mfu_unknown:
+            text = f"n/a ({mfu_unknown})"
+        elif unit == "pct":
             text = _pct(value)
         elif unit == "ms":
             text = _ms(value)
@@ -547,7 +611,7 @@ _LONG_VALUE = 160
 
 def _evidence_row(key: str, value: Any) -> tuple[str, str, str | None]:
     """(key, shown text, full pretty-printed text when the value is too long to show inline)."""
-    text = fmt_value(value)
+    text = fmt_value(value, key)
     if len(text) <= _LONG_VALUE:
         return key, text, None
     full = (
@@ -555,12 +619,12 @@ def _evidence_row(key: str, value: Any) -> tuple[str, str, str | None]:
         if isinstance(value, (dict, list))
         else text
     )
-    return key, text[: _LONG_VALUE - 1] + "…", full
+    return key, clip(text, _LONG_VALUE), full
 
 
 def short_name(name: str, limit: int = 110) -> str:
     """A long C++ kernel name cut to `limit` characters (the full name stays in a tooltip)."""
-    return name if len(name) <= limit else name[: limit - 1] + "…"
+    return clip(name, limit)
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
@@ -584,7 +648,7 @@ def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
         "is_source": bool(loc.file),
         "lines": lines,
         "what": what,
-        "detail": [(str(k), fmt_value(v)) for k, v in detail.items()],
+        "detail": [(str(k), fmt_value(v, str(k))) for k, v in detail.items()],
     }
 
 
@@ -620,7 +684,13 @@ def _source_lines(file: str, line: int, result: AnalysisResult, context: int = 2
         if line > len(text):
             continue
         lo, hi = max(1, line - context), min(len(text), line + context)
-        return [{"no": n, "text": text[n - 1], "target": n == line} for n in range(lo, hi + 1)]
+        snippet = [text[n - 1].expandtabs(4).rstrip() for n in range(lo, hi + 1)]
+        # the common indentation of the snippet goes (the loop body of a function starts at column 0)
+        indent = min((len(s) - len(s.lstrip(" ")) for s in snippet if s.strip()), default=0)
+        return [
+            {"no": n, "text": s[indent:], "target": n == line}
+            for n, s in zip(range(lo, hi + 1), snippet, strict=True)
+        ]
     return []
 
 
@@ -782,7 +852,7 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
         for key in sorted(value, key=str):
             rows.extend(_flatten(value[key], f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
         return rows
-    return [(prefix, fmt_value(jsonable(value)))]
+    return [(prefix, fmt_value(jsonable(value), prefix))]
 
 
 def _environment_view(result: AnalysisResult) -> dict[str, Any]:
@@ -801,7 +871,7 @@ def _environment_view(result: AnalysisResult) -> dict[str, Any]:
         for item in items:
             site = f"{item.get('file')}:{item.get('line')}" if item.get("file") else "call site unknown"
             fields = [
-                (k, fmt_value(jsonable(v)))
+                (k, fmt_value(jsonable(v), k))
                 for k, v in sorted(item.items())
                 if k not in ("file", "line", "code", "id")
             ]
@@ -863,7 +933,7 @@ def _run_unavailable(run: Any) -> list[str]:
 
 def _rules_view(result: AnalysisResult) -> dict[str, Any]:
     groups: dict[str, list[dict[str, str]]] = {}
-    for status in sorted(result.rules, key=lambda r: r.rule):
+    for status in sorted(result.rules, key=lambda r: rule_sort_key(r.rule)):
         groups.setdefault(status.status, []).append(
             {"rule": status.rule, "name": status.name, "detail": status.detail}
         )

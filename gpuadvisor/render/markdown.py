@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.model import Finding, Severity
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
+from gpuadvisor.render._format import clip, mfu_unknown_reason, rule_sort_key
 from gpuadvisor.result import AnalysisResult
 
 if TYPE_CHECKING:
@@ -36,15 +37,28 @@ _METRICS_LINE = (
 )
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+
+
+def _escape_text(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
 
 
 def escape(text: str, limit: int = MAX_CELL) -> str:
-    """One table-cell-safe line: HTML entities for & < >, backslash escapes for Markdown syntax and `|`."""
-    flat = " ".join(str(text).split())
-    if len(flat) > limit:
-        flat = flat[: limit - 1] + "…"
-    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", flat)
+    """One table-cell-safe line. Text outside code spans: HTML entities for & < >, backslash escapes
+    for Markdown syntax and `|`. A balanced code span (`x.item()`) stays a code span: its content is
+    shown literally by any renderer, so only `|` is escaped in it (a GFM table would split on it)."""
+    flat = clip(" ".join(str(text).split()), limit)
+    out: list[str] = []
+    pos = 0
+    for match in _CODE_SPAN.finditer(flat):
+        out.append(_escape_text(flat[pos : match.start()]))
+        fence, body = match.group(1), match.group(2)
+        out.append(fence + body.replace("|", "\\|") + fence)
+        pos = match.end()
+    out.append(_escape_text(flat[pos:]))
+    return "".join(out)
 
 
 def _location(finding: Finding) -> str:
@@ -104,16 +118,17 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     else:
         lines += ["No findings.", ""]
 
+    mfu_unknown = mfu_unknown_reason(result.metrics, getattr(result.metrics_detail, "kernels", None))
     metrics = [
-        f"{label} {escape(fmt_metric(key, result.metrics.get(key)))}"
+        f"{label} {'n/a' if key == 'mfu' and mfu_unknown else escape(fmt_metric(key, result.metrics.get(key)))}"
         for key, label in _METRICS_LINE
         if result.metrics.get(key) is not None
     ]
     if metrics:
         lines += ["**Metrics:** " + " · ".join(metrics), ""]
 
-    not_applicable = sorted(s.rule for s in result.rules if s.status == "not_applicable")
-    errors = sorted(s.rule for s in result.rules if s.status == "error")
+    not_applicable = sorted((s.rule for s in result.rules if s.status == "not_applicable"), key=rule_sort_key)
+    errors = sorted((s.rule for s in result.rules if s.status == "error"), key=rule_sort_key)
     tail: list[str] = []
     if not_applicable:
         tail.append(f"{len(not_applicable)} rule{'s' if len(not_applicable) != 1 else ''} not applicable")

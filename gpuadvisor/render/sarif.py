@@ -19,6 +19,7 @@ from urllib.parse import quote
 from gpuadvisor import __version__
 from gpuadvisor.model import Finding, Location, Severity
 from gpuadvisor.render._ci import RuleMeta, fmt_impact, is_internal, rule_catalog
+from gpuadvisor.render._format import rule_sort_key
 from gpuadvisor.result import AnalysisResult
 
 __all__ = ["INFORMATION_URI", "SARIF_SCHEMA", "SARIF_VERSION", "level_of", "render"]
@@ -154,7 +155,7 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     invocation: dict[str, Any] = {"executionSuccessful": True}
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
-    not_applicable = sorted(s.rule for s in result.rules if s.status == "not_applicable")
+    not_applicable = sorted((s.rule for s in result.rules if s.status == "not_applicable"), key=rule_sort_key)
     log = {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,

@@ -1,7 +1,9 @@
 """Terminal summary: the top findings first (severity, impact, location, the recommendation's first
 lines), then the key metrics, then the rules that could not run, in one line each.
 
-Plain text, no colour codes, at most ~100 columns, deterministic (snapshot-testable).
+At most ~100 columns and deterministic (snapshot-testable). Shortened text ends in an ellipsis and
+the output says that `-v` (`verbose=True`) prints everything; `color=True` adds ANSI styles (severity
+colours, bold rule ids) without changing the text otherwise.
 """
 
 from __future__ import annotations
@@ -11,13 +13,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuadvisor.model import Finding, Severity
+from gpuadvisor.render._format import (
+    Style,
+    fmt_number,
+    mfu_unknown_reason,
+    rule_sort_key,
+    wrap_clipped,
+)
 from gpuadvisor.result import AnalysisResult
 
 __all__ = ["render"]
 
 MAX_FINDINGS = 10
+MAX_LOCATIONS = 3
+MESSAGE_LINES = 3
 REC_LINES = 3
 WIDTH = 100
+_INDENT = "      "
 
 # (window key, label, kind) shown in the metrics line, when present.
 _KEY_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -52,15 +64,20 @@ def _fmt(value: Any, kind: str) -> str | None:
     if kind == "pct":
         return f"{100 * number:.0f}%" if number >= 0.01 or number == 0 else f"{100 * number:.1f}%"
     if kind == "ms":
-        return f"{number:.2f} ms" if number < 100 else f"{number:.0f} ms"
+        return f"{number:.2f} ms" if number < 100 else f"{fmt_number(number)} ms"
     if kind == "int":
-        return f"{int(number)}"
-    return f"{number:.3g}"
+        return f"{int(number):,}"
+    return fmt_number(number)
 
 
-def _metrics_lines(metrics: Mapping[str, Any]) -> list[str]:
+def _metrics_lines(result: AnalysisResult) -> list[str]:
+    metrics: Mapping[str, Any] = result.metrics
     parts = []
     for key, label, kind in _KEY_METRICS:
+        if key == "mfu" and mfu_unknown_reason(metrics, _kernels(result)) is not None:
+            if metrics.get("matmul_fraction") is not None:  # GPU math ran, but its FLOPs are unknown
+                parts.append(f"{label} n/a")
+            continue
         text = _fmt(metrics.get(key), kind)
         if text is not None:
             parts.append(f"{label} {text}")
@@ -77,28 +94,42 @@ def _metrics_lines(metrics: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _kernels(result: AnalysisResult) -> Any:
+    return getattr(result.metrics_detail, "kernels", None)
+
+
 def _impact(f: Finding) -> str:
     return "   -" if f.impact is None else f"{100 * f.impact:3.0f}%"
 
 
-def _finding_lines(index: int, f: Finding) -> list[str]:
-    head = f"{index:2d}. {f.severity.value.upper():<6} {_impact(f)}  {f.rule} {f.name}: {f.title}"
-    lines = [head]
-    indent = "      "
-    for loc in f.locations[:3]:
-        where = loc.label()
+def _finding_lines(index: int, f: Finding, *, verbose: bool, style: Style) -> tuple[list[str], bool]:
+    """The lines of one finding and whether anything was shortened."""
+    severity = style.severity(f"{f.severity.value.upper():<6}", f.severity.value)
+    lines = [f"{index:2d}. {severity} {_impact(f)}  {style.bold(f.rule)} {f.name}: {f.title}"]
+    shortened = False
+    shown = f.locations if verbose else f.locations[:MAX_LOCATIONS]
+    for loc in shown:
         code = f"  {loc.code}" if loc.code else ""
-        lines.append(f"{indent}at {where}{code}")
-    if len(f.locations) > 3:
-        lines.append(f"{indent}(+{len(f.locations) - 3} more locations)")
-    message = " ".join(f.message.split())
-    lines.extend(textwrap.wrap(message, WIDTH, initial_indent=indent, subsequent_indent=indent)[:3])
-    rec = " ".join(f.recommendation.split())
-    wrapped = textwrap.wrap(rec, WIDTH, initial_indent=f"{indent}Fix: ", subsequent_indent=f"{indent}     ")
-    lines.extend(wrapped[:REC_LINES])
-    if len(wrapped) > REC_LINES:
-        lines.append(f"{indent}     ... (full text: --format json or the HTML report)")
-    return lines
+        lines.append(f"{_INDENT}at {style.dim(loc.label())}{code}")
+    if len(f.locations) > len(shown):
+        lines.append(f"{_INDENT}(+{len(f.locations) - len(shown)} more locations)")
+        shortened = True
+    limit = None if verbose else MESSAGE_LINES
+    message, cut = wrap_clipped(f.message, WIDTH, limit, initial_indent=_INDENT, subsequent_indent=_INDENT)
+    lines.extend(message)
+    shortened |= cut
+    rec, cut = wrap_clipped(
+        f.recommendation,
+        WIDTH,
+        None if verbose else REC_LINES,
+        initial_indent=f"{_INDENT}Fix: ",
+        subsequent_indent=f"{_INDENT}     ",
+    )
+    if rec:
+        rec[0] = rec[0].replace("Fix: ", style.bold("Fix:") + " ", 1)
+    lines.extend(rec)
+    shortened |= cut
+    return lines, shortened
 
 
 def _together_lines(result: AnalysisResult) -> list[str]:
@@ -119,8 +150,17 @@ def _together_lines(result: AnalysisResult) -> list[str]:
     return [*textwrap.wrap(text, WIDTH), ""]
 
 
-def render(result: AnalysisResult, *, fail_on: str | None = None, max_findings: int = MAX_FINDINGS) -> str:
-    """The terminal summary as one string (ends with a newline)."""
+def render(
+    result: AnalysisResult,
+    *,
+    fail_on: str | None = None,
+    max_findings: int = MAX_FINDINGS,
+    verbose: bool = False,
+    color: bool = False,
+) -> str:
+    """The terminal summary as one string (ends with a newline). `verbose`: every finding, location,
+    message and recommendation in full. `color`: ANSI styles for a terminal."""
+    style = Style(color)
     env = result.environment
     gpu = env.get("gpu")
     torch = env.get("torch")
@@ -132,49 +172,56 @@ def render(result: AnalysisResult, *, fail_on: str | None = None, max_findings: 
         header += f"  GPU: {gpu}"
     if torch:
         header += f"  torch {torch}"
-    lines = [header]
-    lines.extend(_metrics_lines(result.metrics))
+    lines = [style.bold(header)]
+    lines.extend(_metrics_lines(result))
     lines.append("")
 
     real = [f for f in result.findings if f.category.value != "internal"]
     internal = [f for f in result.findings if f.category.value == "internal"]
+    shortened = False
     if real:
         counts = {s: sum(1 for f in real if f.severity is s) for s in Severity}
-        summary = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
+        summary = ", ".join(style.severity(f"{n} {s.value}", s.value) for s, n in counts.items() if n)
         lines.append(f"{len(real)} finding{'s' if len(real) != 1 else ''} ({summary}), highest impact first:")
         lines.append("")
-        for i, f in enumerate(real[:max_findings], 1):
-            lines.extend(_finding_lines(i, f))
+        shown = real if verbose else real[:max_findings]
+        for i, f in enumerate(shown, 1):
+            finding_lines, cut = _finding_lines(i, f, verbose=verbose, style=style)
+            lines.extend(finding_lines)
             lines.append("")
-        if len(real) > max_findings:
-            lines.append(
-                f"... and {len(real) - max_findings} more (--format json or the HTML report for all)"
-            )
+            shortened |= cut
+        if len(real) > len(shown):
+            lines.append(f"... and {len(real) - len(shown)} more findings")
             lines.append("")
+            shortened = True
         lines.extend(_together_lines(result))
     else:
         lines.append("No findings.")
         lines.append("")
     for f in internal:
-        lines.append(f"Internal error: {f.message}")
+        lines.append(f"{style.bad('Internal error:')} {f.message}")
 
     not_applicable = [r for r in result.rules if r.status == "not_applicable"]
     by_reason: dict[str, list[str]] = {}
-    for r in sorted(not_applicable, key=lambda r: r.rule):
+    for r in sorted(not_applicable, key=lambda r: rule_sort_key(r.rule)):
         by_reason.setdefault(r.detail, []).append(r.rule)
     for reason, ids in by_reason.items():
         lines.extend(
             textwrap.wrap(f"Not applicable ({reason}): {', '.join(ids)}", WIDTH, subsequent_indent="  ")
         )
     # Degraded flags come with a sentence that says the same thing: show the sentence once.
-    shown: set[str] = set()
+    seen: set[str] = set()
     for note in result.notes:
-        if note.startswith("degraded: ") or note in shown:
+        if note.startswith("degraded: ") or note in seen:
             continue
-        shown.add(note)
+        seen.add(note)
         lines.extend(textwrap.wrap(f"Note: {note}", WIDTH, subsequent_indent="  "))
+    if shortened:
+        lines.append(
+            style.dim("Shortened text ends in …: -v prints everything (also --format json, the HTML report).")
+        )
     if fail_on:
-        code = result.exit_code(fail_on)
-        verdict = "FAIL" if code else "pass"
+        failed = result.exit_code(fail_on) != 0
+        verdict = style.bad("FAIL") if failed else style.good("pass")
         lines.append(f"Gate --fail-on {fail_on}: {verdict}")
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -48,6 +48,7 @@ def raw_trace(out: Path, *script_args: str, active: int = 2) -> subprocess.Compl
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
 
 
+@pytest.mark.slow
 def test_raw_trace_records_the_window_and_stops_the_script(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "trace.json.gz"
     proc = raw_trace(out, "--steps", "50")
@@ -64,6 +65,7 @@ def test_raw_trace_records_the_window_and_stops_the_script(tmp_path: Path) -> No
     assert any(e.get("name") == "aten::addmm" for e in trace["traceEvents"])
 
 
+@pytest.mark.slow
 def test_raw_trace_fails_when_the_script_ends_before_the_window(tmp_path: Path) -> None:
     out = tmp_path / "trace.json.gz"
     proc = raw_trace(out, "--steps", "2")
@@ -73,6 +75,7 @@ def test_raw_trace_fails_when_the_script_ends_before_the_window(tmp_path: Path) 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_raw_trace_exports_but_fails_when_the_window_is_cut_short(tmp_path: Path) -> None:
     out = tmp_path / "trace.json.gz"
     proc = raw_trace(out, "--steps", "4", active=3)
@@ -88,6 +91,7 @@ def test_raw_trace_rejects_a_missing_script(tmp_path: Path) -> None:
     assert "no such script" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_gpu_suite_runs_on_cpu_with_tiny_sizes(tmp_path: Path) -> None:
     env = dict(ENV, PYTHON=sys.executable, WORKLOADS="transfer_bound", EXTRA_ARGS="--tiny", STEPS="4")

@@ -31,6 +31,9 @@ from catalog import CATALOG, Framework, Variant, Workload  # noqa: E402
 BENCH_KEYS = {"workload", "variant", "samples_per_s", "step_ms_median", "steps", "device", "batch_size"}
 FRAMEWORK_MODULES = {Framework.HF_TRAINER: ("transformers", "accelerate"), Framework.LIGHTNING: ("lightning",)}
 
+# every test here runs workloads in subprocesses (the module fixture runs all 18, about two minutes)
+pytestmark = pytest.mark.slow
+
 
 def child_env(**extra: str) -> dict[str, str]:
     # One thread per child: the smoke runs execute two at a time on a 2-core machine.

@@ -20,7 +20,7 @@ from capture_helpers import SCRIPTS, manifest, run_profile_cli
 DDP = str(SCRIPTS / "ddp_train.py")
 WINDOW = ["--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "3"]
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="torchrun + gloo on Linux")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="torchrun + gloo on Linux")]
 
 
 def _dist_info(run: Path, rank: int) -> dict[str, Any]:

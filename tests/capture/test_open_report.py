@@ -7,9 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from capture_helpers import SCRIPTS, profile_cmd
 
 
+@pytest.mark.slow
 def test_profile_writes_the_report_and_opens_it(tmp_path: Path) -> None:
     browser = tmp_path / "browser.sh"
     opened = tmp_path / "opened.txt"

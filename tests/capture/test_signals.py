@@ -50,6 +50,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     return proc, out
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_process_group(tmp_path: Path) -> None:
     proc, out = _start(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
@@ -62,6 +63,7 @@ def test_ctrl_c_to_process_group(tmp_path: Path) -> None:
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in trace(out)["traceEvents"])
 
 
+@pytest.mark.slow
 def test_sigterm_to_parent_is_forwarded(tmp_path: Path) -> None:
     proc, out = _start(tmp_path)
     proc.send_signal(signal.SIGTERM)  # a scheduler signalling the launcher only
@@ -73,6 +75,7 @@ def test_sigterm_to_parent_is_forwarded(tmp_path: Path) -> None:
     trace(out)  # flushed and valid
 
 
+@pytest.mark.slow
 def test_child_sigkill_still_writes_manifest(tmp_path: Path) -> None:
     proc, out = _start(tmp_path)
     state = json.loads((out / ".child_state.json").read_text())
@@ -85,6 +88,7 @@ def test_child_sigkill_still_writes_manifest(tmp_path: Path) -> None:
     assert m["steps_seen"] >= 3 and m["step_detection"] == "optimizer_step_hook"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_second_ctrl_c_skips_export_keeps_manifest(tmp_path: Path, sig: int) -> None:
     proc, out = _start(tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 
@@ -158,11 +159,15 @@ def test_junit_deterministic() -> None:
 # ---------------------------------------------------------------------------------------------- sarif
 
 
-def check_sarif_structure(log: dict[str, object]) -> None:
+def check_sarif_structure(log: dict[str, Any]) -> dict[str, int]:
     """The parts of the SARIF 2.1.0 schema that consumers (GitHub code scanning) rely on; the official
     JSON schema is not shipped by any PyPI package we can install offline, so these checks mirror its
     `required` lists and enums: sarifLog{version, runs}, run{tool}, tool{driver}, toolComponent{name},
-    reportingDescriptor{id}, result{message}, message{text}, level enum, region.startLine >= 1."""
+    reportingDescriptor{id}, result{message}, message{text}, level enum, region.startLine >= 1.
+
+    Returns how many of each part it checked, so a caller can assert that the parts it expects were
+    there (a loop over an empty list checks nothing)."""
+    checked = {"rules": 0, "results": 0, "physical": 0, "logical": 0, "regions": 0, "invocations": 0}
     assert log["version"] == "2.1.0"
     assert isinstance(log["$schema"], str) and "sarif" in log["$schema"]
     runs = log["runs"]
@@ -181,25 +186,36 @@ def check_sarif_structure(log: dict[str, object]) -> None:
             assert isinstance(rule[key]["text"], str) and rule[key]["text"]
         assert rule["defaultConfiguration"]["level"] in {"none", "note", "warning", "error"}
         assert rule["name"]
+        checked["rules"] += 1
     for res in run["results"]:
         assert res["level"] in {"none", "note", "warning", "error"}
         assert isinstance(res["message"]["text"], str) and res["message"]["text"]
         assert ids[res["ruleIndex"]] == res["ruleId"]
+        checked["results"] += 1
         for loc in res.get("locations", []):
             assert ("physicalLocation" in loc) != ("logicalLocations" in loc)
-            if "physicalLocation" in loc:
-                phys = loc["physicalLocation"]
-                assert phys["artifactLocation"]["uri"]
-                if "region" in phys:
-                    assert isinstance(phys["region"]["startLine"], int) and phys["region"]["startLine"] >= 1
-    for inv in run.get("invocations", []):
+            if "logicalLocations" in loc:
+                assert all(item["name"] for item in loc["logicalLocations"])
+                checked["logical"] += 1
+                continue
+            phys = loc["physicalLocation"]
+            assert phys["artifactLocation"]["uri"]
+            checked["physical"] += 1
+            if "region" in phys:
+                assert isinstance(phys["region"]["startLine"], int) and phys["region"]["startLine"] >= 1
+                checked["regions"] += 1
+    for inv in run["invocations"]:
         assert isinstance(inv["executionSuccessful"], bool)
+        checked["invocations"] += 1
+    return checked
 
 
 def test_sarif_structure_levels_locations() -> None:
     text = sarif.render(sample_result(), fail_on="high")
     log = json.loads(text)
-    check_sarif_structure(log)
+    checked = check_sarif_structure(log)
+    # every kind of part was there to check: 6 rules, 3 results, file and kernel locations, regions
+    assert checked == {"rules": 6, "results": 3, "physical": 2, "logical": 1, "regions": 2, "invocations": 1}
     run = log["runs"][0]
     results = run["results"]
     assert [r["ruleId"] for r in results] == ["GA201", "GA301", "GA301"]  # internal error is not a result
@@ -222,7 +238,8 @@ def test_sarif_structure_levels_locations() -> None:
 def test_sarif_finding_without_location_and_paths() -> None:
     result = clean_result()
     log = json.loads(sarif.render(result))
-    check_sarif_structure(log)
+    checked = check_sarif_structure(log)
+    assert checked["results"] == 1 and checked["physical"] == checked["logical"] == 0
     assert "locations" not in log["runs"][0]["results"][0]
     assert sarif._artifact_uri("./src/my file.py") == ("src/my%20file.py", "%SRCROOT%")
     assert sarif._artifact_uri("C:\\work\\train.py") == ("file:///C:/work/train.py", None)

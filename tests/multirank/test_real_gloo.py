@@ -38,6 +38,7 @@ def _record(folder: Path, accum: int) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo"
 )

@@ -16,6 +16,7 @@ from tests.report.runs import build_run, build_trace
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.slow,
     pytest.mark.skipif(
         browser_check.find_chromium() is None, reason="needs headless Chromium (apt-get install chromium)"
     ),

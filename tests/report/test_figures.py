@@ -133,15 +133,77 @@ def test_merge_small_events_keeps_wide_and_counts_merged() -> None:
     ]
     wide = figures.TimelineEvent("GPU · kernels", "gemm", 100.0, 200.0, "big")
     out = figures.merge_small_events([*tiny, wide], min_width=5.0)
-    assert len(out) == 2
-    merged = out[0]
-    assert merged.count == 10 and merged.start == 0.0 and merged.end == 19.0
-    assert merged.busy_us == pytest.approx(10.0)
-    assert "10 events merged" in merged.label
-    assert out[1] == wide
+    # a run of tiny events is merged until it holds one pixel (min_width) of time: 5 x 1 us per bar
+    assert [(e.count, e.start, e.end) for e in out] == [(5, 0.0, 9.0), (5, 10.0, 19.0), (1, 100.0, 200.0)]
+    assert [e.busy_us for e in out[:2]] == [pytest.approx(5.0), pytest.approx(5.0)]
+    assert "5 events merged: 5.0 us over 9.0 us" in out[0].label
+    assert out[2] == wide
     # merging again keeps the original event count
-    again = figures.merge_small_events([merged, *tiny[:0]], min_width=50.0)
-    assert again[0].count == 10
+    again = figures.merge_small_events(out[:2], min_width=50.0)
+    assert len(again) == 1 and again[0].count == 10 and again[0].busy_us == pytest.approx(10.0)
+
+
+def _busy_run(n_kernels: int, kernel_us: float, gap_us: float) -> tuple[list[figures.TimelineEvent], figures.TimelineWindow]:
+    """SYNTHETIC: one lane of kernels `kernel_us` long with `gap_us` of idle between them (3 steps)."""
+    period = kernel_us + gap_us
+    end = n_kernels * period
+    third = end / 3
+    window = figures.TimelineWindow(0.0, end, ((1, 0.0, third), (2, third, 2 * third), (3, 2 * third, end)))
+    n = n_kernels
+    kernels = _table([(i * period, kernel_us, "gemm_kernel") for i in range(n)], family=["gemm"] * n)
+    return figures.timeline_events(window=window, kernels=kernels), window
+
+
+def _as_plotly_draws(trace: dict[str, object], span_ms: float, plot_px: float = 1200.0) -> float:
+    """Share of the x axis a trace covers once plotly.js widens every bar thinner than a pixel to one
+    pixel (bar/plot.js expandToVisible)."""
+    px = span_ms / plot_px
+    widths = [x for x in trace["x"] if x is not None]  # type: ignore[attr-defined]
+    return sum(max(float(w), px) for w in widths) / span_ms
+
+
+def test_idle_is_drawn_to_scale_on_a_busy_run() -> None:
+    # SYNTHETIC 96%-busy run: 600 kernels of 96 us with 4 us gaps, 60 ms shown. Each gap is a tenth of
+    # a pixel; drawn one bar per gap, plotly would widen them into a near-solid "GPU idle" band.
+    events, window = _busy_run(600, 96.0, 4.0)
+    fig = figures.timeline_figure(events, window)
+    span_ms = (window.end - window.start) / 1000.0
+    idle = next(t for t in fig["data"] if t["name"] == "GPU idle")
+    kernels = next(t for t in fig["data"] if t["name"] == "kernel: gemm")
+    drawn_idle = sum(idle["x"]) / span_ms
+    assert drawn_idle == pytest.approx(0.04, abs=0.004)  # the summed idle, to scale
+    assert _as_plotly_draws(idle, span_ms) < 0.07  # and still under twice that once drawn
+    assert _as_plotly_draws(kernels, span_ms) > 0.9
+    # merged bars say what they hold
+    assert any("idle gaps merged" in h and "us idle over" in h for h in idle["hovertext"])
+
+
+def test_idle_gaps_wider_than_a_pixel_are_drawn_where_they_are() -> None:
+    events, window = _busy_run(30, 1000.0, 500.0)  # 0.5 ms gaps on a 45 ms axis: each gap its own bar
+    fig = figures.timeline_figure(events, window)
+    idle = next(t for t in fig["data"] if t["name"] == "GPU idle")
+    assert len(idle["x"]) == 30
+    assert idle["base"][:2] == [1.0, 2.5] and idle["x"][:2] == [0.5, 0.5]
+
+
+def test_timeline_legend_colours_are_distinct() -> None:
+    palette = {
+        **{f"kernel {k}": v for k, v in figures.FAMILY_COLORS.items()},
+        **{f"copy {k}": v for k, v in figures.COPY_COLORS.items()},
+        **{f"lane {k}": v for k, v in figures.LANE_COLORS.items()},
+    }
+    colours = [c.lower() for c in palette.values()]
+    assert len(set(colours)) == len(colours), sorted(palette.items(), key=lambda kv: kv[1])
+    # a figure with every kind of bar: each legend entry its own colour
+    window = figures.TimelineWindow(0.0, 1000.0, ((1, 0.0, 1000.0),))
+    families = list(figures.FAMILY_COLORS)
+    kernels = _table([(i * 50.0, 40.0, f"k{i}") for i in range(len(families))], family=families)
+    copies = _table([(500.0 + i * 50.0, 40.0, f"c{i}") for i in range(4)], direction=["HtoD", "DtoH", "DtoD", "PtoP"])
+    events = figures.timeline_events(window=window, kernels=kernels, copies=copies)
+    fig = figures.timeline_figure(events, window)
+    by_name = {t["name"]: t["marker"]["color"] for t in fig["data"]}
+    assert len(by_name) >= len(families) + 4 + 1  # + GPU idle
+    assert len(set(by_name.values())) == len(by_name), by_name
 
 
 def test_bound_events_caps_the_number_of_bars() -> None:

@@ -169,6 +169,7 @@ def test_no_environment_variables_in_page(tmp_path: Path, monkeypatch: pytest.Mo
     assert "GA_TEST_SECRET" not in page
 
 
+@pytest.mark.slow
 def test_size_is_bounded_for_a_large_trace(tmp_path: Path) -> None:
     run = build_run(tmp_path / "run", steps=8, small_kernels=2500, nvml_samples=20000)
     result = analyze(run)

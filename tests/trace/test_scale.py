@@ -27,8 +27,13 @@ from gpuadvisor.trace.load import load_trace, load_trace_files, load_traces
 from gpuadvisor.trace.model import TraceModel
 from tests.synth import K_ADAM, K_NCCL, K_NVJET_BF16, SyntheticTrace, rank_traces, write_ranks
 
-PROBE = Path("/work/gpu_data/probe")
-PROBE_FILES = sorted(PROBE.glob("*.json.gz")) if PROBE.is_dir() else []
+# Real traces: the H200 recordings of sample_runs/ (part of every checkout, see sample_runs/README.md).
+# The first runs in the quick tier, all of them in CI (`slow`).
+REAL_TRACES = sorted((Path(__file__).resolve().parents[2] / "sample_runs").glob("*/trace/*.json.gz"))
+REAL_CASES = [
+    pytest.param(p, id=f"{p.parent.parent.name}-{p.name}", marks=() if i == 0 else pytest.mark.slow)
+    for i, p in enumerate(REAL_TRACES)
+]
 TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "steps")
 
 
@@ -112,16 +117,14 @@ def _hostile_events() -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize("path", PROBE_FILES, ids=[p.name for p in PROBE_FILES])
-def test_real_probe_traces_identical(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", REAL_CASES)
+def test_real_traces_identical(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 256 KiB blocks: many cuts per file, so every cut position logic is exercised on real text.
     _assert_same(load_trace(path, chunk_bytes=256 * 1024), _whole(path, monkeypatch))
 
 
-def test_probe_traces_present_or_skipped() -> None:
-    if not PROBE_FILES:
-        pytest.skip("real probe traces not on this machine")
-    assert len(PROBE_FILES) >= 5
+def test_real_traces_are_in_the_checkout() -> None:
+    assert len(REAL_TRACES) >= 20, REAL_TRACES
 
 
 @pytest.mark.parametrize("chunk", [1024, 4096, 1 << 20])
@@ -250,6 +253,7 @@ def load_in_fresh_process(path: Path) -> tuple[int, int, int]:
     return before_kb, after_kb, n_ops
 
 
+@pytest.mark.slow
 def test_50mb_trace_memory_bound(tmp_path: Path) -> None:
     """A ~50 MB SYNTHETIC trace loads with a peak RSS growth below 3x its size, measured in a fresh
     subprocess. The previous whole-document loader needed about 9x; the streaming loader needs

@@ -1,0 +1,196 @@
+"""Formatting shared by the terminal, Markdown, CI and HTML renderers and the commands: rule order,
+human numbers, text shortened with an ellipsis, and terminal colour (NO_COLOR / FORCE_COLOR).
+
+Pure functions of their arguments except `color_enabled`, which reads the environment and the stream.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+__all__ = [
+    "ELLIPSIS",
+    "Style",
+    "clip",
+    "color_enabled",
+    "fmt_bytes",
+    "fmt_number",
+    "fmt_pct",
+    "is_version_key",
+    "mfu_unknown_reason",
+    "rule_sort_key",
+    "wrap_clipped",
+]
+
+ELLIPSIS = "…"
+
+_RULE_ID = re.compile(r"^([A-Za-z]*)(\d+)(.*)$")
+
+
+def rule_sort_key(rule_id: str) -> tuple[str, int, str]:
+    """Natural order of rule ids: GA001, GA101, ..., GA902, GA1001 (not GA1001 before GA101)."""
+    match = _RULE_ID.match(rule_id)
+    if match is None:
+        return (rule_id, -1, "")
+    return (match.group(1).upper(), int(match.group(2)), match.group(3))
+
+
+def fmt_number(value: float | int) -> str:
+    """A count or measurement for people: 3,100 (not 3.1e+03), 54, 12.5, 0.042; never an exponent
+    between 1e-4 and 1e15."""
+    number = float(value)
+    if not math.isfinite(number):
+        return "n/a"
+    magnitude = abs(number)
+    if magnitude >= 1000 or (magnitude >= 100 and number.is_integer()):
+        return f"{number:,.0f}"
+    if number.is_integer():
+        return f"{int(number)}"
+    if magnitude >= 100:
+        return f"{number:.0f}"
+    if magnitude >= 1e-4:
+        return f"{number:.3g}"
+    return f"{number:.2g}"
+
+
+def fmt_pct(fraction: Any, digits: int = 1, unknown: str = "n/a") -> str:
+    """A fraction (0..1) as a percentage; `unknown` for None, NaN, bools and non-numbers."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        return unknown
+    f = float(fraction)
+    if not math.isfinite(f):
+        return unknown
+    return f"{100 * f:.{digits}f}%"
+
+
+def fmt_bytes(value: float | int) -> str:
+    """Bytes in binary units: 943.0 MiB, 139.8 GiB."""
+    number = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(number) < 1024 or unit == "TiB":
+            return f"{number:.0f} {unit}" if unit == "B" else f"{number:.1f} {unit}"
+        number /= 1024
+    return f"{number:.1f} TiB"  # pragma: no cover - the loop always returns
+
+
+def is_version_key(key: str) -> bool:
+    """Keys whose integer values are version codes (cuda_runtime_version 13000, cudnn 91900): shown as
+    they are, never with thousands separators."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return "version" in last or last in {"cudnn", "nccl", "cupti", "driver"}
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, ending in an ellipsis when cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + ELLIPSIS
+
+
+def wrap_clipped(
+    text: str,
+    width: int,
+    max_lines: int | None,
+    *,
+    initial_indent: str = "",
+    subsequent_indent: str = "",
+) -> tuple[list[str], bool]:
+    """Word-wrap `text` to `width` columns and keep at most `max_lines` lines (None: all).
+
+    Returns (lines, shortened). A shortened text ends with an ellipsis on its last kept line, so a
+    reader never takes a cut sentence for a whole one."""
+    lines = textwrap.wrap(
+        " ".join(text.split()),
+        width,
+        initial_indent=initial_indent,
+        subsequent_indent=subsequent_indent,
+        break_long_words=False,  # never split a path, a kernel name or `non_blocking=True`
+        break_on_hyphens=False,
+    )
+    if max_lines is None or len(lines) <= max_lines:
+        return lines, False
+    kept = lines[:max_lines]
+    last = kept[-1]
+    while len(last) + 2 > width and " " in last.strip():
+        last = last[: last.rstrip().rfind(" ")]
+    kept[-1] = last.rstrip() + " " + ELLIPSIS
+    return kept, True
+
+
+def color_enabled(stream: IO[str] | None = None, environ: dict[str, str] | None = None) -> bool:
+    """Colour on a terminal: NO_COLOR (any non-empty value) turns it off, FORCE_COLOR (non-empty, not
+    "0") turns it on even when the output is piped, else only when `stream` is a TTY and TERM is not
+    "dumb"."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR", ""):
+        return False
+    force = env.get("FORCE_COLOR", "")
+    if force and force.lower() not in ("0", "false", "no"):
+        return True
+    if env.get("TERM", "") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except (ValueError, OSError):  # a closed stream
+        return False
+
+
+_SEVERITY_COLORS = {"high": "red", "medium": "yellow", "low": "blue", "info": "bright_black"}
+
+
+@dataclass(frozen=True)
+class Style:
+    """ANSI styling that is a no-op when disabled, so the plain text stays byte-identical."""
+
+    enabled: bool = False
+
+    def _s(self, text: str, **kw: Any) -> str:
+        if not self.enabled or not text:
+            return text
+        import click
+
+        return click.style(text, **kw)
+
+    def severity(self, text: str, severity: str) -> str:
+        high = severity.lower() == "high"
+        return self._s(text, fg=_SEVERITY_COLORS.get(severity.lower()), bold=True if high else None)
+
+    def bold(self, text: str) -> str:
+        return self._s(text, bold=True)
+
+    def dim(self, text: str) -> str:
+        return self._s(text, dim=True)
+
+    def good(self, text: str) -> str:
+        return self._s(text, fg="green")
+
+    def bad(self, text: str) -> str:
+        return self._s(text, fg="red", bold=True)
+
+
+# Convolution kernels above this share of kernel time make the MFU meaningless when the trace carries
+# no FLOP count for them (torch writes none for convolutions): the MFU would count only the matmuls.
+_CONV_SHARE_UNCOUNTED = 0.05
+
+
+def mfu_unknown_reason(metrics: Mapping[str, Any], kernels: Any = None) -> str | None:
+    """Why the MFU cannot be shown as a number (None: it can).
+
+    `metrics` are the window metrics; `kernels` the per-kernel table of the analysis (columns
+    `family`, `share`), when there is one. The MFU counts the FLOPs of matmul ops only (docs/metrics.md):
+    with convolutions a real part of the GPU time, it is not the utilization of the run."""
+    if metrics.get("mfu") is None:
+        return "FLOPs not recorded" if metrics.get("achieved_tflops") is None else "no peak for this GPU"
+    try:
+        if kernels is not None and len(kernels) and "family" in kernels and "share" in kernels:
+            conv = float(kernels.loc[kernels["family"] == "conv", "share"].sum())
+            if conv >= _CONV_SHARE_UNCOUNTED:
+                return f"convolution FLOPs not recorded ({100 * conv:.0f}% of kernel time)"
+    except (TypeError, ValueError, KeyError):
+        return None
+    return None

@@ -1,0 +1,423 @@
+"""CLI manners (issue 14): colour (NO_COLOR / FORCE_COLOR), -v for the full text and ellipses for
+shortened text, exit 130 on Ctrl-C, "did you mean" for subcommands, configuration errors that name
+their file and key, natural rule order, human numbers, Markdown code spans, `--format github`, and the
+one error boundary in `cli.main`. Inputs are SYNTHETIC (tests/ci/results.py, tests/rules/cases)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuadvisor import analysis
+from gpuadvisor.cli import cli
+from gpuadvisor.model import Category, Finding, Location, Severity
+from gpuadvisor.render import _format, github, markdown, text
+from gpuadvisor.result import AnalysisResult, SourceInfo
+from tests.rules.cases.ga2_host_sync import _steps, item_read
+from tests.rules.harness import write_trace
+
+from .results import HOSTILE, clean_result, sample_result
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LONG = (
+    "This synthetic message is long on purpose. It has many sentences, each with a few words, so that "
+    "the terminal summary must shorten it after three lines. Sentence four is here. Sentence five "
+    "follows it. Sentence six comes after. The very last sentence of the message is THEENDMARKER."
+)
+
+
+@pytest.fixture
+def item_trace(tmp_path: Path) -> Path:
+    return write_trace(_steps(12, item_read), tmp_path / "trace.json.gz")
+
+
+def _long_result() -> AnalysisResult:
+    result = clean_result()
+    long_finding = replace(
+        result.findings[0],
+        message=LONG,
+        recommendation=LONG.replace("message", "fix"),
+        locations=tuple(Location(file=f"train{i}.py", line=i + 1) for i in range(5)),
+    )
+    result.findings = [long_finding]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- colour
+
+
+def test_color_enabled_honours_no_color_and_force_color() -> None:
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    class Pipe:
+        def isatty(self) -> bool:
+            return False
+
+    assert _format.color_enabled(Tty(), {}) is True
+    assert _format.color_enabled(Pipe(), {}) is False
+    assert _format.color_enabled(Tty(), {"NO_COLOR": "1"}) is False
+    assert _format.color_enabled(Tty(), {"NO_COLOR": ""}) is True  # empty means unset (no-color.org)
+    assert _format.color_enabled(Pipe(), {"FORCE_COLOR": "1"}) is True
+    assert _format.color_enabled(Pipe(), {"FORCE_COLOR": "0"}) is False
+    assert _format.color_enabled(Pipe(), {"FORCE_COLOR": "1", "NO_COLOR": "1"}) is False
+    assert _format.color_enabled(Tty(), {"TERM": "dumb"}) is False
+
+
+def test_analyze_colours_only_when_asked(item_trace: Path) -> None:
+    runner = CliRunner()
+    plain = runner.invoke(cli, ["analyze", str(item_trace)], env={"NO_COLOR": None, "FORCE_COLOR": None})
+    forced = runner.invoke(cli, ["analyze", str(item_trace)], env={"FORCE_COLOR": "1", "NO_COLOR": None})
+    off = runner.invoke(cli, ["analyze", str(item_trace)], env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    assert plain.exit_code == forced.exit_code == off.exit_code == 0, forced.output
+    assert not ANSI.search(plain.stdout) and not ANSI.search(off.stdout)
+    assert "\x1b[31m" in forced.stdout  # the HIGH severity in red
+    assert ANSI.sub("", forced.stdout) == plain.stdout  # colour changes nothing else
+
+
+def test_colour_never_goes_into_a_file(item_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "summary.txt"
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace), "-o", str(out)], env={"FORCE_COLOR": "1"})
+    assert res.exit_code == 0 and "GA201" in out.read_text() and not ANSI.search(out.read_text())
+
+
+# ---------------------------------------------------------------------------------------------- -v
+
+
+def test_shortened_text_ends_in_an_ellipsis_and_verbose_prints_all() -> None:
+    short = text.render(_long_result())
+    full = text.render(_long_result(), verbose=True)
+    assert "THEENDMARKER" not in short and short.count("…") >= 2
+    wrapped = [line for line in short.splitlines() if "Sentence" in line or "sentences" in line]
+    assert len(wrapped) >= 4 and all(len(line) <= text.WIDTH for line in wrapped)
+    cut = [line for line in short.splitlines() if line.rstrip().endswith("…")]
+    assert len(cut) == 2  # the message and the fix, each cut with an ellipsis
+    assert "(+2 more locations)" in short
+    assert "-v prints everything" in short
+    assert full.count("THEENDMARKER") == 2 and "…" not in full and "more locations" not in full
+    assert "train4.py:5" in full and "-v prints everything" not in full
+
+
+def test_wrap_clipped_marks_the_cut() -> None:
+    lines, cut = _format.wrap_clipped("word " * 100, 30, 2, initial_indent="  ")
+    assert cut and len(lines) == 2 and lines[-1].endswith(" …") and all(len(x) <= 30 for x in lines)
+    lines, cut = _format.wrap_clipped("a short text", 30, 2)
+    assert not cut and lines == ["a short text"]
+    assert _format.clip("abcdef", 4) == "abc…" and _format.clip("abc", 4) == "abc"
+
+
+def test_cli_verbose_flag_reaches_the_summary(item_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+    original = text.render
+
+    def spy(result: AnalysisResult, **kw: Any) -> str:
+        seen.update(kw)
+        return original(result, **kw)
+
+    monkeypatch.setattr(text, "render", spy)
+    assert CliRunner().invoke(cli, ["analyze", str(item_trace), "-v"]).exit_code == 0
+    assert seen["verbose"] is True
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "{trace}"],
+        ["report", "{trace}", "-o", "{tmp}/r.html"],
+        ["diff", "{trace}", "{trace}"],
+    ],
+)
+def test_ctrl_c_exits_130_everywhere(
+    args: list[str], item_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analysis, "analyze", interrupted)
+    argv = [a.replace("{trace}", str(item_trace)).replace("{tmp}", str(tmp_path)) for a in args]
+    res = CliRunner().invoke(cli, argv)
+    assert res.exit_code == 130, res.output
+    assert "interrupted" in res.output and "Traceback" not in res.output
+
+
+def test_ctrl_c_in_rules_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuadvisor import engine
+
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "load_rules", interrupted)
+    assert CliRunner().invoke(cli, ["rules"]).exit_code == 130
+
+
+@pytest.mark.slow
+def test_real_sigint_during_analysis_exits_130(item_trace: Path, tmp_path: Path) -> None:
+    """A real SIGINT in a real process: a rule of a user folder sends it to its own process while the
+    analysis runs (rules run inside the engine, which must not swallow it)."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "ctrl_c.py").write_text(
+        textwrap.dedent(
+            '''
+            import os, signal, time
+            from gpuadvisor.rules_api import Category, Rule
+
+            class CtrlC(Rule):
+                """Sends SIGINT to its own process.
+
+                Why it matters
+                --------------
+                Tests Ctrl-C.
+
+                How it is detected
+                ------------------
+                It is not.
+
+                How to fix
+                ----------
+                Nothing.
+                """
+
+                id = "XC001"
+                name = "ctrl-c"
+                category = Category.CAPTURE
+
+                def check(self, ctx):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(30)
+                    return []
+            '''
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "analyze", str(item_trace), "--rules", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "gpuadvisor: interrupted"
+
+
+def test_internal_error_is_one_line_and_exit_70(item_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def bug(*_a: Any, **_k: Any) -> Any:
+        raise ZeroDivisionError("planted bug")
+
+    monkeypatch.setattr(analysis, "analyze", bug)
+    monkeypatch.delenv("GPUADVISOR_DEBUG", raising=False)
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace)])
+    assert res.exit_code == 70
+    lines = res.stderr.strip().splitlines()
+    assert lines == [
+        "gpuadvisor: internal error: ZeroDivisionError: planted bug "
+        "(run with -v or GPUADVISOR_DEBUG=1 for the traceback)"
+    ]
+    for argv, env in (
+        (["analyze", str(item_trace), "-v"], {}),
+        (["-v", "analyze", str(item_trace)], {}),
+        (["analyze", str(item_trace)], {"GPUADVISOR_DEBUG": "1"}),
+    ):
+        res = CliRunner().invoke(cli, argv, env=env)
+        assert res.exit_code == 70
+        assert "Traceback (most recent call last)" in res.output and "planted bug" in res.output
+
+
+def test_typed_errors_keep_their_exit_codes(item_trace: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace), "-o", str(blocker / "out.txt")])
+    assert res.exit_code == 74
+    assert res.stderr.splitlines()[-1].startswith("gpuadvisor: error: cannot write")
+    res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing.json")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("analyse", "analyze"), ("reprot", "report"), ("rule", "rules")])
+def test_mistyped_subcommand_suggests(typo: str, meant: str) -> None:
+    res = CliRunner().invoke(cli, [typo])
+    assert res.exit_code == 2
+    assert f"No such command '{typo}'. Did you mean '{meant}'?" in res.output
+
+
+def test_profile_without_torch_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def no_torch(name: str, *a: Any, **k: Any) -> Any:
+        return None if name == "torch" else real(name, *a, **k)
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_torch)
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    res = CliRunner().invoke(cli, ["profile", str(script)])
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1 and not res.stdout
+    assert "profile needs PyTorch" in res.output and "pip install 'gpuadvisor[profile]'" in res.output
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('select = ["GA2O1"]\n', "[tool.gpuadvisor] select: unknown rule or category 'GA2O1' (did you mean GA201"),
+        ('ignore = ["hostsync"]\n', "[tool.gpuadvisor] ignore: unknown rule or category 'hostsync'"),
+        (
+            "[tool.gpuadvisor.thresholds.GA201]\nmin_imapct = 0.1\n",
+            "[tool.gpuadvisor] thresholds.GA201.min_imapct: unknown threshold of GA201",
+        ),
+        (
+            "[tool.gpuadvisor.thresholds.GA2O1]\nmin_impact = 0.1\n",
+            "[tool.gpuadvisor] thresholds.GA2O1.min_impact: unknown rule 'GA2O1'",
+        ),
+    ],
+)
+def test_config_errors_name_file_and_key(
+    table: str, message: str, item_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        table if table.startswith("[tool.gpuadvisor.") else "[tool.gpuadvisor]\n" + table
+    )
+    monkeypatch.chdir(project)
+    for command in (["analyze", str(item_trace)], ["report", str(item_trace), "-o", str(tmp_path / "r.html")]):
+        res = CliRunner().invoke(cli, command)
+        assert res.exit_code == 2, res.output
+        assert res.stderr.startswith(f"gpuadvisor: error: {project / 'pyproject.toml'}: "), res.output
+        assert message in res.output
+
+
+def test_cli_option_errors_name_the_option(item_trace: Path) -> None:
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace), "--threshold", "GA201.min_imapct=0.1"])
+    assert res.exit_code == 2 and "--threshold GA201.min_imapct: unknown threshold" in res.output
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace), "--ignore", "GA2O1"])
+    assert res.exit_code == 2 and "--ignore: unknown rule or category 'GA2O1'" in res.output
+
+
+# ---------------------------------------------------------------------------------------------- order, numbers
+
+
+def test_rules_are_listed_in_natural_order() -> None:
+    res = CliRunner().invoke(cli, ["rules"])
+    ids = [line.split()[0] for line in res.output.splitlines()[1:]]
+    assert ids == sorted(ids, key=_format.rule_sort_key) and ids.index("GA101") < ids.index("GA1001")
+    assert ids[-1].startswith("GA10") and ids[0] == "GA001"
+    assert [_format.rule_sort_key(x)[1] for x in ("GA001", "GA101", "GA902", "GA1001")] == [1, 101, 902, 1001]
+
+
+def test_human_numbers() -> None:
+    assert _format.fmt_number(3100.0) == "3,100" and _format.fmt_number(3099) == "3,099"
+    assert _format.fmt_number(54.0) == "54" and _format.fmt_number(12.345) == "12.3"
+    assert _format.fmt_number(0.0421) == "0.0421" and _format.fmt_number(1234567.8) == "1,234,568"
+    result = clean_result()
+    result.metrics = {"step_time_ms": 64.7, "kernels_per_step": 3100.0, "steps_analyzed": 4}
+    assert "kernels/step 3,100" in text.render(result)
+    from gpuadvisor.render.html import fmt_value
+
+    assert fmt_value(13000, "cuda_runtime_version") == "13000"
+    assert fmt_value(91900, "environment.cudnn") == "91900"
+    assert fmt_value(150109880320, "memory.total_bytes") == "139.8 GiB (150,109,880,320 bytes)"
+    assert fmt_value(123456, "count") == "123,456"
+
+
+def test_unknown_mfu_is_na_not_zero() -> None:
+    result = clean_result()
+    result.metrics = {"step_time_ms": 3.0, "matmul_fraction": 0.4, "mfu": None}
+    assert "MFU n/a" in text.render(result)
+    kernels = __import__("pandas").DataFrame({"family": ["conv", "gemm"], "share": [0.3, 0.7]})
+    metrics = {"mfu": 0.00001, "achieved_tflops": 0.01}
+    assert _format.mfu_unknown_reason(metrics, kernels) == "convolution FLOPs not recorded (30% of kernel time)"
+    assert _format.mfu_unknown_reason({"mfu": 0.25, "achieved_tflops": 250.0}, kernels.iloc[1:]) is None
+    assert _format.mfu_unknown_reason({"mfu": None}, None) == "FLOPs not recorded"
+
+
+# ---------------------------------------------------------------------------------------------- markdown, github
+
+
+def test_markdown_keeps_code_spans() -> None:
+    assert markdown.escape("use `x.to(d, non_blocking=True)` now") == "use `x.to(d, non_blocking=True)` now"
+    assert markdown.escape("pipe `a|b` <b>") == "pipe `a\\|b` &lt;b&gt;"
+    assert markdown.escape("one ` tick") == "one \\` tick"
+    result = clean_result()
+    result.findings = [replace(result.findings[0], recommendation="Pin it: `pin_memory=True`, then `.to(d)`.")]
+    page = markdown.render(result)
+    assert "Pin it: `pin_memory=True`, then `.to(d)`." in page and "\\`" not in page
+
+
+def _annotations(output: str) -> list[tuple[str, dict[str, str], str]]:
+    out = []
+    for line in output.splitlines():
+        match = re.fullmatch(r"::(error|warning|notice)(?: ([^:]*))?::(.*)", line)
+        if match:
+            props = dict(p.split("=", 1) for p in (match.group(2) or "").split(",") if p)
+            out.append((match.group(1), props, match.group(3)))
+    return out
+
+
+def test_github_annotations() -> None:
+    output = github.render(sample_result(), fail_on="high")
+    found = _annotations(output)
+    assert [level for level, _p, _m in found] == ["error", "warning", "notice", "error"]
+    _level, props, message = found[0]
+    assert props == {"title": "gpuadvisor GA201 blocking-scalar-reads", "file": "train.py", "line": "36"}
+    assert message.startswith("GA201 loss.item() blocks every step (impact 31.0%25, high).")
+    assert "%0AFix: synthetic fix for GA201" in message
+    assert "file" not in found[1][1]  # a kernel is not a file
+    assert found[2][1]["file"] == "/abs/path/data.py" and found[2][1]["line"] == "7"
+    assert found[3][1]["title"] == "gpuadvisor internal error in GA999"
+    lines = output.splitlines()
+    assert len(found) == len(lines) - 1  # every line but the summary is a workflow command
+    assert lines[-1] == "gpuadvisor: runs/a: 3 findings (1 high, 1 medium, 1 low); --fail-on high: FAIL"
+
+
+def test_github_text_cannot_inject_commands() -> None:
+    evil = "x\n::error file=evil.py::injected\r\n%0A"
+    result = AnalysisResult(
+        source=SourceInfo(path="t.json", kind="trace"),
+        environment={},
+        metrics={},
+        findings=[
+            Finding(
+                rule="GA201",
+                name="blocking-scalar-reads",
+                category=Category.HOST_SYNC,
+                severity=Severity.HIGH,
+                impact=0.3,
+                title=evil,
+                message=evil + HOSTILE,
+                evidence={},
+                recommendation=evil,
+                locations=(Location(file="a,b:c.py", line=3),),
+            )
+        ],
+    )
+    output = github.render(result)
+    lines = output.splitlines()
+    assert len(lines) == 2 and not lines[1].startswith("::")
+    assert "%0A::error file=evil.py::injected%0D%0A%250A" in lines[0]
+    assert "file=a%2Cb%3Ac.py" in lines[0]
+
+
+def test_analyze_format_github_cli(item_trace: Path) -> None:
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace), "--format", "github", "--fail-on", "high"])
+    assert res.exit_code == 1
+    assert _annotations(res.output)[0][0] == "error" and "GA201" in res.output
