@@ -28,9 +28,14 @@ def planted_trace(path: Path, *, fp32: bool, properties: dict[str, object] | Non
         st.add_step(n + 1, cpu_start=t0, cpu_dur=step, gpu_dur=step)
         t = t0 + 20.0
         dur = (step - 100.0) / 4 - 5.0
-        for _ in range(4):
+        # GPU-bound like a real step: the host launches the 4 GEMMs at the step's start, then reads the
+        # loss (`.item()` waits for the GPU) and starts the next step
+        for i in range(4):
+            launch = {"launch_ts": t0 + 2.0 + 4.0 * i, "launch_dur": 2.0}
             if fp32:
-                st.add_kernel(K_SIMT_SGEMM, ts=t, dur=dur, op="aten::mm", op_input_types=["float", "float"])
+                st.add_kernel(
+                    K_SIMT_SGEMM, ts=t, dur=dur, op="aten::mm", op_input_types=["float", "float"], **launch
+                )
             else:
                 st.add_kernel(
                     K_NVJET_BF16,
@@ -41,8 +46,11 @@ def planted_trace(path: Path, *, fp32: bool, properties: dict[str, object] | Non
                     occupancy=0.0,
                     op="aten::mm",
                     op_input_types=["c10::BFloat16", "c10::BFloat16"],
+                    **launch,
                 )
             t += dur + 5.0
+        st.add_item_read(ts=t0 + 20.0, dur=t - (t0 + 20.0), copy_ts=t - 3.0)
+        st.add_optimizer_step(t + 2.0, 5.0)
         t0 += step
     return st.write(path)
 
