@@ -169,15 +169,17 @@ class ForwardTracker:
         try:
             self._outermost_calls += 1
             top = self._top() if self._top is not None else None
+            if mod is not top and next(iter(mod.parameters()), None) is None:
+                if self._outermost_calls >= MAX_DISCOVERY_CALLS:
+                    self._end_discovery()
+                return  # a loss module or a parameter-free transform: not a model call
             if top is None:
-                if next(iter(mod.parameters()), None) is None:
-                    if self._outermost_calls >= MAX_DISCOVERY_CALLS:
-                        self._end_discovery()
-                    return  # a loss module or a parameter-free transform: not the model
                 self._top = weakref.ref(mod)
                 top = mod
             self._record_site(mod, is_top=mod is top)
             if mod is not top:
+                if self._outermost_calls >= MAX_DISCOVERY_CALLS:
+                    self._end_discovery()
                 return
             self._top_discovery_calls += 1
             done = (

@@ -296,6 +296,7 @@ class CaptureSession:
         self.tracker.install()
         self.frameworks = FrameworkRecorder(self.recorder)
         self.frameworks.install()
+        self.log(f"session started; sys.path[0] = {sys.path[0] if sys.path else None}")
         if self.off:
             self.log(f"experiment: disabled {', '.join(sorted(s.value for s in self.off))}")
         if not self.cuda_available:
