@@ -60,6 +60,7 @@ class CallsiteStat:
     line: int
     function: str
     count: int = 0
+    window_count: int = 0  # calls inside the recorded window
     pinned: bool | None = None
     non_blocking: bool | None = None
     dtype: str | None = None
@@ -124,6 +125,7 @@ class Recorder:
         self.hook_errors: list[str] = []
         self.own_profiler_inner: Any = None  # set by the session while our profiler prepares
         self.recording_callsites = True
+        self.in_window = False  # set by the session while the window records
 
     # ---------------------------------------------------------------- failure isolation
     def _failed(self, name: str, err: BaseException) -> None:
@@ -272,6 +274,8 @@ class Recorder:
             stat.__dict__["_source_file"] = stat_file
             self.callsites[key] = stat
         stat.count += 1
+        if self.in_window:
+            stat.window_count += 1
         return stat
 
     def _sync_wrapper(self, call: str, orig: Any, needs_device: bool = True) -> Any:
@@ -622,9 +626,15 @@ class Recorder:
         self._patch(aprof.profile, "_prepare_trace", make, Suspect.SETTINGS_HOOKS)
 
     # ---------------------------------------------------------------- output
-    def callsites_json(self, steps_counted: int) -> dict[str, Any]:
+    def callsites_json(self, steps_counted: int, window_steps: int = 0) -> dict[str, Any]:
+        """callsites.json. `per_step` is measured inside the recorded window when there was one
+        (`window_steps` > 0: calls there / its steps), else over every counted step."""
         rows: list[dict[str, Any]] = []
         for stat in self.callsites.values():
+            if window_steps > 0:
+                per_step: float | None = round(stat.window_count / window_steps, 4)
+            else:
+                per_step = round(stat.count / steps_counted, 4) if steps_counted else None
             row: dict[str, Any] = {
                 "kind": stat.kind,
                 "call": stat.call,
@@ -633,7 +643,8 @@ class Recorder:
                 "function": stat.function,
                 "code": self.source_line(stat.__dict__.get("_source_file", stat.file), stat.line),
                 "count": stat.count,
-                "per_step": round(stat.count / steps_counted, 4) if steps_counted else None,
+                "count_in_window": stat.window_count,
+                "per_step": per_step,
             }
             if stat.kind == "host_to_device":
                 row.update(
@@ -644,4 +655,9 @@ class Recorder:
                 )
             rows.append(row)
         rows.sort(key=lambda r: (-r["count"], r["kind"], r["call"], str(r["file"]), r["line"]))
-        return {"schema_version": 1, "steps_counted": steps_counted, "callsites": rows}
+        return {
+            "schema_version": 1,
+            "steps_counted": steps_counted,
+            "window_steps": window_steps,
+            "callsites": rows,
+        }

@@ -385,6 +385,8 @@ class CaptureSession:
                 self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
                 self._boundary()
             return
+        if not self.is_origin():
+            return  # a forked worker running our hooks: its calls are not the run's steps
         if self._primary_optimizer is None:
             self._primary_optimizer = opt
         elif opt is not self._primary_optimizer:
@@ -405,6 +407,8 @@ class CaptureSession:
                 self.counts[StepDetection.MODULE_FORWARD] += 1
                 self._boundary()
             return
+        if not self.is_origin():
+            return  # e.g. a module applied in a forked DataLoader worker
         self._signal()
         self._fwd_calls += 1
         if self._fwd_calls == 1:
@@ -425,6 +429,8 @@ class CaptureSession:
             if self.method is StepDetection.DATALOADER:
                 self.counts[StepDetection.DATALOADER] += 1
                 self._boundary()
+            return
+        if not self.is_origin():
             return
         self._signal()
         self._dl_calls += 1
@@ -593,11 +599,23 @@ class CaptureSession:
         self.state = WindowState.RECORD
         self.record_start = c
         self.window_start_unix_s = time.time()
-        if self.tracker is not None:
-            self.tracker.in_window = True
+        self._set_in_window(True)
         self._enter_step_annotation(c)
         self.say(f"step {c}: recording (1/{self.cfg.active_steps})", force=True)
         self.write_state()
+
+    def _set_in_window(self, on: bool) -> None:
+        """Call sites and model calls are also counted per recorded step."""
+        if self.tracker is not None:
+            self.tracker.in_window = on
+        if self.recorder is not None:
+            self.recorder.in_window = on
+
+    def _window_steps(self) -> int:
+        """Steps of the recorded window (0 without one, or for a short run)."""
+        if self.record_start is None or self.record_end is None or self.short_run or not self.trace_written:
+            return 0
+        return max(0, self.record_end - self.record_start + 1)
 
     def _enter_step_annotation(self, c: int) -> None:
         from torch.profiler import record_function
@@ -613,8 +631,7 @@ class CaptureSession:
 
     def _complete_window(self, c: int) -> None:
         self.record_end = c - 1
-        if self.tracker is not None:
-            self.tracker.in_window = False
+        self._set_in_window(False)
         self._stop_and_export()
         self.state = WindowState.DONE
         self._spec = None  # the real window replaces the speculative recording
@@ -670,8 +687,7 @@ class CaptureSession:
             with contextlib.suppress(Exception), self._native_stderr_filtered():
                 self._prof.stop_trace()
         self._drop_profiler()
-        if self.tracker is not None:
-            self.tracker.in_window = False
+        self._set_in_window(False)
         self.state = WindowState.IDLE
         self.record_start = None
         self.window_start_unix_s = None
@@ -969,11 +985,7 @@ class CaptureSession:
     def environment_json(self) -> dict[str, Any]:
         import torch
 
-        steps_in_window = (
-            self.record_end - self.record_start + 1
-            if self.record_start is not None and self.record_end is not None and not self.short_run
-            else 0
-        )
+        steps_in_window = self._window_steps()
         env: dict[str, Any] = {
             "schema_version": rundir.RUN_SCHEMA_VERSION,
             "python": platform.python_version(),
@@ -1115,7 +1127,10 @@ class CaptureSession:
         steps = self._callsite_steps if self._callsite_steps is not None else self.steps_seen
         for name, make in (
             (rundir.ENVIRONMENT, self.environment_json),
-            (rundir.CALLSITES, lambda: self.recorder.callsites_json(steps) if self.recorder else {}),
+            (
+                rundir.CALLSITES,
+                lambda: self.recorder.callsites_json(steps, self._window_steps()) if self.recorder else {},
+            ),
         ):
             try:
                 write_json_atomic(self.out / self.file_name(name), make())
@@ -1154,8 +1169,7 @@ class CaptureSession:
             self.record_end = (
                 self.steps_seen - 1 if self.steps_seen > (self.record_start or 0) else self.record_start
             )
-            if self.tracker is not None:
-                self.tracker.in_window = False
+            self._set_in_window(False)
             if skip_export:
                 self._exit_step_annotation()
                 with contextlib.suppress(Exception), self._native_stderr_filtered():
