@@ -30,9 +30,9 @@ user's run does.
 `--experiment all-suspects`: the host-bound MLP, plain python against the capture as it is
 (`baseline`) and with each suspect of the post-window slowdown switched off alone
 (GPUADVISOR_EXPERIMENT_DISABLE, see gpuadvisor/capture/experiment.py): the parent's NVML sampling,
-its PCIe queries, the step accounting after the window, every Python hook, and the two parts of the
-fix switched back to the old behaviour (wrappers kept after the window, CUPTI not finalized; `legacy`
-is both). Profiled runs skip the analysis. One config per row: its after-window ratio to plain python.
+its PCIe queries, the step accounting after the window, every Python hook, and the three parts of the
+fix switched back to the old behaviour (wrappers kept after the window, CUPTI not finalized, NVML
+sampled at the full rate after the window; `legacy` is all three). Profiled runs skip the analysis. One config per row: its after-window ratio to plain python.
 
 `--micro`: per-call costs inside one process (Tensor.item wrapper, the nn.Module discovery wrapper and
 the top module's pre-hook, each plain vs wrapped), best of several loops.
@@ -92,6 +92,7 @@ EXPERIMENT_CONFIGS = {
     "baseline": "",
     "no_nvml": "nvml",
     "no_nvml_pcie": "nvml_pcie",
+    "nvml_full_rate": "nvml_relax",
     "no_step_timer": "step_timer",
     "no_hooks": "hooks",
     "keep_wrappers": "uninstall_after_window",

@@ -357,6 +357,7 @@ class NvmlInfo:
     reason: str | None = "not started"
     file: str | None = None
     interval_s: float = 0.1
+    interval_after_window_s: float | None = None  # slower sampling once the window was exported
     samples: int = 0
     gpus: tuple[NvmlGpu, ...] = ()
 
@@ -366,6 +367,7 @@ class NvmlInfo:
             "reason": self.reason,
             "file": self.file,
             "interval_s": self.interval_s,
+            "interval_after_window_s": self.interval_after_window_s,
             "samples": self.samples,
             "gpus": [g.to_json() for g in self.gpus],
         }
@@ -379,6 +381,7 @@ class NvmlInfo:
             reason=_str(d.get("reason")),
             file=_str(d.get("file")),
             interval_s=_float(d.get("interval_s")) or 0.1,
+            interval_after_window_s=_float(d.get("interval_after_window_s")),
             samples=_pick_int(d.get("samples"), 0),
             gpus=tuple(NvmlGpu.from_json(g) for g in gpus) if isinstance(gpus, list) else (),
         )

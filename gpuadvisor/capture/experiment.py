@@ -26,6 +26,7 @@ class Suspect(str, enum.Enum):
     STEP_TIMER = "step_timer"  # step accounting after the window (boundaries timed, hook kept)
     NVML = "nvml"  # the parent's NVML sampler
     NVML_PCIE = "nvml_pcie"  # the PCIe throughput queries of each NVML sample (they block ~20 ms each)
+    NVML_RELAX = "nvml_relax"  # do not slow NVML sampling down (1 s, no PCIe queries) after the window
     CUPTI_TEARDOWN = "cupti_teardown"  # do not ask Kineto to finalize CUPTI after the window
     UNINSTALL_AFTER_WINDOW = "uninstall_after_window"  # keep every wrapper installed after the window
     SHORT_RUN = "short_run"  # no speculative recording of the first steps
@@ -42,7 +43,7 @@ ALIASES: Mapping[str, frozenset[Suspect]] = {
         }
     ),
     # The behaviour before issue 15's fix: wrappers left installed, CUPTI left attached.
-    "legacy": frozenset({Suspect.UNINSTALL_AFTER_WINDOW, Suspect.CUPTI_TEARDOWN}),
+    "legacy": frozenset({Suspect.UNINSTALL_AFTER_WINDOW, Suspect.CUPTI_TEARDOWN, Suspect.NVML_RELAX}),
 }
 
 

@@ -41,6 +41,9 @@ class GpuHandle:
         }
 
 
+RELAXED_INTERVAL_S = 1.0
+
+
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -172,6 +175,7 @@ class NvmlSampler:
         self.path = out / rundir.NVML
         self.pcie_throughput = pcie_throughput
         self.interval_s = max(0.01, float(interval_s))
+        self._period = self.interval_s  # the sampling period now (longer once relaxed)
         self._nvml = nvml_module
         self.available = False
         self.reason: str | None = None
@@ -181,6 +185,7 @@ class NvmlSampler:
         self.write_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.relaxed = False
 
     def start(self, cuda_visible_devices: str | None = None) -> None:
         try:
@@ -236,7 +241,7 @@ class NvmlSampler:
                     gz.flush(zlib.Z_SYNC_FLUSH)  # a killed parent still leaves readable rows
                     raw.flush()
                     last_flush = time.monotonic()
-                next_t += self.interval_s
+                next_t += self._period
                 self._stop.wait(max(0.0, next_t - time.monotonic()))
         except OSError as err:
             self.write_error = f"NVML samples stopped early ({err.strerror or err})"
@@ -247,6 +252,16 @@ class NvmlSampler:
                     raw.close()
                 except OSError as err:
                     self.write_error = f"nvml.csv.gz could not be completed ({err.strerror or err})"
+
+    def relax(self, interval_s: float = RELAXED_INTERVAL_S) -> None:
+        """After the capture window: sample at most every `interval_s` and without the PCIe throughput
+        queries (each blocks about 20 ms in the driver). The analysis reads clocks, power and PCIe
+        throughput inside the window only; utilization over the run still gets a sample a second."""
+        if self.relaxed:
+            return
+        self.relaxed = True
+        self.pcie_throughput = False
+        self._period = max(self.interval_s, interval_s)
 
     def stop(self) -> None:
         self._stop.set()
@@ -268,6 +283,7 @@ class NvmlSampler:
             reason=self.reason if not self.available else self.write_error,
             file=rundir.NVML if self.available else None,
             interval_s=self.interval_s,
+            interval_after_window_s=self._period if self.relaxed else None,
             samples=self.samples,
             gpus=tuple(
                 NvmlGpu(g.nvml_index, g.uuid, g.name, g.cuda_index, g.mig) for g in self.gpus

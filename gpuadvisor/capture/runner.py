@@ -319,7 +319,7 @@ def run_profile(
     )
     write_manifest(run_dir, manifest)  # a parent killed outright still leaves one
 
-    from gpuadvisor.capture.session import STATE_FILE, SessionConfig
+    from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
 
     cfg = dataclasses.asdict(
         SessionConfig.from_options(opts, str(run_dir.resolve()), distributed=launch is not None)
@@ -361,12 +361,16 @@ def run_profile(
         else:
             sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
         proc = subprocess.Popen(child_cmd, env=popen_env)
+        watch = _WindowWatch(run_dir / (rank_state_file(0) if launch is not None else STATE_FILE))
+        relax = Suspect.NVML_RELAX not in off
         while True:
             rc = proc.poll()
             if rc is not None:
                 returncode = rc
                 break
             relay.wait(proc, 0.2, opts.term_timeout)
+            if relax and not sampler.relaxed and watch.window_complete():
+                sampler.relax()
         sampler.stop()
     ended = time.time()
 
@@ -426,6 +430,30 @@ def run_profile(
     if not opts.quiet:
         sys.stderr.write(f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n")
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
+
+
+class _WindowWatch:
+    """Tells the parent when the child (rank 0) has exported its window, from its hand-over file;
+    the file is read only when its modification time changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mtime: float | None = None
+        self._complete = False
+
+    def window_complete(self) -> bool:
+        if self._complete:
+            return True
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return False
+        if mtime != self._mtime:
+            self._mtime = mtime
+            raw = read_json(self.path)
+            if isinstance(raw, dict):
+                self._complete = ChildState.from_json(raw).capture.state is CaptureState.COMPLETE
+        return self._complete
 
 
 def initial_capture(opts: ProfileOptions) -> CaptureWindow:

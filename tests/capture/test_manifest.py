@@ -154,6 +154,6 @@ def test_profile_options_validate_and_replace() -> None:
 def test_experiment_switches_parse() -> None:
     assert experiment.parse(None) == frozenset()
     assert experiment.parse("nvml, Tensor_Hooks,typo") == {Suspect.NVML, Suspect.TENSOR_HOOKS}
-    assert experiment.parse("legacy") == {Suspect.UNINSTALL_AFTER_WINDOW, Suspect.CUPTI_TEARDOWN}
+    assert experiment.parse("legacy") == {Suspect.UNINSTALL_AFTER_WINDOW, Suspect.CUPTI_TEARDOWN, Suspect.NVML_RELAX}
     assert Suspect.MODULE_HOOKS in experiment.parse("hooks")
     assert experiment.disabled({experiment.ENV_VAR: "step_timer"}) == {Suspect.STEP_TIMER}

@@ -50,8 +50,8 @@ def test_all_suspects_experiment_tiny(tmp_path: Path) -> None:
     data = _bench(tmp_path, "--experiment", "all-suspects", timeout=1500)
     configs = data["workloads"]["hostbound_mlp"]["configs"]
     assert set(configs) == {
-        "baseline", "no_nvml", "no_nvml_pcie", "no_step_timer", "no_hooks", "keep_wrappers",
-        "no_cupti_teardown", "legacy",
+        "baseline", "no_nvml", "no_nvml_pcie", "nvml_full_rate", "no_step_timer", "no_hooks",
+        "keep_wrappers", "no_cupti_teardown", "legacy",
     }  # fmt: skip
     for c in configs.values():
         assert c["summary"]["after"]["ratio"] is not None
@@ -61,7 +61,9 @@ def test_all_suspects_experiment_tiny(tmp_path: Path) -> None:
         return json.loads((work / f"run-hostbound_mlp-{config}-0" / "manifest.json").read_text())
 
     assert "experiment_disabled" not in manifest("baseline")["capture"]
-    assert manifest("legacy")["capture"]["experiment_disabled"] == ["cupti_teardown", "uninstall_after_window"]
+    assert manifest("legacy")["capture"]["experiment_disabled"] == [
+        "cupti_teardown", "nvml_relax", "uninstall_after_window"
+    ]  # fmt: skip
     assert manifest("no_nvml")["nvml"]["reason"] == "disabled (overhead experiment)"
     log = (work / "run-hostbound_mlp-keep_wrappers-0" / "gpuadvisor.log").read_text()
     assert "experiment: wrappers kept after the window" in log

@@ -37,7 +37,7 @@ def test_inference_loop_is_stepped_by_forward_calls(tmp_path: Path) -> None:
     assert mode["forward_calls"] == mode["forward_calls_inference_mode"] == mode["forward_calls_no_grad"] > 0
     top = env["model_calls"][0]
     assert top["top"] is True and top["module_class"] == "Sequential"
-    assert top["file"].endswith("scripts/inference_loop.py") and top["line"] == 24
+    assert top["file"].endswith("scripts/inference_loop.py") and top["line"] == 25
     assert top["code"] == "logits = model(images[i])" and top["calls_per_step"] == 1.0
     # The loss module is called at top level too, but it owns no parameters: not a model call.
     assert all(c["module_class"] != "CrossEntropyLoss" for c in env["model_calls"])
