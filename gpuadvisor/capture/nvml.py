@@ -31,15 +31,6 @@ class GpuHandle:
     mig: bool
     handle: Any = field(repr=False, default=None)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "nvml_index": self.nvml_index,
-            "uuid": self.uuid,
-            "name": self.name,
-            "cuda_index": self.cuda_index,
-            "mig": self.mig,
-        }
-
 
 RELAXED_INTERVAL_S = 1.0
 

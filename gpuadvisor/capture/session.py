@@ -29,6 +29,7 @@ python (issue 15). `capture.experiment` switches each of these off for measureme
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import gzip
 import os
@@ -38,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,43 +103,21 @@ class WindowState(enum.Enum):
     DISABLED = "disabled"
 
 
-@dataclass
-class SessionConfig:
-    """What the child needs to know; serialised by the parent as JSON."""
+@dataclass(frozen=True)
+class SessionConfig(ProfileOptions):
+    """What the child needs to know: the run's `ProfileOptions` (with `out` set) and how it is driven;
+    serialised by the parent as JSON."""
 
-    out: str
-    skip_steps: int = 10
-    warmup_steps: int = 2
-    active_steps: int = 10
-    full: bool = False
-    with_stack: bool = False
-    quiet: bool = False
-    time_step_seconds: float = 1.0
-    time_fallback_after: float = 20.0
-    short_run_seconds: float = 2.0
-    manual_steps: bool = False
+    manual_steps: bool = False  # steps come from Capture.step()
     # One process of a torchrun/DDP job: per-rank file names and state hand-over (capture/rank.py).
     distributed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_options(
         cls, options: ProfileOptions, out: str, *, distributed: bool = False, manual_steps: bool = False
     ) -> SessionConfig:
-        return cls(
-            out=out,
-            skip_steps=options.skip_steps,
-            warmup_steps=options.warmup_steps,
-            active_steps=options.active_steps,
-            full=options.full,
-            with_stack=options.with_stack,
-            quiet=options.quiet,
-            time_step_seconds=options.time_step_seconds,
-            time_fallback_after=options.time_fallback_after,
-            short_run_seconds=options.short_run_seconds,
-            manual_steps=manual_steps,
-            distributed=distributed,
-        )
+        fields = {**dataclasses.asdict(options), "out": out}
+        return cls(**fields, manual_steps=manual_steps, distributed=distributed)
 
 
 @dataclass
@@ -164,6 +143,8 @@ class CaptureSession:
     """One capture in the current process. `start()`, run user code, `finish()`."""
 
     def __init__(self, config: SessionConfig) -> None:
+        if config.out is None:
+            raise ValueError("SessionConfig.out must name the run directory")
         self.cfg = config
         self.out = Path(config.out)
         self.pid = os.getpid()
