@@ -592,12 +592,14 @@ class Recorder:
     def _install_backward_hooks(self, torch: Any) -> None:
         """Count backward passes: `Tensor.backward` calls `torch.autograd.backward` by module lookup."""
         s = self.settings
+        is_compiling = torch.compiler.is_compiling
 
         def make(name: str) -> Callable[[Any], Any]:
             def wrap(orig: Any) -> Any:
                 @functools.wraps(orig)
                 def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    s.backward_calls += 1
+                    if not is_compiling():  # inside torch.compile tracing: nothing of ours is traced
+                        s.backward_calls += 1
                     return orig(*args, **kwargs)
 
                 return wrapper

@@ -172,7 +172,8 @@ class CaptureSession:
         self.export_seconds: float | None = None
         self.trace_written = False
         self.short_run = False
-        self.cupti_teardown = False
+        self.cupti_teardown = False  # CUPTI finalized after the window (ours or the user's setting)
+        self._manage_teardown = False  # we set TEARDOWN_CUPTI (the user did not)
         # speculative recording of the first steps (short scripts)
         self._spec_started_mono = 0.0
         self._spec_start_step = 0
@@ -301,7 +302,7 @@ class CaptureSession:
             return
         if not _cuda_version_at_least(getattr(torch.version, "cuda", None), 12, 6):
             return
-        os.environ["TEARDOWN_CUPTI"] = "1"
+        self._manage_teardown = True  # set per stop by _stop_trace
         self.cupti_teardown = True
 
     def _start_timer(self) -> None:
@@ -665,8 +666,8 @@ class CaptureSession:
     def _abort_window(self, why: str) -> None:
         self._exit_step_annotation()
         if self._prof is not None and self.state is WindowState.RECORD:
-            with contextlib.suppress(Exception), self._native_stderr_filtered():
-                self._prof.stop_trace()
+            with contextlib.suppress(Exception):
+                self._stop_trace(self._prof, final=False)
         self._drop_profiler()
         self._set_in_window(False)
         self.state = WindowState.IDLE
@@ -727,8 +728,7 @@ class CaptureSession:
     def _end_speculation(self, c: int) -> None:
         """Stop the speculative recording at boundary `c`; keep it in memory, unexported."""
         prof, self._prof = self._prof, None
-        with self._native_stderr_filtered():
-            prof.stop_trace()
+        self._stop_trace(prof, final=False)
         self._spec = _Recording(prof, self._spec_start_step, c - 1, self.window_start_unix_s, time.time())
         self.window_start_unix_s = None
         self._spec_done = True
@@ -739,8 +739,8 @@ class CaptureSession:
     def _drop_speculation(self, why: str) -> None:
         if self.state is WindowState.SPECULATE:
             self._exit_step_annotation()
-            with contextlib.suppress(Exception), self._native_stderr_filtered():
-                self._prof.stop_trace()
+            with contextlib.suppress(Exception):
+                self._stop_trace(self._prof, final=False)
             self._prof = None
             self.window_start_unix_s = None
             self.state = WindowState.IDLE
@@ -764,7 +764,7 @@ class CaptureSession:
             if self.state is WindowState.RECORD:
                 self.record_end = self.steps_seen - 1
                 with contextlib.suppress(Exception):
-                    self._stop_and_export()
+                    self._stop_and_export(final=False)  # the script's profiler starts next
             else:
                 self._abort_window("the script started its own profiler")
             self.state = WindowState.DISABLED
@@ -813,14 +813,22 @@ class CaptureSession:
                 with contextlib.suppress(OSError):
                     os.write(2, kept)
 
-    def _stop_and_export(self) -> None:
+    def _stop_trace(self, prof: Any, final: bool) -> None:
+        """Stop a profiler. CUPTI is finalized only at the last stop of the session (`final`): a
+        teardown followed by a re-initialization for the next recording is the path that crashed
+        next to CUDA graphs, and it would cost a re-init for nothing."""
+        if self._manage_teardown:
+            os.environ["TEARDOWN_CUPTI"] = "1" if final else "0"  # Kineto reads it at each stop
+        with self._native_stderr_filtered():
+            prof.stop_trace()
+
+    def _stop_and_export(self, final: bool = True) -> None:
         """Stop recording, export the trace as torch writes it, gzip it into trace/rankN.json.gz."""
         self._exit_step_annotation()
         prof = self._prof
         if prof is None:
             return
-        with self._native_stderr_filtered():
-            prof.stop_trace()
+        self._stop_trace(prof, final=final)
         self.window_end_unix_s = time.time()
         self._prof = None
         self._export(prof)
@@ -1139,8 +1147,8 @@ class CaptureSession:
         if self.state is WindowState.SPECULATE:
             self._exit_step_annotation()
             prof, self._prof = self._prof, None
-            with contextlib.suppress(Exception), self._native_stderr_filtered():
-                prof.stop_trace()
+            with contextlib.suppress(Exception):
+                self._stop_trace(prof, final=True)
             self.state = WindowState.IDLE
             # The step the script ended in is annotated too (the last batch of an inference loop).
             self._spec = _Recording(
@@ -1153,8 +1161,8 @@ class CaptureSession:
             self._set_in_window(False)
             if skip_export:
                 self._exit_step_annotation()
-                with contextlib.suppress(Exception), self._native_stderr_filtered():
-                    self._prof.stop_trace()
+                with contextlib.suppress(Exception):
+                    self._stop_trace(self._prof, final=True)
                 self._drop_profiler()
                 self.degrade(Degraded.TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C.")
             else:
