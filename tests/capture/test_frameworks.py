@@ -276,3 +276,19 @@ def test_sys_path_zero_is_the_script_dir_before_the_session_imports(tmp_path: Pa
     assert r.stdout == plain.stdout
     # The session (which imports torch) started with the script's directory already first on sys.path.
     assert f"session started; sys.path[0] = {tmp_path / 'app'}\n" in (out / "gpuadvisor.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="accelerate is not installed")
+def test_real_accelerate(tmp_path: Path) -> None:
+    r, out = _profile(tmp_path, "accelerate_train.py", None)
+    assert r.returncode == 0, r.stderr
+    env = _env(out)
+    fw = env["framework"]
+    import accelerate
+
+    assert fw["name"] == "hf_accelerate" and fw["version"] == accelerate.__version__
+    assert fw["settings"]["gradient_accumulation_steps"] == 1 and fw["settings"]["mixed_precision"] == "no"
+    assert fw["call_site"]["code"] == "accelerator = Accelerator(cpu=True, gradient_accumulation_steps=1)"
+    assert env["model_calls"][0]["code"] == "loss = model(torch.randn(8, 16)).pow(2).mean()"
+    assert env["settings"]["run_mode"]["backward_calls"] >= 6
