@@ -30,6 +30,7 @@ from gpuadvisor.errors import InputError
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.inprocess import Capture
+    from gpuadvisor.capture.options import ProfileOptions
     from gpuadvisor.config import AnalysisConfig
     from gpuadvisor.diff import DiffInput, DiffResult
     from gpuadvisor.result import AnalysisResult
@@ -106,6 +107,7 @@ def profile(
     module: bool = False,
     force: bool = False,
     full: bool = False,
+    options: ProfileOptions | None = None,
     **capture_options: Any,
 ) -> Run:
     """Run `script` (or, with `module=True`, the module named `script`, like `python -m`) under the
@@ -113,15 +115,19 @@ def profile(
 
     `args` are the script's own arguments. `out` is the run directory (default: the one
     `gpuadvisor profile` picks); an existing one is refused unless `force`. `full` runs the script to
-    its end instead of stopping after the capture window. Other keyword arguments are passed to
-    `gpuadvisor.capture.run_profile`: skip_steps, warmup_steps, active_steps, with_stack,
-    nvml_interval, quiet, analyze (write findings.json and report.html, default True)...
+    its end instead of stopping after the capture window. `options` is a
+    `gpuadvisor.capture.ProfileOptions` (the same object the CLI builds); other keyword arguments
+    replace single fields of it: skip_steps, warmup_steps, active_steps, with_stack, nvml_interval,
+    quiet, short_run_seconds, analyze (write findings.json and report.html, default True)...
 
     The script's exit status is in `Run.exit_status`: a failing script does not raise. Usage errors
-    (missing script, syntax error, unwritable output) raise `UsageError` before anything runs.
+    (missing script, syntax error, unwritable output, unknown option) raise `UsageError` before anything
+    runs.
     """
     from gpuadvisor.capture import run_profile
 
+    if options is not None:
+        capture_options["options"] = options
     outcome = run_profile(
         str(script),
         list(args),

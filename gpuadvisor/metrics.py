@@ -15,8 +15,11 @@ Everything is vectorized with numpy/pandas (an 80k-event trace takes well under 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.manifest import CaptureWindow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -942,28 +945,34 @@ def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
         w[key] = _i(mx(d, col))
 
 
-def host_step_durations(capture: dict[str, Any]) -> tuple[list[float], list[float]]:
+def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[list[float], list[float]]:
     """Host-measured step durations (ms) from the manifest's `capture.step_ends`, split into steps run
     without the profiler (steady state: the second half of the skipped steps, and steps after the
     window once the export is over) and steps inside the recorded window.
 
     `step_ends` holds (steps completed, wall time) at every step boundary; step k (0-based) runs from
     boundary k to boundary k+1. The profiler starts at boundary `skip_steps` and stops (and exports)
-    at boundary `last_recorded_step + 1`, so step `last_recorded_step + 1` carries the export.
+    at boundary `last_recorded_step + 1`, so step `last_recorded_step + 1` carries the export. When the
+    first steps were recorded speculatively (`speculation_end_step` s), steps before s ran under the
+    profiler and step s carries its stop: the unprofiled steps start at s + 1. A short run (the trace
+    holds the speculative steps, no window) has no unprofiled steps to compare with.
     """
-    ends = {int(c): float(t) for c, t in capture.get("step_ends") or [] if isinstance(c, (int, float))}
-    skip = capture.get("skip_steps")
-    first = capture.get("first_recorded_step")
-    last = capture.get("last_recorded_step")
-    if not ends or not isinstance(skip, int) or not isinstance(first, int) or not isinstance(last, int):
+    cap = capture if isinstance(capture, CaptureWindow) else CaptureWindow.from_json(capture)
+    ends = cap.step_end_times()
+    first, last = cap.first_recorded_step, cap.last_recorded_step
+    if not ends or first is None or last is None or cap.short_run:
         return [], []
+    skip = cap.skip_steps
 
     def dur(k: int) -> float | None:
         a, b = ends.get(k), ends.get(k + 1)
         return (b - a) * 1e3 if a is not None and b is not None and b >= a else None
 
-    outside = [max(1, skip // 2), skip - 1], [last + 2, max(ends) - 1]
-    unprofiled = [d for lo, hi in outside for k in range(lo, hi + 1) if (d := dur(k)) is not None]
+    lo = max(1, skip // 2)
+    if cap.speculation_end_step is not None:
+        lo = max(lo, cap.speculation_end_step + 1)
+    outside = [lo, skip - 1], [last + 2, max(ends) - 1]
+    unprofiled = [d for a, b in outside for k in range(a, b + 1) if (d := dur(k)) is not None]
     profiled = [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
     return unprofiled, profiled
 
@@ -976,10 +985,7 @@ def _profiler_overhead(run: RunInfo, w: dict[str, WindowValue]) -> None:
     exist without the profiler. Rules that estimate host-side idle subtract this overhead."""
     import numpy as np
 
-    capture = run.manifest.get("capture") if isinstance(run.manifest, dict) else None
-    if not isinstance(capture, dict):
-        return
-    unprofiled, profiled = host_step_durations(capture)
+    unprofiled, profiled = host_step_durations(run.record.capture)
     if len(unprofiled) < 2 or len(profiled) < 2:
         return
     u = float(np.median(unprofiled))

@@ -7,6 +7,7 @@ only a path that is neither a run directory, a trace file nor a folder of traces
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gpuadvisor import rundir
 from gpuadvisor.errors import InputError
+from gpuadvisor.manifest import Manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +32,8 @@ class RunInfo:
 
     Attributes:
       run_dir: the directory.
-      manifest, environment: the parsed JSON objects ({} when missing or unreadable).
+      manifest, environment: the parsed JSON objects ({} when missing or unreadable); `record` is the
+        manifest typed (`gpuadvisor.manifest.Manifest`).
       callsites: callsites.json "callsites" list ([] when missing).
       steps_counted: callsites.json "steps_counted" (else manifest "steps_seen", else None).
       nvml: DataFrame with rundir.NVML_COLUMNS (numeric columns float64, empty cell = NaN), or None.
@@ -48,6 +51,11 @@ class RunInfo:
     nvml_reason: str | None = None
     trace_paths: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def record(self) -> Manifest:
+        """manifest.json as the typed `Manifest` (defaults for what is missing; docs/run-directory.md)."""
+        return Manifest.from_json(self.manifest)
 
     @property
     def settings(self) -> dict[str, Any]:

@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.inprocess import Capture
+    from gpuadvisor.capture.options import ProfileOptions
     from gpuadvisor.capture.runner import ProfileOutcome, run_profile
 
-__all__ = ["Capture", "ProfileOutcome", "run_profile"]
+__all__ = ["Capture", "ProfileOptions", "ProfileOutcome", "run_profile"]
 
 _LAZY = {
     "run_profile": "gpuadvisor.capture.runner",
     "ProfileOutcome": "gpuadvisor.capture.runner",
+    "ProfileOptions": "gpuadvisor.capture.options",
     "Capture": "gpuadvisor.capture.inprocess",
 }
 

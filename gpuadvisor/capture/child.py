@@ -105,8 +105,13 @@ def run_child(
     cfg = dict(cfg)
     target = cfg.pop("target")
 
-    from gpuadvisor.capture.execfile import run_module, run_script
+    from gpuadvisor.capture.execfile import run_module, run_script, set_script_path
+
+    if target["kind"] != "module":
+        set_script_path(target["path_or_name"])  # before the session imports torch (PyRunner order)
+
     from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
+    from gpuadvisor.manifest import Degraded, ExitReason
 
     session = CaptureSession(SessionConfig(**cfg))
     terminated = {"count": 0}
@@ -138,7 +143,7 @@ def run_child(
         TermWatchdog(session, term_grace_s, after_finish).start()
 
     status = 0
-    reason = "completed"
+    reason = ExitReason.COMPLETED
     sig: int | None = None
     try:
         if target["kind"] == "module":
@@ -146,26 +151,27 @@ def run_child(
         else:
             run_script(target["path_or_name"], list(target["argv"]))
     except CaptureWindowComplete:
-        reason = "stopped_after_window"
+        reason = ExitReason.STOPPED_AFTER_WINDOW
     except SystemExit as exc:
         status = _system_exit_status(exc.code)
-        reason = "sys_exit"
+        reason = ExitReason.SYS_EXIT
     except KeyboardInterrupt as exc:
         if session.is_origin():
             _print_user_traceback(exc)
-        reason, sig = "signal", signal.SIGINT
+        reason, sig = ExitReason.SIGNAL, signal.SIGINT
     except _Terminated:
-        reason, sig = "signal", signal.SIGTERM
+        reason, sig = ExitReason.SIGNAL, signal.SIGTERM
     except BaseException as exc:
         if not session.is_origin():
             raise
         _print_user_traceback(exc)
-        status, reason = 1, "exception"
+        status, reason = 1, ExitReason.EXCEPTION
         session.failed_at_step = session.steps_seen
         session.failed_at_unix_s = time.time()
         session.degrade(
-            f"script_failed_at_step_{session.steps_seen}",
+            Degraded.SCRIPT_FAILED,
             f"the script raised {type(exc).__name__} at step {session.steps_seen}.",
+            step=session.steps_seen,
         )
     if not session.is_origin():
         # A fork of the training process that returned here: it writes nothing of ours. It skips
@@ -179,9 +185,9 @@ def run_child(
     session.exit_status = 128 + sig if sig is not None else status
     session.signal = sig
     if sig == signal.SIGINT:
-        session.degrade("interrupted", "the run was interrupted (Ctrl-C); the capture was flushed.")
+        session.degrade(Degraded.INTERRUPTED, "the run was interrupted (Ctrl-C); the capture was flushed.")
     elif sig == signal.SIGTERM:
-        session.degrade("interrupted", "the run was terminated (SIGTERM); the capture was flushed.")
+        session.degrade(Degraded.INTERRUPTED, "the run was terminated (SIGTERM); the capture was flushed.")
 
     if sig == signal.SIGINT:
         # A second Ctrl-C while the trace is exported skips the export, keeps everything else.

@@ -17,16 +17,23 @@ from types import TracebackType
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # gpuadvisor/
 
 
+def set_script_path(path: str) -> None:
+    """Put the script's real directory first on sys.path, as `python SCRIPT` does (not under -P / -I:
+    safe_path). Done before anything else is imported for the run (coverage.py's PyRunner order), so
+    that the profiler session's own imports resolve as the script's would."""
+    if getattr(sys.flags, "safe_path", False):
+        return
+    script_dir = os.path.dirname(os.path.realpath(os.path.abspath(path)))
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+
+
 def run_script(path: str, args: list[str]) -> None:
     """Execute the file at `path` as `__main__` with `sys.argv = [path, *args]`."""
     abspath = os.path.abspath(path)
-    # `python SCRIPT` puts the script's real directory first on sys.path, unless -P / -I (safe_path).
-    if not getattr(sys.flags, "safe_path", False):
-        script_dir = os.path.dirname(os.path.realpath(abspath))
-        if sys.path:
-            sys.path[0] = script_dir
-        else:
-            sys.path.insert(0, script_dir)
+    set_script_path(path)
     with tokenize.open(abspath) as fh:  # honours the PEP 263 encoding cookie
         source = fh.read()
     code = compile(source, abspath, "exec", dont_inherit=True)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
+from gpuadvisor.capture.experiment import Suspect
+
 
 def _default_is_device_tensor(t: Any) -> bool:
     return bool(t.is_cuda)
@@ -58,6 +60,7 @@ class CallsiteStat:
     line: int
     function: str
     count: int = 0
+    window_count: int = 0  # calls inside the recorded window
     pinned: bool | None = None
     non_blocking: bool | None = None
     dtype: str | None = None
@@ -66,6 +69,8 @@ class CallsiteStat:
 
 @dataclass
 class SettingsSeen:
+    """Settings-like facts counted by the wrappers while they are installed (until the window ends)."""
+
     autocast_count: int = 0
     autocast_dtypes: set[str] = field(default_factory=set)
     autocast_device_types: set[str] = field(default_factory=set)
@@ -77,6 +82,7 @@ class SettingsSeen:
     graphed_callables: int = 0
     grad_scaler_count: int = 0
     grad_scaler_enabled: bool | None = None
+    backward_calls: int = 0  # torch.autograd.backward (Tensor.backward) and torch.autograd.grad
 
 
 class Recorder:
@@ -103,9 +109,12 @@ class Recorder:
         self._always_internal, self._stdlib = _internal_prefixes()
         self._code_internal: dict[CodeType, bool] = {}
         self._disabled: set[str] = set()
-        self._patches: list[tuple[Any, str, Any, bool]] = []
+        # (owner, attribute, original own attribute or None, had own attribute, group, wrapper)
+        self._patches: list[tuple[Any, str, Any, bool, Suspect, Any]] = []
         self._tls = threading.local()
-        self._hook_handles: list[Any] = []
+        self._hook_handles: list[tuple[Any, Suspect]] = []
+        self.off: frozenset[Suspect] = frozenset()  # suspects not installed (overhead experiments)
+        self.skip_dirs: tuple[str, ...] = ()  # framework packages: their frames are not the user's line
         self.callsites: dict[tuple[Any, ...], CallsiteStat] = {}
         self.dataloaders: list[dict[str, Any]] = []
         self.optimizers: list[dict[str, Any]] = []
@@ -116,6 +125,7 @@ class Recorder:
         self.hook_errors: list[str] = []
         self.own_profiler_inner: Any = None  # set by the session while our profiler prepares
         self.recording_callsites = True
+        self.in_window = False  # set by the session while the window records
 
     # ---------------------------------------------------------------- failure isolation
     def _failed(self, name: str, err: BaseException) -> None:
@@ -146,14 +156,30 @@ class Recorder:
         self._code_internal[code] = internal
         return internal
 
-    def user_frame(self, depth: int = 2) -> FrameType | None:
-        """The first frame, walking outwards, whose code is outside torch, gpuadvisor and the stdlib."""
+    def user_frame(self, depth: int = 2, skip_frameworks: bool = False) -> FrameType | None:
+        """The first frame, walking outwards, whose code is outside torch, gpuadvisor and the stdlib
+        (and, with `skip_frameworks`, outside the framework packages in `skip_dirs`: the user's line
+        that called `Trainer(...)`, not the framework's own frame)."""
         f: FrameType | None = sys._getframe(depth)
         while f is not None:
-            if not self._is_internal(f.f_code):
+            code = f.f_code
+            if not self._is_internal(code) and not (skip_frameworks and self._in_framework(code.co_filename)):
                 return f
             f = f.f_back
         return None
+
+    def _in_framework(self, filename: str) -> bool:
+        # Generated code (a dataclass's __init__ is "<string>") belongs to whoever called it.
+        return filename.startswith("<") or bool(
+            self.skip_dirs and os.path.abspath(filename).startswith(self.skip_dirs)
+        )
+
+    def site(self, frame: FrameType | None) -> dict[str, Any]:
+        """{file, line, code} of a frame (all None without one), paths as in callsites.json."""
+        if frame is None:
+            return {"file": None, "line": None, "code": None}
+        file, line, _ = self.location(frame)
+        return {"file": file, "line": line, "code": self.source_line(frame.f_code.co_filename, line)}
 
     def location(self, frame: FrameType) -> tuple[str, int, str]:
         path = os.path.abspath(frame.f_code.co_filename)
@@ -167,33 +193,60 @@ class Recorder:
         return linecache.getline(frame_file, line).strip()
 
     # ---------------------------------------------------------------- patching
-    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any], group: Suspect) -> None:
+        if group in self.off:
+            return
         try:
             had_own = attr in vars(owner)
             raw = vars(owner)[attr] if had_own else None
             wrapper = make(getattr(owner, attr))
             setattr(owner, attr, wrapper)
-            self._patches.append((owner, attr, raw, had_own))
+            self._patches.append((owner, attr, raw, had_own, group, wrapper))
         except Exception as err:
             self._failed(f"patch {getattr(owner, '__name__', owner)}.{attr}", err)
 
-    def uninstall(self) -> None:
-        """Restore every patched attribute and remove the optimizer hook (idempotent)."""
-        for owner, attr, orig, had_own in reversed(self._patches):
+    def add_hook_handle(self, handle: Any, group: Suspect) -> None:
+        """A torch hook handle (`.remove()`) removed with its group."""
+        self._hook_handles.append((handle, group))
+
+    def installed(self) -> list[str]:
+        """`Owner.attr` of every wrapper still installed, and `hook:<group>` of every torch hook (empty
+        once uninstalled)."""
+        return [f"{getattr(o, '__name__', o)}.{a}" for o, a, *_ in self._patches] + [
+            f"hook:{group.value}" for _, group in self._hook_handles
+        ]
+
+    def uninstall(self, keep: Callable[[Any, str, Suspect], bool] | None = None) -> None:
+        """Restore every patched attribute and remove the hooks (idempotent); `keep(owner, attr, group)`
+        (with attr "<hook>" for hook handles) names those to leave in place."""
+        kept: list[tuple[Any, str, Any, bool, Suspect, Any]] = []
+        for entry in reversed(self._patches):
+            owner, attr, orig, had_own, group, wrapper = entry
+            if keep is not None and keep(owner, attr, group):
+                kept.append(entry)
+                continue
             try:
-                if had_own:
+                if getattr(owner, attr, None) is not wrapper:
+                    # Someone re-patched it after us (their wrapper may call ours): leave theirs in
+                    # place, ours stays reachable but is switched off below.
+                    self._disabled.add(f"unpatched {attr}")
+                elif had_own:
                     setattr(owner, attr, orig)
                 else:
                     delattr(owner, attr)
             except Exception as err:
                 self._failed(f"unpatch {attr}", err)
-        self._patches.clear()
-        for handle in self._hook_handles:
+        self._patches = list(reversed(kept))
+        handles: list[tuple[Any, Suspect]] = []
+        for handle, group in self._hook_handles:
+            if keep is not None and keep(handle, "<hook>", group):
+                handles.append((handle, group))
+                continue
             try:
                 handle.remove()
             except Exception as err:
-                self._failed("remove optimizer hook", err)
-        self._hook_handles.clear()
+                self._failed("remove hook", err)
+        self._hook_handles = handles
 
     def install(self) -> None:
         """Patch torch once. Call before the user's code runs."""
@@ -204,6 +257,7 @@ class Recorder:
         self._install_dataloader_hooks()
         self._install_optimizer_hooks()
         self._install_settings_hooks(torch)
+        self._install_backward_hooks(torch)
         self._install_profiler_guard()
 
     # ---------------------------------------------------------------- host syncs
@@ -220,6 +274,8 @@ class Recorder:
             stat.__dict__["_source_file"] = stat_file
             self.callsites[key] = stat
         stat.count += 1
+        if self.in_window:
+            stat.window_count += 1
         return stat
 
     def _sync_wrapper(self, call: str, orig: Any, needs_device: bool = True) -> Any:
@@ -249,9 +305,12 @@ class Recorder:
             return lambda orig: self._sync_wrapper(call, orig)
 
         for meth in ("item", "cpu", "tolist", "numpy", "__repr__", "__format__", "__bool__", "nonzero"):
-            self._patch(torch.Tensor, meth, sync_maker(f"Tensor.{meth}"))
+            self._patch(torch.Tensor, meth, sync_maker(f"Tensor.{meth}"), Suspect.TENSOR_HOOKS)
         self._patch(
-            torch.cuda, "synchronize", lambda orig: self._sync_wrapper("torch.cuda.synchronize", orig, False)
+            torch.cuda,
+            "synchronize",
+            lambda orig: self._sync_wrapper("torch.cuda.synchronize", orig, False),
+            Suspect.TENSOR_HOOKS,
         )
 
     # ---------------------------------------------------------------- host -> device copies
@@ -310,9 +369,9 @@ class Recorder:
 
             return copy_
 
-        self._patch(torch.Tensor, "to", make_to)
-        self._patch(torch.Tensor, "cuda", make_cuda)
-        self._patch(torch.Tensor, "copy_", make_copy)
+        self._patch(torch.Tensor, "to", make_to, Suspect.TENSOR_HOOKS)
+        self._patch(torch.Tensor, "cuda", make_cuda, Suspect.TENSOR_HOOKS)
+        self._patch(torch.Tensor, "copy_", make_copy, Suspect.TENSOR_HOOKS)
 
     # ---------------------------------------------------------------- DataLoader
     def _install_dataloader_hooks(self) -> None:
@@ -360,9 +419,9 @@ class Recorder:
 
             return __next__
 
-        self._patch(dlmod.DataLoader, "__init__", make_init)
-        self._patch(dlmod.DataLoader, "__iter__", make_iter)
-        self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next)
+        self._patch(dlmod.DataLoader, "__init__", make_init, Suspect.DATALOADER_HOOKS)
+        self._patch(dlmod.DataLoader, "__iter__", make_iter, Suspect.DATALOADER_HOOKS)
+        self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next, Suspect.DATALOADER_HOOKS)
 
     def _record_dataloader(self, loader: Any) -> None:
         frame = self.user_frame(3)
@@ -427,8 +486,9 @@ class Recorder:
             except Exception as err:
                 self._failed("optimizer step", err)
 
-        self._patch(Optimizer, "__init__", make_init)
-        self._hook_handles.append(register_optimizer_step_post_hook(post_hook))
+        self._patch(Optimizer, "__init__", make_init, Suspect.OPTIMIZER_HOOKS)
+        # The step post-hook counts steps: it is installed even when the __init__ wrapper is not.
+        self.add_hook_handle(register_optimizer_step_post_hook(post_hook), Suspect.STEP_TIMER)
 
     def _record_optimizer(self, opt: Any) -> None:
         frame = self.user_frame(3)
@@ -506,25 +566,48 @@ class Recorder:
 
         from torch.amp import autocast_mode
 
-        self._patch(autocast_mode.autocast, "__enter__", lambda o: counting("autocast", o, note_autocast))
-        self._patch(torch, "compile", lambda o: counting("torch.compile", o, note_compile))
+        g = Suspect.SETTINGS_HOOKS
+        self._patch(autocast_mode.autocast, "__enter__", lambda o: counting("autocast", o, note_autocast), g)
+        self._patch(torch, "compile", lambda o: counting("torch.compile", o, note_compile), g)
         try:
             from torch.cuda import graphs
 
-            self._patch(graphs.graph, "__enter__", lambda o: counting("cuda graph", o, note_graph))
-            self._patch(graphs.CUDAGraph, "replay", lambda o: counting("cuda graph replay", o, note_replay))
+            self._patch(graphs.graph, "__enter__", lambda o: counting("cuda graph", o, note_graph), g)
+            self._patch(graphs.CUDAGraph, "replay", lambda o: counting("cuda graph replay", o, note_replay), g)
             for owner in (torch.cuda, graphs):
                 self._patch(
                     owner,
                     "make_graphed_callables",
                     lambda o: counting("make_graphed_callables", o, note_graphed),
+                    g,
                 )
         except Exception as err:  # builds without CUDA graph classes
             self._failed("cuda graph hooks", err)
         try:
-            self._patch(torch.amp.GradScaler, "__init__", lambda o: counting("GradScaler", o, note_scaler))
+            self._patch(torch.amp.GradScaler, "__init__", lambda o: counting("GradScaler", o, note_scaler), g)
         except Exception as err:
             self._failed("GradScaler hook", err)
+
+    # ---------------------------------------------------------------- training or inference
+    def _install_backward_hooks(self, torch: Any) -> None:
+        """Count backward passes: `Tensor.backward` calls `torch.autograd.backward` by module lookup."""
+        s = self.settings
+        is_compiling = torch.compiler.is_compiling
+
+        def make(name: str) -> Callable[[Any], Any]:
+            def wrap(orig: Any) -> Any:
+                @functools.wraps(orig)
+                def wrapper(*args: Any, **kwargs: Any) -> Any:
+                    if not is_compiling():  # inside torch.compile tracing: nothing of ours is traced
+                        s.backward_calls += 1
+                    return orig(*args, **kwargs)
+
+                return wrapper
+
+            return wrap
+
+        self._patch(torch.autograd, "backward", make("backward"), Suspect.SETTINGS_HOOKS)
+        self._patch(torch.autograd, "grad", make("grad"), Suspect.SETTINGS_HOOKS)
 
     # ---------------------------------------------------------------- other profilers
     def _install_profiler_guard(self) -> None:
@@ -542,12 +625,18 @@ class Recorder:
 
             return _prepare_trace
 
-        self._patch(aprof.profile, "_prepare_trace", make)
+        self._patch(aprof.profile, "_prepare_trace", make, Suspect.SETTINGS_HOOKS)
 
     # ---------------------------------------------------------------- output
-    def callsites_json(self, steps_counted: int) -> dict[str, Any]:
+    def callsites_json(self, steps_counted: int, window_steps: int = 0) -> dict[str, Any]:
+        """callsites.json. `per_step` is measured inside the recorded window when there was one
+        (`window_steps` > 0: calls there / its steps), else over every counted step."""
         rows: list[dict[str, Any]] = []
         for stat in self.callsites.values():
+            if window_steps > 0:
+                per_step: float | None = round(stat.window_count / window_steps, 4)
+            else:
+                per_step = round(stat.count / steps_counted, 4) if steps_counted else None
             row: dict[str, Any] = {
                 "kind": stat.kind,
                 "call": stat.call,
@@ -556,7 +645,8 @@ class Recorder:
                 "function": stat.function,
                 "code": self.source_line(stat.__dict__.get("_source_file", stat.file), stat.line),
                 "count": stat.count,
-                "per_step": round(stat.count / steps_counted, 4) if steps_counted else None,
+                "count_in_window": stat.window_count,
+                "per_step": per_step,
             }
             if stat.kind == "host_to_device":
                 row.update(
@@ -567,4 +657,9 @@ class Recorder:
                 )
             rows.append(row)
         rows.sort(key=lambda r: (-r["count"], r["kind"], r["call"], str(r["file"]), r["line"]))
-        return {"schema_version": 1, "steps_counted": steps_counted, "callsites": rows}
+        return {
+            "schema_version": 1,
+            "steps_counted": steps_counted,
+            "window_steps": window_steps,
+            "callsites": rows,
+        }

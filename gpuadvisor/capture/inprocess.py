@@ -17,12 +17,13 @@ import contextlib
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpuadvisor import __version__, rundir
-from gpuadvisor.capture._io import utc_iso, write_json_atomic
+from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.manifest import Degraded, ExitReason, Manifest, NvmlInfo, Target, TargetKind
 
 
 class Capture:
@@ -41,6 +42,7 @@ class Capture:
         nvml_interval: float = 0.1,
         quiet: bool = True,
         steps: str = "manual",
+        short_run_seconds: float = 2.0,
     ) -> None:
         from gpuadvisor.errors import UsageError
 
@@ -54,16 +56,21 @@ class Capture:
         self._nvml_interval = nvml_interval
         from gpuadvisor.capture.session import SessionConfig
 
-        self._cfg = SessionConfig(
-            out=str(self.run_dir.resolve()),
+        self._options = ProfileOptions(
+            out=str(self.run_dir),
+            force=force,
+            full=True,
             skip_steps=skip_steps,
             warmup_steps=warmup_steps,
             active_steps=active_steps,
-            full=True,
             with_stack=with_stack,
+            nvml_interval=nvml_interval,
             quiet=quiet,
             time_fallback_after=0.0,
-            manual_steps=steps == "manual",
+            short_run_seconds=short_run_seconds,
+        ).validate()
+        self._cfg = SessionConfig.from_options(
+            self._options, str(self.run_dir.resolve()), manual_steps=steps == "manual"
         )
         self.session: Any = None
         self._sampler: Any = None
@@ -94,55 +101,42 @@ class Capture:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        from gpuadvisor.capture.runner import _with_sampler, initial_capture, write_manifest
+        from gpuadvisor.capture.session import STATE_FILE
+
         s = self.session
         if exc is None:
-            s.exit_reason, s.exit_status = "completed", 0
+            s.exit_reason, s.exit_status = ExitReason.COMPLETED, 0
         elif isinstance(exc, KeyboardInterrupt):
-            s.exit_reason, s.exit_status, s.signal = "signal", 130, 2
-            s.degrade(
-                rundir.DEGRADED_INTERRUPTED, "the block was interrupted (Ctrl-C); the capture was flushed."
-            )
+            s.exit_reason, s.exit_status, s.signal = ExitReason.SIGNAL, 130, 2
+            s.degrade(Degraded.INTERRUPTED, "the block was interrupted (Ctrl-C); the capture was flushed.")
         else:
-            s.exit_reason, s.exit_status = "exception", 1
+            s.exit_reason, s.exit_status = ExitReason.EXCEPTION, 1
             s.failed_at_step = s.steps_seen
             s.degrade(
-                f"script_failed_at_step_{s.steps_seen}",
+                Degraded.SCRIPT_FAILED,
                 f"the block raised {type(exc).__name__} at step {s.steps_seen}.",
+                step=s.steps_seen,
             )
         s.finish()
         self._sampler.stop()
-        ended = time.time()
-        degraded = list(s.degraded)
-        messages = list(s.messages)
-        if not self._sampler.available:
-            degraded.append(rundir.DEGRADED_NVML_UNAVAILABLE)
-            messages.append(f"GPU samples were not recorded: {self._sampler.reason}.")
-        state = s.state_json()
-        self.manifest = {
-            "schema_version": rundir.RUN_SCHEMA_VERSION,
-            "tool": {"name": "gpuadvisor", "version": __version__},
-            "command": list(sys.argv),
-            "target": {"kind": "inprocess", "path_or_name": None, "argv": list(sys.argv)},
-            "cwd": os.getcwd(),
-            "python": sys.executable,
-            "started_at": utc_iso(self._started),
-            "started_unix_s": self._started,
-            "ended_at": utc_iso(ended),
-            "ended_unix_s": ended,
-            "exit_status": s.exit_status,
-            "exit_reason": s.exit_reason,
-            "signal": s.signal,
-            "failed_at_step": s.failed_at_step,
-            "step_detection": state["step_detection"],
-            "steps_seen": state["steps_seen"],
-            "capture": state["capture"],
-            "traces": state["traces"],
-            "nvml": self._sampler.describe(),
-            "degraded": degraded,
-            "messages": messages,
-        }
-        write_json_atomic(self.run_dir / rundir.MANIFEST, self.manifest)
-        from gpuadvisor.capture.session import STATE_FILE
-
+        record = Manifest.begin(
+            command=list(sys.argv),
+            target=Target(TargetKind.INPROCESS, None, tuple(sys.argv)),
+            capture=initial_capture(self._options),
+            nvml=NvmlInfo(interval_s=self._nvml_interval),
+            started_unix_s=self._started,
+        ).with_child(s.child_state())
+        record = _with_sampler(record, self._sampler)
+        record = replace(
+            record,
+            ended_unix_s=time.time(),
+            exit_status=s.exit_status,
+            exit_reason=s.exit_reason,
+            signal=s.signal,
+            traces=s.child_state().traces,
+        )
+        self.manifest = record.to_json()
+        write_manifest(self.run_dir, record)
         with contextlib.suppress(OSError):
             (self.run_dir / STATE_FILE).unlink()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuadvisor import rundir
+from gpuadvisor.manifest import NvmlGpu, NvmlInfo
 
 
 @dataclass
@@ -30,14 +31,8 @@ class GpuHandle:
     mig: bool
     handle: Any = field(repr=False, default=None)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "nvml_index": self.nvml_index,
-            "uuid": self.uuid,
-            "name": self.name,
-            "cuda_index": self.cuda_index,
-            "mig": self.mig,
-        }
+
+RELAXED_INTERVAL_S = 1.0
 
 
 def _s(v: Any) -> str:
@@ -108,8 +103,11 @@ def _mig_handle(nvml: Any, gpus: list[GpuHandle], uuid: str) -> GpuHandle | None
     return None
 
 
-def sample_row(nvml: Any, gpu: GpuHandle, now: float) -> list[str]:
-    """One CSV row; every reading guarded separately (an unsupported counter is an empty cell)."""
+def sample_row(nvml: Any, gpu: GpuHandle, now: float, pcie_throughput: bool = True) -> list[str]:
+    """One CSV row; every reading guarded separately (an unsupported counter is an empty cell).
+
+    `pcie_throughput=False` leaves the two PCIe throughput cells empty: each of those queries blocks
+    for about 20 ms in the driver (an overhead experiment switches them off)."""
     h = gpu.handle
 
     def get(fn: Callable[[], Any]) -> str:
@@ -146,8 +144,8 @@ def sample_row(nvml: Any, gpu: GpuHandle, now: float) -> list[str]:
         get(lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
         get(lambda: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM)),
         get(lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
-        get(lambda: nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_TX_BYTES)),
-        get(lambda: nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_RX_BYTES)),
+        get(lambda: nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_TX_BYTES) if pcie_throughput else None),
+        get(lambda: nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_RX_BYTES) if pcie_throughput else None),
         get(lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
         get(lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
         get(lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
@@ -162,9 +160,13 @@ class NvmlSampler:
     `start()` never raises: when NVML cannot be used, `available` is False and `reason` says why.
     """
 
-    def __init__(self, out: Path, interval_s: float = 0.1, nvml_module: Any = None) -> None:
+    def __init__(
+        self, out: Path, interval_s: float = 0.1, nvml_module: Any = None, pcie_throughput: bool = True
+    ) -> None:
         self.path = out / rundir.NVML
+        self.pcie_throughput = pcie_throughput
         self.interval_s = max(0.01, float(interval_s))
+        self._period = self.interval_s  # the sampling period now (longer once relaxed)
         self._nvml = nvml_module
         self.available = False
         self.reason: str | None = None
@@ -174,6 +176,7 @@ class NvmlSampler:
         self.write_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.relaxed = False
 
     def start(self, cuda_visible_devices: str | None = None) -> None:
         try:
@@ -222,14 +225,14 @@ class NvmlSampler:
             while not self._stop.is_set():
                 now = time.time()
                 for gpu in self.gpus:
-                    writer.writerow(sample_row(self._nvml, gpu, now))
+                    writer.writerow(sample_row(self._nvml, gpu, now, self.pcie_throughput))
                 self.samples += 1
                 if time.monotonic() - last_flush >= 1.0:
                     text.flush()
                     gz.flush(zlib.Z_SYNC_FLUSH)  # a killed parent still leaves readable rows
                     raw.flush()
                     last_flush = time.monotonic()
-                next_t += self.interval_s
+                next_t += self._period
                 self._stop.wait(max(0.0, next_t - time.monotonic()))
         except OSError as err:
             self.write_error = f"NVML samples stopped early ({err.strerror or err})"
@@ -240,6 +243,16 @@ class NvmlSampler:
                     raw.close()
                 except OSError as err:
                     self.write_error = f"nvml.csv.gz could not be completed ({err.strerror or err})"
+
+    def relax(self, interval_s: float = RELAXED_INTERVAL_S) -> None:
+        """After the capture window: sample at most every `interval_s` and without the PCIe throughput
+        queries (each blocks about 20 ms in the driver). The analysis reads clocks, power and PCIe
+        throughput inside the window only; utilization over the run still gets a sample a second."""
+        if self.relaxed:
+            return
+        self.relaxed = True
+        self.pcie_throughput = False
+        self._period = max(self.interval_s, interval_s)
 
     def stop(self) -> None:
         self._stop.set()
@@ -254,12 +267,19 @@ class NvmlSampler:
         except Exception:
             pass
 
+    def info(self) -> NvmlInfo:
+        """The manifest's `nvml` object."""
+        return NvmlInfo(
+            available=self.available,
+            reason=self.reason if not self.available else self.write_error,
+            file=rundir.NVML if self.available else None,
+            interval_s=self.interval_s,
+            interval_after_window_s=self._period if self.relaxed else None,
+            samples=self.samples,
+            gpus=tuple(
+                NvmlGpu(g.nvml_index, g.uuid, g.name, g.cuda_index, g.mig) for g in self.gpus
+            ),
+        )
+
     def describe(self) -> dict[str, Any]:
-        return {
-            "available": self.available,
-            "reason": self.reason if not self.available else self.write_error,
-            "file": rundir.NVML if self.available else None,
-            "interval_s": self.interval_s,
-            "samples": self.samples,
-            "gpus": [g.describe() for g in self.gpus],
-        }
+        return self.info().to_json()

@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor import __version__, rundir
-from gpuadvisor.capture._io import read_json, utc_iso, write_json_atomic
+from gpuadvisor import rundir
+from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.manifest import Degraded, Distributed, ExitReason, Manifest, NvmlInfo, Target, TargetKind
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.session import CaptureSession
@@ -52,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-nvml", action="store_true", help="do not sample NVML on this node")
     p.add_argument("--time-step-seconds", type=float, default=1.0)
     p.add_argument("--time-fallback-after", type=float, default=20.0)
+    p.add_argument("--short-run-seconds", type=float, default=2.0)
     p.add_argument("--term-grace", type=float, default=DEFAULT_TERM_GRACE_S)
     p.add_argument("--analyze", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("-q", "--quiet", action="store_true")
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
 # ---------------------------------------------------------------------------------- existing launcher
 def _external(ns: argparse.Namespace) -> None:
     from gpuadvisor.capture.child import run_child
-    from gpuadvisor.capture.runner import validate_module, validate_script
+    from gpuadvisor.capture.runner import validate_module, validate_script, write_manifest
     from gpuadvisor.capture.session import SessionConfig
     from gpuadvisor.errors import UsageError
 
@@ -101,14 +104,8 @@ def _external(ns: argparse.Namespace) -> None:
         _fail("-o/--out RUN is required under an existing launcher (every rank must write to the same run)")
     if ns.target is None:
         _fail("missing SCRIPT (or -m MODULE)")
-    for name, value, low in (
-        ("--skip-steps", ns.skip_steps, 0),
-        ("--warmup-steps", ns.warmup_steps, 0),
-        ("--active-steps", ns.active_steps, 1),
-    ):
-        if value < low:
-            _fail(f"{name} must be >= {low} (got {value})")
     try:
+        opts = _options(ns).validate()
         if ns.module:
             validate_module(ns.target)
         else:
@@ -119,21 +116,15 @@ def _external(ns: argparse.Namespace) -> None:
         _fail(str(err))
     command = [sys.executable, "-m", "gpuadvisor.capture.rank", *(sys.argv[1:])]
     if rank == 0:
-        write_json_atomic(run_dir / rundir.MANIFEST, _base_manifest(ns, command, time.time()))
+        write_manifest(run_dir, _base_manifest(ns, opts, command, time.time()))
     sampler = None
     if local_rank == 0 and not ns.no_nvml:
         sampler = _start_nvml_process(run_dir, ns.nvml_interval, node_rank)
     cfg = dataclasses.asdict(
-        SessionConfig(
-            out=str(run_dir.resolve()),
-            skip_steps=ns.skip_steps,
-            warmup_steps=ns.warmup_steps,
-            active_steps=ns.active_steps,
-            full=ns.full,
-            with_stack=ns.with_stack,
-            quiet=ns.quiet or rank != 0,  # one progress stream, not one per rank
-            time_step_seconds=ns.time_step_seconds,
-            time_fallback_after=ns.time_fallback_after,
+        SessionConfig.from_options(
+            # one progress stream, not one per rank
+            dataclasses.replace(opts, quiet=opts.quiet or rank != 0),
+            str(run_dir.resolve()),
             distributed=True,
         )
     )
@@ -145,9 +136,27 @@ def _external(ns: argparse.Namespace) -> None:
 
     def after_finish(session: CaptureSession) -> None:
         nvml_state = _stop_nvml_process(sampler, run_dir, node_rank) if sampler is not None else None
-        _merge_external(run_dir, ns, command, nvml_state if node_rank == 0 else None)
+        _merge_external(run_dir, ns, opts, command, nvml_state if node_rank == 0 else None)
 
     run_child(cfg, term_grace_s=ns.term_grace, after_finish=after_finish)
+
+
+def _options(ns: argparse.Namespace) -> ProfileOptions:
+    return ProfileOptions(
+        out=ns.out,
+        force=ns.force,
+        full=ns.full,
+        skip_steps=ns.skip_steps,
+        warmup_steps=ns.warmup_steps,
+        active_steps=ns.active_steps,
+        with_stack=ns.with_stack,
+        nvml_interval=ns.nvml_interval,
+        quiet=ns.quiet,
+        time_step_seconds=ns.time_step_seconds,
+        time_fallback_after=ns.time_fallback_after,
+        short_run_seconds=ns.short_run_seconds,
+        analyze=ns.analyze,
+    )
 
 
 def _prepare_rank_files(run_dir: Path, rank: int, force: bool) -> None:
@@ -179,87 +188,63 @@ def _prepare_rank_files(run_dir: Path, rank: int, force: bool) -> None:
                 (run_dir / name).unlink()
 
 
-def _base_manifest(ns: argparse.Namespace, command: list[str], started: float) -> dict[str, Any]:
-    return {
-        "schema_version": rundir.RUN_SCHEMA_VERSION,
-        "tool": {"name": "gpuadvisor", "version": __version__},
-        "command": command,
-        "target": {
-            "kind": "module" if ns.module else "script",
-            "path_or_name": ns.target,
-            "argv": [ns.target, *ns.args],
-        },
-        "cwd": os.getcwd(),
-        "python": sys.executable,
-        "started_at": utc_iso(started),
-        "started_unix_s": started,
-        "ended_at": None,
-        "ended_unix_s": None,
-        "exit_status": None,
-        "exit_reason": "not_started",
-        "signal": None,
-        "failed_at_step": None,
-        "step_detection": "none",
-        "steps_seen": 0,
-        "capture": {
-            "skip_steps": ns.skip_steps,
-            "warmup_steps": ns.warmup_steps,
-            "active_steps": ns.active_steps,
-            "state": "not_reached",
-            "full": ns.full,
-            "with_stack": ns.with_stack,
-            "record_shapes": True,
-            "with_flops": True,
-        },
-        "traces": [],
-        "nvml": {
-            "available": False,
-            "reason": "sampled only on node 0 by LOCAL_RANK 0's sampler process (not reported yet)",
-            "file": None,
-            "interval_s": ns.nvml_interval,
-            "samples": 0,
-            "gpus": [],
-        },
-        "degraded": [],
-        "messages": [],
-        "distributed": {"launcher": "external"},
-    }
+def _base_manifest(ns: argparse.Namespace, opts: ProfileOptions, command: list[str], started: float) -> Manifest:
+    from gpuadvisor.capture.runner import initial_capture
+
+    return Manifest.begin(
+        command=command,
+        target=Target(
+            TargetKind.MODULE if ns.module else TargetKind.SCRIPT, ns.target, (ns.target, *ns.args)
+        ),
+        capture=initial_capture(opts),
+        nvml=NvmlInfo(
+            reason="sampled only on node 0 by LOCAL_RANK 0's sampler process (not reported yet)",
+            interval_s=ns.nvml_interval,
+        ),
+        started_unix_s=started,
+        distributed=Distributed(launcher="external"),
+    )
 
 
 def _merge_external(
-    run_dir: Path, ns: argparse.Namespace, command: list[str], nvml_state: dict[str, Any] | None
+    run_dir: Path,
+    ns: argparse.Namespace,
+    opts: ProfileOptions,
+    command: list[str],
+    nvml_state: dict[str, Any] | None,
 ) -> None:
     from gpuadvisor.capture.ranks import manifest_lock, merge_ranks
+    from gpuadvisor.capture.runner import write_manifest
 
     world = _env_int("WORLD_SIZE", 1)
     with manifest_lock(run_dir):
-        manifest = read_json(run_dir / rundir.MANIFEST)
-        if not isinstance(manifest, dict):
-            manifest = _base_manifest(ns, command, time.time())
+        raw = read_json(run_dir / rundir.MANIFEST)
+        manifest = (
+            Manifest.from_json(raw) if isinstance(raw, dict) else _base_manifest(ns, opts, command, time.time())
+        )
         # Rebuilt from the ranks every time: drop what the previous merge derived from them.
-        manifest["degraded"], manifest["messages"] = [], []
-        if nvml_state is not None:
-            manifest["nvml"] = nvml_state.get("describe") or manifest.get("nvml")
-        merge_ranks(
+        manifest = dataclasses.replace(manifest, degraded=(), unknown_degraded=(), messages=())
+        if nvml_state is not None and isinstance(nvml_state.get("describe"), dict):
+            manifest = dataclasses.replace(manifest, nvml=NvmlInfo.from_json(nvml_state["describe"]))
+        manifest, _ = merge_ranks(
             run_dir,
             manifest,
             world_size=world,
             launcher_status=None,
-            distributed={"launcher": "external", "nnodes": os.environ.get("GROUP_WORLD_SIZE")},
-            unfinished_reason="running",
+            distributed=Distributed(launcher="external", nnodes=os.environ.get("GROUP_WORLD_SIZE")),
+            unfinished_reason=ExitReason.RUNNING,
         )
-        nvml = manifest.get("nvml") or {}
-        if not nvml.get("available") and rundir.DEGRADED_NVML_UNAVAILABLE not in manifest["degraded"]:
-            manifest["degraded"].append(rundir.DEGRADED_NVML_UNAVAILABLE)
-            manifest["messages"].append(f"GPU samples were not recorded: {nvml.get('reason')}.")
-        now = time.time()
-        manifest.update(ended_at=utc_iso(now), ended_unix_s=now)
+        if not manifest.nvml.available:
+            manifest = manifest.with_degraded(
+                Degraded.NVML_UNAVAILABLE, f"GPU samples were not recorded: {manifest.nvml.reason}."
+            )
+        manifest = dataclasses.replace(manifest, ended_unix_s=time.time())
         if nvml_state is not None and nvml_state.get("driver"):
             from gpuadvisor.capture.runner import _add_driver
 
             _add_driver(run_dir, str(nvml_state["driver"]))
-        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
-        complete = all(r["exit_reason"] != "running" for r in manifest["ranks"])
+        write_manifest(run_dir, manifest)
+        complete = all(r.exit_reason is not ExitReason.RUNNING for r in manifest.ranks or ())
         claim = run_dir / ".analysis.claim"
         if not (complete and ns.analyze):
             return

@@ -19,9 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuadvisor import __version__, rundir
-from gpuadvisor.capture._io import read_json, utc_iso, write_json_atomic
+from gpuadvisor import rundir
+from gpuadvisor.capture import experiment
+from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture.experiment import Suspect
+from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.errors import EXIT_OUTPUT_LOST, UsageError
+from gpuadvisor.manifest import (
+    CaptureState,
+    CaptureWindow,
+    ChildState,
+    Degraded,
+    Distributed,
+    ExitReason,
+    Manifest,
+    NvmlInfo,
+    Target,
+    TargetKind,
+)
 
 CONFIG_FILE = ".child_config.json"
 SI_KERNEL = (
@@ -76,13 +91,13 @@ class LaunchOptions:
             return int(self.nproc_per_node)
         return None
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "launcher": "torchrun",
-            "nproc_per_node": self.nproc_per_node,
-            "nnodes": self.nnodes or "1",
-            "node_rank": self.node_rank,
-        }
+    def describe(self) -> Distributed:
+        return Distributed(
+            launcher="torchrun",
+            nproc_per_node=self.nproc_per_node,
+            nnodes=self.nnodes or "1",
+            node_rank=self.node_rank,
+        )
 
 
 def validate_launch(opts: LaunchOptions) -> None:
@@ -108,11 +123,16 @@ def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ProfileOutcome:
-    """What `run_profile` returns: where the run is, the exit status, and the manifest written."""
+    """What `run_profile` returns: where the run is, the exit status, and the manifest written
+    (`manifest` as JSON, `record` typed)."""
 
     run_dir: Path
     exit_status: int
     manifest: dict[str, Any]
+
+    @property
+    def record(self) -> Manifest:
+        return Manifest.from_json(self.manifest)
 
 
 def validate_script(path: str) -> Path:
@@ -254,121 +274,62 @@ class _SignalRelay:
 def run_profile(
     target: str,
     args: list[str] | tuple[str, ...] = (),
+    options: ProfileOptions | None = None,
     *,
-    out: str | os.PathLike[str] | None = None,
-    force: bool = False,
-    full: bool = False,
-    skip_steps: int = 10,
-    warmup_steps: int = 2,
-    active_steps: int = 10,
-    with_stack: bool = False,
-    nvml_interval: float = 0.1,
-    quiet: bool = False,
     module: bool = False,
-    time_step_seconds: float = 1.0,
-    time_fallback_after: float = 20.0,
-    term_timeout: float = 20.0,
-    analyze: bool = True,
     command: list[str] | None = None,
     launch: LaunchOptions | None = None,
+    **option_kwargs: Any,
 ) -> ProfileOutcome:
     """Run `target` (a script path, or a module name with `module=True`) under the capture.
 
-    Raises `UsageError` (exit 2) before any work for a bad target, bad numbers or an output directory
-    that exists (without `force`) or cannot be written. Otherwise always writes `manifest.json` and
-    returns the script's own exit status (128+N for signal N; 74 when the script succeeded but
-    outputs were lost).
+    `options` (default `ProfileOptions()`); keyword arguments named like its fields (out=...,
+    skip_steps=...) replace single fields. Raises `UsageError` (exit 2) before any work for a bad
+    target, bad numbers or an output directory that exists (without `force`) or cannot be written.
+    Otherwise always writes `manifest.json` and returns the script's own exit status (128+N for
+    signal N; 74 when the script succeeded but outputs were lost).
 
     With `launch`, the target runs under torchrun (`python -m torch.distributed.run`), every worker
     under `gpuadvisor.capture.rank`: one trace per rank in the one run directory, NVML sampled here
     (once per node), and the manifest lists the ranks; the exit status is the failing rank's own
     (else torchrun's).
     """
+    opts = ProfileOptions.from_kwargs(options, **option_kwargs).validate()
     args = list(args)
-    for name, value in (("--skip-steps", skip_steps), ("--warmup-steps", warmup_steps)):
-        if value < 0:
-            raise UsageError(f"{name} must be >= 0 (got {value})")
-    if active_steps < 1:
-        raise UsageError(f"--active-steps must be >= 1 (got {active_steps})")
-    if nvml_interval <= 0:
-        raise UsageError(f"--nvml-interval must be > 0 (got {nvml_interval})")
-    if time_step_seconds <= 0:
-        raise UsageError(f"--time-step-seconds must be > 0 (got {time_step_seconds})")
     if launch is not None:
         validate_launch(launch)
     if module:
         validate_module(target)
     else:
         validate_script(target)
-    run_dir = Path(out) if out is not None else default_out_dir(target, module)
-    prepare_out_dir(run_dir, force)
+    run_dir = Path(opts.out) if opts.out is not None else default_out_dir(target, module)
+    prepare_out_dir(run_dir, opts.force)
 
-    started = time.time()
-    manifest: dict[str, Any] = {
-        "schema_version": rundir.RUN_SCHEMA_VERSION,
-        "tool": {"name": "gpuadvisor", "version": __version__},
-        "command": list(command)
+    off = experiment.disabled()
+    target_rec = Target(TargetKind.MODULE if module else TargetKind.SCRIPT, target, (target, *args))
+    manifest = Manifest.begin(
+        command=list(command)
         if command is not None
         else [sys.argv[0], "profile", *(["-m"] if module else []), target, *args],
-        "target": {"kind": "module" if module else "script", "path_or_name": target, "argv": [target, *args]},
-        "cwd": os.getcwd(),
-        "python": sys.executable,
-        "started_at": utc_iso(started),
-        "started_unix_s": started,
-        "ended_at": None,
-        "ended_unix_s": None,
-        "exit_status": None,
-        "exit_reason": "not_started",
-        "signal": None,
-        "failed_at_step": None,
-        "step_detection": "none",
-        "steps_seen": 0,
-        "capture": {
-            "skip_steps": skip_steps,
-            "warmup_steps": warmup_steps,
-            "active_steps": active_steps,
-            "state": "not_reached",
-            "full": full,
-            "with_stack": with_stack,
-            "record_shapes": True,
-            "with_flops": True,
-        },
-        "traces": [],
-        "nvml": {
-            "available": False,
-            "reason": "not started",
-            "file": None,
-            "interval_s": nvml_interval,
-            "samples": 0,
-            "gpus": [],
-        },
-        "degraded": [],
-        "messages": [],
-    }
-    write_json_atomic(run_dir / rundir.MANIFEST, manifest)  # a parent killed outright still leaves one
+        target=target_rec,
+        capture=initial_capture(opts),
+        nvml=NvmlInfo(interval_s=opts.nvml_interval),
+        started_unix_s=time.time(),
+        distributed=launch.describe() if launch is not None else None,
+    )
+    write_manifest(run_dir, manifest)  # a parent killed outright still leaves one
 
-    from gpuadvisor.capture.session import STATE_FILE, SessionConfig
+    from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
 
     cfg = dataclasses.asdict(
-        SessionConfig(
-            out=str(run_dir.resolve()),
-            skip_steps=skip_steps,
-            warmup_steps=warmup_steps,
-            active_steps=active_steps,
-            full=full,
-            with_stack=with_stack,
-            quiet=quiet,
-            time_step_seconds=time_step_seconds,
-            time_fallback_after=time_fallback_after,
-            distributed=launch is not None,
-        )
+        SessionConfig.from_options(opts, str(run_dir.resolve()), distributed=launch is not None)
     )
-    cfg["target"] = {"kind": "module" if module else "script", "path_or_name": target, "argv": args}
+    cfg["target"] = {"kind": target_rec.kind.value, "path_or_name": target, "argv": args}
     write_json_atomic(run_dir / CONFIG_FILE, cfg)
 
     from gpuadvisor.capture.nvml import NvmlSampler
 
-    sampler = NvmlSampler(run_dir, nvml_interval)
+    sampler = NvmlSampler(run_dir, opts.nvml_interval, pcie_throughput=Suspect.NVML_PCIE not in off)
     child_cmd = [
         sys.executable,
         *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
@@ -393,104 +354,142 @@ def run_profile(
             str(launch.term_grace_s),
         ]
         popen_env = launch_env()
-        manifest["distributed"] = launch.describe()
-        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
     returncode: int
     with _SignalRelay() as relay:
-        sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if Suspect.NVML in off:
+            sampler.reason = "disabled (overhead experiment)"
+        else:
+            sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
         proc = subprocess.Popen(child_cmd, env=popen_env)
+        watch = _WindowWatch(run_dir / (rank_state_file(0) if launch is not None else STATE_FILE))
+        relax = Suspect.NVML_RELAX not in off
         while True:
             rc = proc.poll()
             if rc is not None:
                 returncode = rc
                 break
-            relay.wait(proc, 0.2, term_timeout)
+            relay.wait(proc, 0.2, opts.term_timeout)
+            if relax and not sampler.relaxed and watch.window_complete():
+                sampler.relax()
         sampler.stop()
     ended = time.time()
 
     if launch is not None:
-        return _finish_distributed(run_dir, manifest, launch, returncode, ended, sampler, analyze, quiet)
+        return _finish_distributed(run_dir, manifest, launch, returncode, ended, sampler, opts.analyze, opts.quiet)
 
-    state = read_json(run_dir / STATE_FILE) or {}
-    degraded: list[str] = list(state.get("degraded") or [])
-    messages: list[str] = list(state.get("messages") or [])
-
-    def degrade(flag: str, msg: str) -> None:
-        if flag not in degraded:
-            degraded.append(flag)
-        if msg and msg not in messages:
-            messages.append(msg)
+    state_raw = read_json(run_dir / STATE_FILE)
+    state = ChildState.from_json(state_raw) if isinstance(state_raw, dict) else None
+    if state is not None:
+        manifest = manifest.with_child(state)
 
     sig: int | None = None
+    reason: ExitReason
     if returncode < 0:
         sig = -returncode
         exit_status = 128 + sig
-        reason = "signal" if state.get("exit_reason") == "signal" else "killed"
-        if reason == "killed":
+        reason = ExitReason.SIGNAL if state is not None and state.exit_reason is ExitReason.SIGNAL else ExitReason.KILLED
+        if reason is ExitReason.KILLED:
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-            degrade(
-                rundir.DEGRADED_KILLED,
-                f"the training process was killed by {name}; only what it had written is kept.",
+            manifest = manifest.with_degraded(
+                Degraded.KILLED, f"the training process was killed by {name}; only what it had written is kept."
             )
-            if state.get("capture", {}).get("state") != "complete":
-                degrade(rundir.DEGRADED_TRACE_NOT_EXPORTED, "")
+            if state is None or state.capture.state is not CaptureState.COMPLETE:
+                manifest = manifest.with_degraded(Degraded.TRACE_NOT_EXPORTED)
     else:
         exit_status = returncode
-        reason = state.get("exit_reason") or ("not_started" if not state else "completed")
-        if not state:
-            degrade(
-                rundir.DEGRADED_KILLED,
+        if state is None:
+            reason = ExitReason.NOT_STARTED
+            manifest = manifest.with_degraded(
+                Degraded.KILLED,
                 f"the training process ended (status {returncode}) before gpuadvisor could start in it.",
             )
+        else:
+            reason = state.exit_reason or ExitReason.COMPLETED
 
-    if not sampler.available:
-        degrade(rundir.DEGRADED_NVML_UNAVAILABLE, f"GPU samples were not recorded: {sampler.reason}.")
-    elif sampler.write_error:
-        degrade(rundir.DEGRADED_OUTPUT_INCOMPLETE, sampler.write_error)
+    manifest = _with_sampler(manifest, sampler)
+    if exit_status_for(returncode, manifest.degraded_strings) != exit_status:
+        exit_status = exit_status_for(returncode, manifest.degraded_strings)
+        manifest = manifest.with_message("exit status 74: the script succeeded but some outputs could not be written.")
 
-    if exit_status_for(returncode, degraded) != exit_status:
-        exit_status = exit_status_for(returncode, degraded)
-        messages.append("exit status 74: the script succeeded but some outputs could not be written.")
-
-    capture = dict(manifest["capture"])
-    capture.update(state.get("capture") or {})
-    manifest.update(
-        ended_at=utc_iso(ended),
+    manifest = dataclasses.replace(
+        manifest,
         ended_unix_s=ended,
         exit_status=exit_status,
         exit_reason=reason,
-        signal=sig if sig is not None else state.get("signal"),
-        failed_at_step=state.get("failed_at_step"),
-        step_detection=state.get("step_detection") or "none",
-        steps_seen=int(state.get("steps_seen") or 0),
-        capture=capture,
-        traces=[t for t in (state.get("traces") or []) if (run_dir / t).is_file()],
-        nvml=sampler.describe(),
-        degraded=degraded,
-        messages=messages,
+        signal=sig if sig is not None else manifest.signal,
+        traces=tuple(t for t in (state.traces if state is not None else ()) if (run_dir / t).is_file()),
     )
-    if state.get("python"):
-        manifest["python"] = state["python"]
     _add_driver(run_dir, sampler.driver)
-    try:
-        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
-    except OSError as err:
-        sys.stderr.write(f"gpuadvisor: manifest.json could not be written: {err.strerror or err}\n")
-        if exit_status == 0:
-            exit_status = EXIT_OUTPUT_LOST
+    if not write_manifest(run_dir, manifest) and exit_status == 0:
+        exit_status = EXIT_OUTPUT_LOST
     for name in (CONFIG_FILE, STATE_FILE):
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
-    if analyze:
-        _analyze(run_dir, quiet)
-    if not quiet:
+    if opts.analyze:
+        _analyze(run_dir, opts.quiet)
+    if not opts.quiet:
         sys.stderr.write(f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n")
-    return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest)
+    return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
+
+
+class _WindowWatch:
+    """Tells the parent when the child (rank 0) has exported its window, from its hand-over file;
+    the file is read only when its modification time changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mtime: float | None = None
+        self._complete = False
+
+    def window_complete(self) -> bool:
+        if self._complete:
+            return True
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return False
+        if mtime != self._mtime:
+            self._mtime = mtime
+            raw = read_json(self.path)
+            if isinstance(raw, dict):
+                self._complete = ChildState.from_json(raw).capture.state is CaptureState.COMPLETE
+        return self._complete
+
+
+def initial_capture(opts: ProfileOptions) -> CaptureWindow:
+    """The capture object of a manifest before the child reports (the window as configured)."""
+    return CaptureWindow(
+        skip_steps=opts.skip_steps,
+        warmup_steps=opts.warmup_steps,
+        active_steps=opts.active_steps,
+        full=opts.full,
+        with_stack=opts.with_stack,
+    )
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> bool:
+    """Write manifest.json atomically; False (and one line on stderr) when it could not be written."""
+    try:
+        write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_json())
+    except OSError as err:
+        sys.stderr.write(f"gpuadvisor: manifest.json could not be written: {err.strerror or err}\n")
+        return False
+    return True
+
+
+def _with_sampler(manifest: Manifest, sampler: Any) -> Manifest:
+    """The manifest with the NVML sampler's record and its degraded flag."""
+    manifest = dataclasses.replace(manifest, nvml=sampler.info())
+    if not sampler.available:
+        return manifest.with_degraded(Degraded.NVML_UNAVAILABLE, f"GPU samples were not recorded: {sampler.reason}.")
+    if sampler.write_error:
+        return manifest.with_degraded(Degraded.OUTPUT_INCOMPLETE, sampler.write_error)
+    return manifest
 
 
 def _finish_distributed(
     run_dir: Path,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     launch: LaunchOptions,
     returncode: int,
     ended: float,
@@ -503,38 +502,22 @@ def _finish_distributed(
     from gpuadvisor.capture.session import rank_state_file
 
     launcher_status = exit_status_for(returncode, [])
-    world = launch.world_size()
-    exit_status = merge_ranks(
+    manifest, exit_status = merge_ranks(
         run_dir,
         manifest,
-        world_size=world,
+        world_size=launch.world_size(),
         launcher_status=launcher_status,
         distributed=launch.describe(),
         only_present=not launch.single_node(),
     )
-    degraded: list[str] = manifest["degraded"]
-    messages: list[str] = manifest["messages"]
-    if not sampler.available:
-        if rundir.DEGRADED_NVML_UNAVAILABLE not in degraded:
-            degraded.append(rundir.DEGRADED_NVML_UNAVAILABLE)
-        messages.append(f"GPU samples were not recorded: {sampler.reason}.")
-    elif sampler.write_error:
-        if rundir.DEGRADED_OUTPUT_INCOMPLETE not in degraded:
-            degraded.append(rundir.DEGRADED_OUTPUT_INCOMPLETE)
-        messages.append(sampler.write_error)
-    if exit_status == 0 and rundir.DEGRADED_OUTPUT_INCOMPLETE in degraded:
+    manifest = _with_sampler(manifest, sampler)
+    if exit_status == 0 and manifest.has(Degraded.OUTPUT_INCOMPLETE):
         exit_status = EXIT_OUTPUT_LOST
-        messages.append("exit status 74: the script succeeded but some outputs could not be written.")
-    manifest.update(
-        ended_at=utc_iso(ended), ended_unix_s=ended, exit_status=exit_status, nvml=sampler.describe()
-    )
+        manifest = manifest.with_message("exit status 74: the script succeeded but some outputs could not be written.")
+    manifest = dataclasses.replace(manifest, ended_unix_s=ended, exit_status=exit_status)
     _add_driver(run_dir, sampler.driver)
-    try:
-        write_json_atomic(run_dir / rundir.MANIFEST, manifest)
-    except OSError as err:
-        sys.stderr.write(f"gpuadvisor: manifest.json could not be written: {err.strerror or err}\n")
-        if exit_status == 0:
-            exit_status = EXIT_OUTPUT_LOST
+    if not write_manifest(run_dir, manifest) and exit_status == 0:
+        exit_status = EXIT_OUTPUT_LOST
     stale = [CONFIG_FILE, *(rank_state_file(r) for r in read_rank_states(run_dir, None))]
     for name in stale:
         with contextlib.suppress(OSError):
@@ -542,12 +525,12 @@ def _finish_distributed(
     if analyze:
         _analyze(run_dir, quiet)
     if not quiet:
-        failed = manifest["distributed"].get("failed_rank")
+        failed = manifest.distributed.failed_rank if manifest.distributed is not None else None
         why = f", rank {failed} failed" if failed is not None else ""
         sys.stderr.write(
-            f"gpuadvisor: run saved in {run_dir} ({len(manifest['traces'])} rank traces{why}; exit status {exit_status})\n"
+            f"gpuadvisor: run saved in {run_dir} ({len(manifest.traces)} rank traces{why}; exit status {exit_status})\n"
         )
-    return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest)
+    return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
 
 
 def exit_status_for(returncode: int, degraded: list[str]) -> int:

@@ -3,20 +3,33 @@
 Used by the child process (`gpuadvisor.capture.child`) and by the in-process `Capture` context
 manager. torch is imported only when a session starts.
 
-Step detection (decided at run time, highest priority first):
+Step detection (decided at run time, highest priority first; `manifest.StepDetection`):
   1. `optimizer_step_hook`: every `optimizer.step()` of the first optimizer that steps is a boundary.
-  2. `dataloader`: chosen when a second DataLoader batch is requested before any optimizer step;
+  2. `module_forward`: every call of the top module (the outermost `nn.Module` with parameters,
+     `capture.forward`) after its first is a boundary; chosen at its second call.
+  3. `dataloader`: chosen when a second DataLoader batch is requested before any optimizer step;
      every `__next__` on any DataLoader iterator (after the first of the run) is a boundary.
-  3. `time`: chosen when neither was seen within `time_fallback_after` seconds; a boundary every
-     `time_step_seconds`.
+  4. `time`: chosen when none of these was seen within `time_fallback_after` seconds; a boundary
+     every `time_step_seconds`.
 A higher-priority signal that appears before the window has been exported takes over (an
 unfinished window is dropped and counting restarts under the new method); after the export the
 method is fixed. `manual` is used by `Capture.step()`.
+
+Short scripts: from the first step signal, the profiler records speculatively until boundary
+`skip_steps // 2`, for at most `short_run_seconds` (or until torch.compile is seen). That recording is
+stopped and kept in memory; it becomes the trace (flag `short_run`) only if the script ends before the
+real window produced one, and is dropped when the window completes.
+
+After the window is exported every wrapper is removed except the one hook that counts steps under the
+chosen method (kept for the host-timed step boundaries; O(1) per step), and Kineto is asked to
+finalize CUPTI (`TEARDOWN_CUPTI=1`, pytorch PR #146604): the steps after the window run as under plain
+python (issue 15). `capture.experiment` switches each of these off for measurements.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import gzip
 import os
@@ -26,12 +39,24 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuadvisor import rundir
+from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture.experiment import Suspect
+from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.manifest import (
+    CaptureState,
+    CaptureWindow,
+    ChildState,
+    Degraded,
+    DegradedFlag,
+    ExitReason,
+    StepDetection,
+)
 
 STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manifest.json then removed
 
@@ -48,9 +73,6 @@ def rank_file_name(name: str, rank: int) -> str:
         return name
     stem, dot, ext = name.partition(".")
     return f"{stem}.rank{rank}{dot}{ext}"
-
-
-_METHOD_PRIORITY = {"manual": 4, "optimizer_step_hook": 3, "dataloader": 2, "time": 1}
 
 
 # Step end times kept for the profiler-overhead estimate (enough for any capture window; bounded).
@@ -74,35 +96,55 @@ class _SkipExport(BaseException):
 
 class WindowState(enum.Enum):
     IDLE = "idle"
+    SPECULATE = "speculate"  # recording the first steps in case the script ends before the window
     WARMUP = "warmup"
     RECORD = "record"
     DONE = "done"
     DISABLED = "disabled"
 
 
-@dataclass
-class SessionConfig:
-    """What the child needs to know; serialised by the parent as JSON."""
+@dataclass(frozen=True)
+class SessionConfig(ProfileOptions):
+    """What the child needs to know: the run's `ProfileOptions` (with `out` set) and how it is driven;
+    serialised by the parent as JSON."""
 
-    out: str
-    skip_steps: int = 10
-    warmup_steps: int = 2
-    active_steps: int = 10
-    full: bool = False
-    with_stack: bool = False
-    quiet: bool = False
-    time_step_seconds: float = 1.0
-    time_fallback_after: float = 20.0
-    manual_steps: bool = False
+    manual_steps: bool = False  # steps come from Capture.step()
     # One process of a torchrun/DDP job: per-rank file names and state hand-over (capture/rank.py).
     distributed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(
+        cls, options: ProfileOptions, out: str, *, distributed: bool = False, manual_steps: bool = False
+    ) -> SessionConfig:
+        fields = {**dataclasses.asdict(options), "out": out}
+        return cls(**fields, manual_steps=manual_steps, distributed=distributed)
+
+
+@dataclass
+class _Recording:
+    """A stopped profiler whose trace can still be exported, and the steps it annotated."""
+
+    prof: Any
+    first_step: int
+    last_step: int
+    window_start_unix_s: float | None
+    window_end_unix_s: float | None
+
+
+def _cuda_version_at_least(version: str | None, major: int, minor: int) -> bool:
+    try:
+        parts = [int(p) for p in (version or "").split(".")[:2]]
+    except ValueError:
+        return False
+    return len(parts) == 2 and (parts[0], parts[1]) >= (major, minor)
 
 
 class CaptureSession:
     """One capture in the current process. `start()`, run user code, `finish()`."""
 
     def __init__(self, config: SessionConfig) -> None:
+        if config.out is None:
+            raise ValueError("SessionConfig.out must name the run directory")
         self.cfg = config
         self.out = Path(config.out)
         self.pid = os.getpid()
@@ -110,12 +152,14 @@ class CaptureSession:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
         self.node_rank = int(os.environ.get("GROUP_RANK", "0") or 0)
+        self.off = experiment.disabled()
         self.failed_at_unix_s: float | None = None
         self._backend_seen: str | None = None
         self.finishing = False  # set when finish() starts: the SIGTERM watchdog then stays out
-        self.method: str | None = "manual" if config.manual_steps else None
-        self.counts: dict[str, int] = {"optimizer_step_hook": 0, "dataloader": 0, "time": 0, "manual": 0}
+        self.method: StepDetection | None = StepDetection.MANUAL if config.manual_steps else None
+        self.counts: dict[StepDetection, int] = {m: 0 for m in StepDetection}
         self._dl_calls = 0
+        self._fwd_calls = 0
         self._primary_optimizer: Any = None
         self.state = WindowState.IDLE
         self._prof: Any = None
@@ -127,7 +171,16 @@ class CaptureSession:
         self.window_end_unix_s: float | None = None
         self.export_seconds: float | None = None
         self.trace_written = False
-        self.degraded: list[str] = []
+        self.short_run = False
+        self.cupti_teardown = False  # CUPTI finalized after the window (ours or the user's setting)
+        self._manage_teardown = False  # we set TEARDOWN_CUPTI (the user did not)
+        # speculative recording of the first steps (short scripts)
+        self._spec_started_mono = 0.0
+        self._spec_start_step = 0
+        self._spec_done = False
+        self._spec: _Recording | None = None
+        self.speculation_end_step: int | None = None
+        self.degraded: list[DegradedFlag] = []
         self.messages: list[str] = []
         self.stop_requested = False
         self._stop_announced = False
@@ -135,6 +188,7 @@ class CaptureSession:
         self._last_progress = 0.0
         self._started_mono = time.monotonic()
         self._settings_snapshot: dict[str, Any] | None = None
+        self._callsite_steps: int | None = None  # steps counted while call sites were recorded
         self._lock = threading.RLock()
         self._timer: threading.Thread | None = None
         self._timer_stop = threading.Event()
@@ -143,7 +197,9 @@ class CaptureSession:
         self._prev_winch: Any = None
         self._log_fh: Any = None
         self.recorder: Any = None
-        self.exit_reason: str | None = None
+        self.tracker: Any = None
+        self.frameworks: Any = None
+        self.exit_reason: ExitReason | None = None
         self.failed_at_step: int | None = None
         self.exit_status: int | None = None
         self.signal: int | None = None
@@ -183,12 +239,16 @@ class CaptureSession:
         except Exception:
             pass
 
-    def degrade(self, flag: str, message: str) -> None:
-        if flag not in self.degraded:
-            self.degraded.append(flag)
+    def degrade(self, flag: Degraded, message: str, step: int | None = None) -> None:
+        entry = DegradedFlag(flag, step)
+        if entry not in self.degraded:
+            self.degraded.append(entry)
         if message and message not in self.messages:
             self.messages.append(message)
-        self.log(f"degraded {flag}: {message}")
+        self.log(f"degraded {entry}: {message}")
+
+    def has(self, flag: Degraded) -> bool:
+        return any(f.kind is flag for f in self.degraded)
 
     @property
     def steps_seen(self) -> int:
@@ -199,25 +259,51 @@ class CaptureSession:
         """Install the hooks (torch is imported here) and the time fallback."""
         import torch
 
+        from gpuadvisor.capture.forward import ForwardTracker
+        from gpuadvisor.capture.frameworks import FrameworkRecorder
         from gpuadvisor.capture.hooks import Recorder
 
         (self.out / rundir.TRACE_DIR).mkdir(parents=True, exist_ok=True)
         self.cuda_available = bool(torch.cuda.is_available())
+        self._request_cupti_teardown(torch)
         self.recorder = Recorder(
             log=self.log,
             on_optimizer_step=self._on_optimizer_step,
             on_dataloader_next=self._on_dataloader_next,
             on_user_profiler=self._on_user_profiler,
         )
+        self.recorder.off = self.off
         self.recorder.install()
+        self.tracker = ForwardTracker(self.recorder, self._on_forward)
+        self.tracker.install()
+        self.frameworks = FrameworkRecorder(self.recorder)
+        self.frameworks.install()
+        self.log(f"session started; sys.path[0] = {sys.path[0] if sys.path else None}")
+        if self.off:
+            self.log(f"experiment: disabled {', '.join(sorted(s.value for s in self.off))}")
         if not self.cuda_available:
             self.degrade(
-                rundir.DEGRADED_CUDA_UNAVAILABLE,
+                Degraded.CUDA_UNAVAILABLE,
                 "CUDA is not available to torch in the training process: only CPU activity was recorded.",
             )
         if not self.cfg.manual_steps and self.cfg.time_fallback_after > 0:
             self._start_timer()
         self.write_state()
+
+    def _request_cupti_teardown(self, torch: Any) -> None:
+        """Ask Kineto to finalize CUPTI when a trace stops, so that no CUPTI callback stays attached to
+        the steps after the window (pytorch PR #146604 measured 10-20% on later steps without it).
+
+        Kineto reads TEARDOWN_CUPTI at each stop. Not set when the user set it, when CUDA is older
+        than 12.6 (teardown crashes next to CUDA graphs there; torch itself then sets it to 0), or in
+        an experiment that disables it."""
+        if Suspect.CUPTI_TEARDOWN in self.off or "TEARDOWN_CUPTI" in os.environ or not self.cuda_available:
+            self.cupti_teardown = os.environ.get("TEARDOWN_CUPTI") == "1"
+            return
+        if not _cuda_version_at_least(getattr(torch.version, "cuda", None), 12, 6):
+            return
+        self._manage_teardown = True  # set per stop by _stop_trace
+        self.cupti_teardown = True
 
     def _start_timer(self) -> None:
         # Time-based steps are delivered in the main thread through a simulated SIGWINCH (ignored by
@@ -244,7 +330,9 @@ class CaptureSession:
             return
         while not self._timer_stop.is_set():
             with self._lock:
-                undecided = self.method in (None, "time") and self._dl_calls <= 1
+                undecided = (
+                    self.method in (None, StepDetection.TIME) and self._dl_calls <= 1 and self._fwd_calls <= 1
+                )
                 if not undecided or self.state in (WindowState.DONE, WindowState.DISABLED):
                     return
                 already = self._time_pending
@@ -258,10 +346,11 @@ class CaptureSession:
         if not self._time_pending:
             return  # a real terminal resize
         self._time_pending = False
+        self._signal()
         if self.method is None:
-            self._switch_method("time", "no optimizer step or DataLoader batch was seen")
-        if self.method == "time":
-            self.counts["time"] += 1
+            self._switch_method(StepDetection.TIME, "no optimizer step, model forward or DataLoader batch was seen")
+        if self.method is StepDetection.TIME:
+            self.counts[StepDetection.TIME] += 1
             self._boundary()
 
     def _stop_timer(self) -> None:
@@ -273,52 +362,107 @@ class CaptureSession:
 
     # ------------------------------------------------------------------ step signals
     def _on_optimizer_step(self, opt: Any) -> None:
+        if self.state is WindowState.DONE:
+            if self.method is StepDetection.OPTIMIZER_STEP_HOOK and opt is self._primary_optimizer:
+                self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
+                self._boundary()
+            return
+        if not self.is_origin():
+            return  # a forked worker running our hooks: its calls are not the run's steps
         if self._primary_optimizer is None:
             self._primary_optimizer = opt
         elif opt is not self._primary_optimizer:
             return  # only the first optimizer that steps counts (GANs and friends step several)
-        self.counts["optimizer_step_hook"] += 1
-        if self.method != "optimizer_step_hook" and self._may_switch("optimizer_step_hook"):
-            self._switch_method("optimizer_step_hook", "optimizer.step() was seen")
-        if self.method == "optimizer_step_hook":
+        self._signal()
+        self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
+        method = StepDetection.OPTIMIZER_STEP_HOOK
+        if self.method is not method and self._may_switch(method):
+            self._switch_method(method, "optimizer.step() was seen")
+        if self.method is method:
+            self._boundary()
+
+    def _on_forward(self) -> None:
+        """A call of the top module (`capture.forward`): the first starts step 0, each later one ends
+        a step."""
+        if self.state is WindowState.DONE:
+            if self.method is StepDetection.MODULE_FORWARD:
+                self.counts[StepDetection.MODULE_FORWARD] += 1
+                self._boundary()
+            return
+        if not self.is_origin():
+            return  # e.g. a module applied in a forked DataLoader worker
+        self._signal()
+        self._fwd_calls += 1
+        if self._fwd_calls == 1:
+            return
+        method = StepDetection.MODULE_FORWARD
+        self.counts[method] += 1
+        if (
+            self.method is not method
+            and self.counts[StepDetection.OPTIMIZER_STEP_HOOK] == 0
+            and self._may_switch(method)
+        ):
+            self._switch_method(method, "the model's forward was called again")
+        if self.method is method:
             self._boundary()
 
     def _on_dataloader_next(self) -> None:
+        if self.state is WindowState.DONE:
+            if self.method is StepDetection.DATALOADER:
+                self.counts[StepDetection.DATALOADER] += 1
+                self._boundary()
+            return
+        if not self.is_origin():
+            return
+        self._signal()
         self._dl_calls += 1
         if self._dl_calls == 1:
             return  # the first batch starts step 0; it ends nothing
-        self.counts["dataloader"] += 1
+        method = StepDetection.DATALOADER
+        self.counts[method] += 1
         if (
-            self.method is None or (self.method == "time" and self._may_switch("dataloader"))
-        ) and self.counts["optimizer_step_hook"] == 0:
-            self._switch_method("dataloader", "a second DataLoader batch came before any optimizer step")
-        if self.method == "dataloader":
+            self.method is not method
+            and self.counts[StepDetection.OPTIMIZER_STEP_HOOK] == 0
+            and self._may_switch(method)
+        ):
+            self._switch_method(method, "a second DataLoader batch came before any optimizer step")
+        if self.method is method:
             self._boundary()
 
     def step(self) -> None:
         """Manual step boundary (the in-process `Capture.step()`)."""
-        self.counts["manual"] += 1
-        if self.method == "manual":
+        self._signal()
+        self.counts[StepDetection.MANUAL] += 1
+        if self.method is StepDetection.MANUAL:
             self._boundary()
 
-    def _may_switch(self, new: str) -> bool:
+    def _may_switch(self, new: StepDetection) -> bool:
         if self.method is None:
             return True
-        if _METHOD_PRIORITY[new] <= _METHOD_PRIORITY[self.method]:
+        if new.priority <= self.method.priority:
             return False
-        return self.state in (WindowState.IDLE, WindowState.WARMUP, WindowState.RECORD)
+        return self.state not in (WindowState.DONE, WindowState.DISABLED)
 
-    def _switch_method(self, new: str, why: str) -> None:
+    def _switch_method(self, new: StepDetection, why: str) -> None:
         old = self.method
         if self.state in (WindowState.WARMUP, WindowState.RECORD):
-            self._abort_window(f"step detection switched from {old} to {new}")
+            self._abort_window(f"step detection switched from {old.value if old else None} to {new.value}")
+        if old is not None and (self.state is WindowState.SPECULATE or self._spec is not None):
+            # The speculative recording numbered its steps by the old method: start it over.
+            self._drop_speculation(f"step detection switched from {old.value} to {new.value}")
         self.method = new
-        self.say(f"counting steps by {new} ({why})", force=True)
+        self.say(f"counting steps by {new.value} ({why})", force=True)
         self.write_state()
 
     # ------------------------------------------------------------------ the window
     def _boundary(self) -> None:
         """A step just ended: `steps_seen` completed steps, the next step's index is `steps_seen`."""
+        if self.state is WindowState.DONE:  # after the window: O(1)
+            if len(self.step_ends) < MAX_STEP_TIMES:
+                self.step_ends.append((self.steps_seen, time.time()))
+            if self.stop_requested:
+                self._raise_stop()
+            return
         if self._in_boundary:
             return  # a time tick delivered while a boundary is being handled: the next one catches up
         c = self.steps_seen
@@ -330,6 +474,14 @@ class CaptureSession:
         self._in_boundary = True
         announced = False
         try:
+            if self.state is WindowState.SPECULATE:
+                self._exit_step_annotation()
+                if self._speculation_over(c):
+                    self._end_speculation(c)
+                else:
+                    self._enter_step_annotation(c)
+            if self.state is WindowState.IDLE and c < cfg.skip_steps:
+                self._maybe_speculate(c)
             if self.state is WindowState.IDLE and c >= cfg.skip_steps:
                 self._begin_warmup(c)
                 announced = True
@@ -345,7 +497,7 @@ class CaptureSession:
                 else:
                     self._enter_step_annotation(c)
                     self.say(f"step {c}: recording ({c - self.record_start + 1}/{cfg.active_steps})")
-            elif self.state is WindowState.IDLE:
+            elif self.state in (WindowState.IDLE, WindowState.SPECULATE):
                 self.say(f"step {c}: skipping ({c}/{cfg.skip_steps})")
             elif self.state is WindowState.WARMUP:
                 self.say(f"step {c}: warm-up ({c - self._warmup_start + 1}/{cfg.warmup_steps})")
@@ -353,7 +505,7 @@ class CaptureSession:
             raise
         except Exception as err:  # the profiler failed: keep the user's run alive, say why
             self.degrade(
-                rundir.DEGRADED_TRACE_NOT_EXPORTED,
+                Degraded.TRACE_NOT_EXPORTED,
                 f"the profiler failed at step {c}: {type(err).__name__}: {err}",
             )
             self._drop_profiler()
@@ -375,23 +527,18 @@ class CaptureSession:
         except Exception:
             return False
 
-    def _begin_warmup(self, c: int) -> None:
-        import torch
+    def _new_profiler(self) -> Any:
+        """A prepared (warming-up) torch.profiler with what the rules read: CPU ops with shapes
+        (dtypes, FLOPs from Input Dims), CUDA activity; no flops (computed from shapes), no memory."""
         from torch.profiler import ProfilerActivity, profile
 
-        if self._user_profiler_active():
-            self.degrade(
-                rundir.DEGRADED_USER_PROFILER,
-                "the script runs its own torch.profiler; gpuadvisor waits until it is stopped (one profiler per process).",
-            )
-            return
         activities = [ProfilerActivity.CPU]
         if self.cuda_available:
             activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(
+        prof = profile(
             activities=activities,
             record_shapes=True,
-            with_flops=True,
+            with_flops=False,
             with_stack=self.cfg.with_stack,
             profile_memory=False,
         )
@@ -404,17 +551,26 @@ class CaptureSession:
             # HTA refuses traces without distributedInfo.rank; torch adds it only under torch.distributed.
             import json
 
-            self._prof.preset_metadata_json(
+            prof.preset_metadata_json(
                 "distributedInfo",
                 json.dumps({"backend": None, "rank": self.rank, "world_size": self.world_size}),
             )
         self._preparing_ours = True
         try:
             with self._native_stderr_filtered():
-                self._prof.prepare_trace()
+                prof.prepare_trace()
         finally:
             self._preparing_ours = False
-        del torch
+        return prof
+
+    def _begin_warmup(self, c: int) -> None:
+        if self._user_profiler_active():
+            self.degrade(
+                Degraded.USER_PROFILER,
+                "the script runs its own torch.profiler; gpuadvisor waits until it is stopped (one profiler per process).",
+            )
+            return
+        self._prof = self._new_profiler()
         self.state = WindowState.WARMUP
         self._warmup_start = c
         self.say(f"step {c}: warm-up starts ({self.cfg.warmup_steps} steps)", force=True)
@@ -425,9 +581,23 @@ class CaptureSession:
         self.state = WindowState.RECORD
         self.record_start = c
         self.window_start_unix_s = time.time()
+        self._set_in_window(True)
         self._enter_step_annotation(c)
         self.say(f"step {c}: recording (1/{self.cfg.active_steps})", force=True)
         self.write_state()
+
+    def _set_in_window(self, on: bool) -> None:
+        """Call sites and model calls are also counted per recorded step."""
+        if self.tracker is not None:
+            self.tracker.in_window = on
+        if self.recorder is not None:
+            self.recorder.in_window = on
+
+    def _window_steps(self) -> int:
+        """Steps of the recorded window (0 without one, or for a short run)."""
+        if self.record_start is None or self.record_end is None or self.short_run or not self.trace_written:
+            return 0
+        return max(0, self.record_end - self.record_start + 1)
 
     def _enter_step_annotation(self, c: int) -> None:
         from torch.profiler import record_function
@@ -443,9 +613,12 @@ class CaptureSession:
 
     def _complete_window(self, c: int) -> None:
         self.record_end = c - 1
+        self._set_in_window(False)
         self._stop_and_export()
         self.state = WindowState.DONE
+        self._spec = None  # the real window replaces the speculative recording
         self.snapshot_settings()
+        self._after_window()
         self.write_outputs()
         if not self.cfg.full:
             self.stop_requested = True
@@ -459,12 +632,44 @@ class CaptureSession:
         else:
             self.say(f"capture window complete after step {c}; the script continues (--full)", force=True)
 
+    def _after_window(self) -> None:
+        """Remove every wrapper but the step-counting hook of the chosen method (issue 15)."""
+        if self.recorder is None:
+            return
+        keep_steps = Suspect.STEP_TIMER not in self.off
+        method = self.method
+        if Suspect.UNINSTALL_AFTER_WINDOW in self.off:
+            if not keep_steps:
+                self.recorder.uninstall(keep=lambda owner, attr, group: not self._is_step_hook(attr, group, method))
+            self.log("experiment: wrappers kept after the window")
+            return
+        self._callsite_steps = self.steps_seen
+        self.recorder.recording_callsites = False
+        if self.tracker is not None:
+            self.tracker.stop(keep_step_hook=keep_steps and method is StepDetection.MODULE_FORWARD)
+        if self.frameworks is not None:
+            self.frameworks.uninstall()
+        self.recorder.uninstall(keep=lambda owner, attr, group: keep_steps and self._is_step_hook(attr, group, method))
+        left = self.recorder.installed()
+        self.log(f"after the window: wrappers left installed: {', '.join(left) if left else 'none'}")
+
+    @staticmethod
+    def _is_step_hook(attr: str, group: Suspect, method: StepDetection | None) -> bool:
+        if method is StepDetection.OPTIMIZER_STEP_HOOK:
+            return attr == "<hook>" and group is Suspect.STEP_TIMER
+        if method is StepDetection.MODULE_FORWARD:
+            return attr == "<hook>" and group is Suspect.MODULE_HOOKS
+        if method is StepDetection.DATALOADER:
+            return attr == "__next__" and group is Suspect.DATALOADER_HOOKS
+        return False
+
     def _abort_window(self, why: str) -> None:
         self._exit_step_annotation()
         if self._prof is not None and self.state is WindowState.RECORD:
-            with contextlib.suppress(Exception), self._native_stderr_filtered():
-                self._prof.stop_trace()
+            with contextlib.suppress(Exception):
+                self._stop_trace(self._prof, final=False)
         self._drop_profiler()
+        self._set_in_window(False)
         self.state = WindowState.IDLE
         self.record_start = None
         self.window_start_unix_s = None
@@ -475,6 +680,75 @@ class CaptureSession:
         self._exit_step_annotation()
         self._prof = None
 
+    # ------------------------------------------------------------------ short scripts
+    def _speculation_possible(self, c: int) -> bool:
+        seen = self.recorder.settings if self.recorder is not None else None
+        return (
+            not self._spec_done
+            and self.cfg.short_run_seconds > 0
+            and Suspect.SHORT_RUN not in self.off
+            and c < self.cfg.skip_steps // 2
+            and (seen is None or seen.compile_count == 0)  # never record a compilation speculatively
+            and self.is_origin()
+            and not self.has(Degraded.USER_PROFILER)
+        )
+
+    def _signal(self) -> None:
+        """Any step signal: the first one starts the speculative recording."""
+        if self.state is WindowState.IDLE and not self._in_boundary:
+            self._maybe_speculate(self.steps_seen)
+
+    def _maybe_speculate(self, c: int) -> None:
+        if not self._speculation_possible(c) or self._user_profiler_active():
+            return
+        try:
+            self._prof = self._new_profiler()
+            with self._native_stderr_filtered():
+                self._prof.start_trace()
+        except Exception as err:
+            self.log(f"no speculative recording: {type(err).__name__}: {err}")
+            self._prof = None
+            self._spec_done = True
+            return
+        self.state = WindowState.SPECULATE
+        self._spec_started_mono = time.monotonic()
+        self._spec_start_step = c
+        self.window_start_unix_s = time.time()
+        self._enter_step_annotation(c)
+        self.log(f"step {c}: recording the first steps speculatively (short-script capture)")
+
+    def _speculation_over(self, c: int) -> bool:
+        seen = self.recorder.settings if self.recorder is not None else None
+        return (
+            c >= self.cfg.skip_steps // 2
+            or time.monotonic() - self._spec_started_mono > self.cfg.short_run_seconds
+            or (seen is not None and seen.compile_count > 0)
+        )
+
+    def _end_speculation(self, c: int) -> None:
+        """Stop the speculative recording at boundary `c`; keep it in memory, unexported."""
+        prof, self._prof = self._prof, None
+        self._stop_trace(prof, final=False)
+        self._spec = _Recording(prof, self._spec_start_step, c - 1, self.window_start_unix_s, time.time())
+        self.window_start_unix_s = None
+        self._spec_done = True
+        self.speculation_end_step = c
+        self.state = WindowState.IDLE
+        self.log(f"step {c}: speculative recording of steps {self._spec_start_step}-{c - 1} kept in memory")
+
+    def _drop_speculation(self, why: str) -> None:
+        if self.state is WindowState.SPECULATE:
+            self._exit_step_annotation()
+            with contextlib.suppress(Exception):
+                self._stop_trace(self._prof, final=False)
+            self._prof = None
+            self.window_start_unix_s = None
+            self.state = WindowState.IDLE
+        self._spec = None
+        self._spec_done = False
+        self.speculation_end_step = None
+        self.log(f"speculative recording dropped: {why}")
+
     def _on_user_profiler(self, inner: Any) -> None:
         if self._preparing_ours:
             return
@@ -482,19 +756,23 @@ class CaptureSession:
             "the script started its own torch.profiler; only one profiler can run per process, so "
             "gpuadvisor stopped its own capture and left the script's profiler alone."
         )
+        if self.state is WindowState.SPECULATE:
+            with contextlib.suppress(Exception):
+                self._exit_step_annotation()
+                self._end_speculation(self.steps_seen)
         if self.state in (WindowState.WARMUP, WindowState.RECORD):
             if self.state is WindowState.RECORD:
                 self.record_end = self.steps_seen - 1
                 with contextlib.suppress(Exception):
-                    self._stop_and_export()
+                    self._stop_and_export(final=False)  # the script's profiler starts next
             else:
                 self._abort_window("the script started its own profiler")
             self.state = WindowState.DISABLED
-            self.degrade(rundir.DEGRADED_USER_PROFILER, msg)
+            self.degrade(Degraded.USER_PROFILER, msg)
             self.say(msg, force=True)
         elif self.state is WindowState.IDLE:
             self.degrade(
-                rundir.DEGRADED_USER_PROFILER,
+                Degraded.USER_PROFILER,
                 "the script runs its own torch.profiler; gpuadvisor captures only while it is not running.",
             )
 
@@ -535,16 +813,28 @@ class CaptureSession:
                 with contextlib.suppress(OSError):
                     os.write(2, kept)
 
-    def _stop_and_export(self) -> None:
+    def _stop_trace(self, prof: Any, final: bool) -> None:
+        """Stop a profiler. CUPTI is finalized only at the last stop of the session (`final`): a
+        teardown followed by a re-initialization for the next recording is the path that crashed
+        next to CUDA graphs, and it would cost a re-init for nothing."""
+        if self._manage_teardown:
+            os.environ["TEARDOWN_CUPTI"] = "1" if final else "0"  # Kineto reads it at each stop
+        with self._native_stderr_filtered():
+            prof.stop_trace()
+
+    def _stop_and_export(self, final: bool = True) -> None:
         """Stop recording, export the trace as torch writes it, gzip it into trace/rankN.json.gz."""
         self._exit_step_annotation()
         prof = self._prof
         if prof is None:
             return
-        with self._native_stderr_filtered():
-            prof.stop_trace()
+        self._stop_trace(prof, final=final)
         self.window_end_unix_s = time.time()
         self._prof = None
+        self._export(prof)
+
+    def _export(self, prof: Any) -> None:
+        """Export a stopped profiler's trace into trace/rankN.json.gz (through temporary files)."""
         if not self.is_origin():
             return
         t0 = time.monotonic()
@@ -557,16 +847,14 @@ class CaptureSession:
             os.replace(tmp_gz, final)
             self.trace_written = True
         except _SkipExport:
-            self.degrade(
-                rundir.DEGRADED_TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C."
-            )
+            self.degrade(Degraded.TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C.")
         except OSError as err:
             self.degrade(
-                rundir.DEGRADED_OUTPUT_INCOMPLETE,
+                Degraded.OUTPUT_INCOMPLETE,
                 f"the trace could not be written ({err.strerror or err}); the trace of steps "
                 f"{self.record_start}-{self.record_end} was lost.",
             )
-            self.degrade(rundir.DEGRADED_TRACE_NOT_EXPORTED, "")
+            self.degrade(Degraded.TRACE_NOT_EXPORTED, "")
         finally:
             for p in (tmp_json, tmp_gz):
                 with contextlib.suppress(OSError):
@@ -593,6 +881,23 @@ class CaptureSession:
                             + chunk[brace + 1 :]
                         )
                 fout.write(chunk)
+
+    def _export_short_run(self, rec: _Recording, why: str) -> None:
+        """Make a speculative recording the run's trace (the script ended before the window)."""
+        self.record_start, self.record_end = rec.first_step, rec.last_step
+        self.window_start_unix_s, self.window_end_unix_s = rec.window_start_unix_s, rec.window_end_unix_s
+        self._export(rec.prof)
+        if not self.trace_written:
+            return
+        self.short_run = True
+        cfg = self.cfg
+        self.degrade(
+            Degraded.SHORT_RUN,
+            f"the script ended{why} after {self.steps_seen} steps, before the capture window (--skip-steps "
+            f"{cfg.skip_steps} + --warmup-steps {cfg.warmup_steps} + --active-steps {cfg.active_steps}); "
+            f"the trace holds steps {rec.first_step}-{rec.last_step}, recorded from the first step (no warm-up "
+            "skipped: first-call costs are included).",
+        )
 
     # ------------------------------------------------------------------ outputs
     def snapshot_settings(self) -> None:
@@ -639,12 +944,37 @@ class CaptureSession:
                 "count": graphs,
                 "replays": seen.graph_replays,
             }
+            s["run_mode"] = self._run_mode(seen.backward_calls)
         s["snapshot"] = "window_end" if self.state is WindowState.DONE else "run_end"
         self._settings_snapshot = s
+
+    def _run_mode(self, backward_calls: int) -> dict[str, Any]:
+        """Training or inference, as seen at run time: optimizer steps, backward passes, and the grad
+        mode at the top module's calls."""
+        opt_steps = self.counts[StepDetection.OPTIMIZER_STEP_HOOK]
+        mode = self.tracker.mode if self.tracker is not None else None
+        fwd = mode.forward_calls if mode is not None else 0
+        if Suspect.SETTINGS_HOOKS in self.off and opt_steps == 0:
+            kind = "unknown"  # backward passes were not counted (experiment)
+        elif opt_steps > 0 or backward_calls > 0:
+            kind = "training"
+        elif fwd > 0:
+            kind = "inference"
+        else:
+            kind = "unknown"
+        return {
+            "kind": kind,
+            "optimizer_steps": opt_steps,
+            "backward_calls": backward_calls,
+            "forward_calls": fwd,
+            "forward_calls_no_grad": mode.no_grad_calls if mode is not None else 0,
+            "forward_calls_inference_mode": mode.inference_mode_calls if mode is not None else 0,
+        }
 
     def environment_json(self) -> dict[str, Any]:
         import torch
 
+        steps_in_window = self._window_steps()
         env: dict[str, Any] = {
             "schema_version": rundir.RUN_SCHEMA_VERSION,
             "python": platform.python_version(),
@@ -659,6 +989,10 @@ class CaptureSession:
             "settings": self._settings_snapshot or {},
             "dataloaders": list(self.recorder.dataloaders) if self.recorder else [],
             "optimizers": list(self.recorder.optimizers) if self.recorder else [],
+            "framework": self.frameworks.framework_json() if self.frameworks is not None else None,
+            "model_calls": (
+                self.tracker.model_calls_json(steps_in_window, self.steps_seen) if self.tracker is not None else []
+            ),
             "memory": None,
         }
         with contextlib.suppress(Exception):
@@ -693,53 +1027,60 @@ class CaptureSession:
                 self.log(f"GPU description failed: {err}")
         return env
 
-    def capture_json(self) -> dict[str, Any]:
+    def capture_window(self) -> CaptureWindow:
         if self.state is WindowState.DONE:
-            state = "complete"
+            state = CaptureState.COMPLETE
         elif self.trace_written:
-            state = "partial"
+            state = CaptureState.PARTIAL
         else:
-            state = "not_reached"
-        return {
-            "skip_steps": self.cfg.skip_steps,
-            "warmup_steps": self.cfg.warmup_steps,
-            "active_steps": self.cfg.active_steps,
-            "first_recorded_step": self.record_start if self.trace_written else None,
-            "last_recorded_step": self.record_end if self.trace_written else None,
-            "state": state,
-            "full": self.cfg.full,
-            "with_stack": self.cfg.with_stack,
-            "record_shapes": True,
-            "with_flops": True,
-            "window_start_unix_s": self.window_start_unix_s,
-            "window_end_unix_s": self.window_end_unix_s,
-            "export_seconds": self.export_seconds,
-            "step_ends": [[c, round(t, 6)] for c, t in self.step_ends],
-        }
+            state = CaptureState.NOT_REACHED
+        extra: dict[str, Any] = {}
+        if self.off:
+            extra["experiment_disabled"] = sorted(s.value for s in self.off)
+        return CaptureWindow(
+            skip_steps=self.cfg.skip_steps,
+            warmup_steps=self.cfg.warmup_steps,
+            active_steps=self.cfg.active_steps,
+            first_recorded_step=self.record_start if self.trace_written else None,
+            last_recorded_step=self.record_end if self.trace_written else None,
+            state=state,
+            full=self.cfg.full,
+            with_stack=self.cfg.with_stack,
+            record_shapes=True,
+            with_flops=False,
+            window_start_unix_s=self.window_start_unix_s,
+            window_end_unix_s=self.window_end_unix_s,
+            export_seconds=self.export_seconds,
+            step_ends=tuple(self.step_ends),
+            short_run=self.short_run,
+            speculation_end_step=self.speculation_end_step,
+            cupti_teardown=self.cupti_teardown,
+            extra=extra,
+        )
 
-    def state_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "python": sys.executable,
-            "step_detection": self.method or "none",
-            "steps_seen": self.steps_seen,
-            "capture": self.capture_json(),
-            "traces": [f"{rundir.TRACE_DIR}/rank{self.rank}.json.gz"] if self.trace_written else [],
-            "degraded": list(self.degraded),
-            "messages": list(self.messages),
-            "exit_reason": self.exit_reason,
-            "exit_status": self.exit_status,
-            "failed_at_step": self.failed_at_step,
-            "signal": self.signal,
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "node_rank": self.node_rank,
-            "world_size": self.world_size,
-            "host": platform.node(),
-            "failed_at_unix_s": self.failed_at_unix_s,
-            "ended_unix_s": time.time() if self.exit_reason is not None else None,
-            "distributed_backend": self._dist_backend(),
-        }
+    def child_state(self) -> ChildState:
+        return ChildState(
+            pid=self.pid,
+            python=sys.executable,
+            step_detection=self.method or StepDetection.NONE,
+            steps_seen=self.steps_seen,
+            capture=self.capture_window(),
+            traces=(f"{rundir.TRACE_DIR}/rank{self.rank}.json.gz",) if self.trace_written else (),
+            degraded=tuple(self.degraded),
+            messages=tuple(self.messages),
+            exit_reason=self.exit_reason,
+            exit_status=self.exit_status,
+            failed_at_step=self.failed_at_step,
+            signal=self.signal,
+            rank=self.rank,
+            local_rank=self.local_rank,
+            node_rank=self.node_rank,
+            world_size=self.world_size,
+            host=platform.node(),
+            failed_at_unix_s=self.failed_at_unix_s,
+            ended_unix_s=time.time() if self.exit_reason is not None else None,
+            distributed_backend=self._dist_backend(),
+        )
 
     def _dist_backend(self) -> str | None:
         # torch is imported by start(); never imported here (sys.modules only). The last backend seen
@@ -763,7 +1104,7 @@ class CaptureSession:
         if not self.is_origin():
             return
         try:
-            write_json_atomic(self.state_file(), self.state_json())
+            write_json_atomic(self.state_file(), self.child_state().to_json())
         except OSError as err:
             self.log(f"state not written: {err}")
 
@@ -772,11 +1113,12 @@ class CaptureSession:
         if not self.is_origin():
             return True
         ok = True
+        steps = self._callsite_steps if self._callsite_steps is not None else self.steps_seen
         for name, make in (
             (rundir.ENVIRONMENT, self.environment_json),
             (
                 rundir.CALLSITES,
-                lambda: self.recorder.callsites_json(self.steps_seen) if self.recorder else {},
+                lambda: self.recorder.callsites_json(steps, self._window_steps()) if self.recorder else {},
             ),
         ):
             try:
@@ -784,12 +1126,12 @@ class CaptureSession:
             except OSError as err:
                 ok = False
                 self.degrade(
-                    rundir.DEGRADED_OUTPUT_INCOMPLETE, f"{name} could not be written ({err.strerror or err})."
+                    Degraded.OUTPUT_INCOMPLETE, f"{name} could not be written ({err.strerror or err})."
                 )
             except Exception as err:
                 ok = False
                 self.degrade(
-                    rundir.DEGRADED_OUTPUT_INCOMPLETE,
+                    Degraded.OUTPUT_INCOMPLETE,
                     f"{name} could not be built ({type(err).__name__}: {err}).",
                 )
         self.write_state()
@@ -801,46 +1143,68 @@ class CaptureSession:
         self._stop_timer()
         if self.recorder is not None:
             self.recorder.recording_callsites = False
+        why = " with an exception" if self.exit_reason is ExitReason.EXCEPTION else ""
+        if self.state is WindowState.SPECULATE:
+            self._exit_step_annotation()
+            prof, self._prof = self._prof, None
+            with contextlib.suppress(Exception):
+                self._stop_trace(prof, final=True)
+            self.state = WindowState.IDLE
+            # The step the script ended in is annotated too (the last batch of an inference loop).
+            self._spec = _Recording(
+                prof, self._spec_start_step, self.steps_seen, self.window_start_unix_s, time.time()
+            )
         if self.state is WindowState.RECORD:
             self.record_end = (
                 self.steps_seen - 1 if self.steps_seen > (self.record_start or 0) else self.record_start
             )
+            self._set_in_window(False)
             if skip_export:
                 self._exit_step_annotation()
-                with contextlib.suppress(Exception), self._native_stderr_filtered():
-                    self._prof.stop_trace()
+                with contextlib.suppress(Exception):
+                    self._stop_trace(self._prof, final=True)
                 self._drop_profiler()
-                self.degrade(
-                    rundir.DEGRADED_TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C."
-                )
+                self.degrade(Degraded.TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C.")
             else:
                 self._stop_and_export()
             self.state = WindowState.DISABLED if not self.trace_written else self.state
         elif self.state is WindowState.WARMUP:
             self._abort_window("the run ended during warm-up")
+        if not self.trace_written and self._spec is not None and not skip_export:
+            spec, self._spec = self._spec, None
+            self._export_short_run(spec, why)
+        self._spec = None
         needed = self.cfg.skip_steps + self.cfg.warmup_steps + self.cfg.active_steps
-        if (
-            self.state is not WindowState.DONE
-            and self.steps_seen < needed
-            and rundir.DEGRADED_USER_PROFILER not in self.degraded
-        ):
+        if self.state is not WindowState.DONE and self.steps_seen < needed and not self.has(Degraded.USER_PROFILER):
             self.degrade(
-                rundir.DEGRADED_TOO_FEW_STEPS,
+                Degraded.TOO_FEW_STEPS,
                 f"too few steps ({self.steps_seen} seen, {needed} needed: --skip-steps "
                 f"{self.cfg.skip_steps} + --warmup-steps {self.cfg.warmup_steps} + --active-steps "
                 f"{self.cfg.active_steps}); "
-                + ("a partial window was saved." if self.trace_written else "no trace was recorded."),
+                + (
+                    "the first steps were recorded instead (short run)."
+                    if self.short_run
+                    else "a partial window was saved."
+                    if self.trace_written
+                    else "no trace was recorded."
+                ),
             )
         if self.method is None:
-            self.messages.append("no step was detected (no optimizer step, DataLoader batch or time step).")
-        elif self.method in ("dataloader", "time"):
-            self.messages.append(
-                f"steps were counted by {self.method}: the script never called optimizer.step() "
-                "(or not before the window)."
+            self.degrade(
+                Degraded.NO_STEPS_DETECTED,
+                "no step was detected (no optimizer step, model forward call, DataLoader batch or time step): "
+                "nothing was recorded; mark steps with gpuadvisor.capture(...).step() or lower "
+                "--time-fallback-after.",
             )
+        elif self.method in (StepDetection.DATALOADER, StepDetection.TIME, StepDetection.MODULE_FORWARD):
+            msg = f"steps were counted by {self.method.value}: the script never called optimizer.step() (or not before the window)."
+            if msg not in self.messages:
+                self.messages.append(msg)
         if self._settings_snapshot is None or self.state is not WindowState.DONE:
             with contextlib.suppress(Exception):
                 self.snapshot_settings()
+        if self.frameworks is not None:
+            self.frameworks.uninstall()
         if self.recorder is not None:
             self.recorder.uninstall()
             for err in self.recorder.hook_errors:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpuadvisor import rundir
+from gpuadvisor.manifest import Degraded, ExitReason
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.session import CaptureSession
@@ -84,11 +84,11 @@ class TermWatchdog:
     def _finish_from_here(self) -> None:
         s = self.session
         s.log(f"SIGTERM: the main thread did not respond within {self.grace_s} s; finishing from a thread")
-        s.exit_reason = "signal"
+        s.exit_reason = ExitReason.SIGNAL
         s.signal = signal.SIGTERM
         s.exit_status = 128 + signal.SIGTERM
         s.degrade(
-            rundir.DEGRADED_INTERRUPTED,
+            Degraded.INTERRUPTED,
             f"rank {s.rank} was terminated while blocked (in a collective?) at step {s.steps_seen}; "
             "the capture was flushed from a watchdog thread.",
         )

@@ -72,6 +72,14 @@ from gpuadvisor.errors import GpuAdvisorError
     help="Seconds without optimizer step or DataLoader batch before counting steps by time (0: never).",
 )
 @click.option(
+    "--short-run-seconds",
+    type=click.FloatRange(min=0.0),
+    default=2.0,
+    show_default=True,
+    help="Record the first steps for up to this long, so that a script that ends before the window "
+    "is still captured (0: off).",
+)
+@click.option(
     "--open",
     "open_report",
     is_flag=True,
@@ -124,6 +132,7 @@ def profile(
     nvml_interval: float,
     time_step_seconds: float,
     time_fallback_after: float,
+    short_run_seconds: float,
     analyze: bool,
     open_report: bool,
     quiet: bool,
@@ -159,6 +168,7 @@ def profile(
             "profile needs PyTorch, which is not installed in this environment: "
             "pip install 'gpuadvisor[profile]' (on a GPU machine, install your CUDA build of torch first)"
         )
+    from gpuadvisor.capture.options import ProfileOptions
     from gpuadvisor.capture.runner import LaunchOptions, run_profile
 
     launch: LaunchOptions | None = None
@@ -190,9 +200,7 @@ def profile(
                 standalone=standalone,
                 term_grace_s=term_grace,
             )
-        outcome = run_profile(
-            target,
-            list(args),
+        options = ProfileOptions(
             out=out,
             force=force,
             full=full,
@@ -202,12 +210,13 @@ def profile(
             with_stack=with_stack,
             nvml_interval=nvml_interval,
             quiet=quiet,
-            module=module,
             time_step_seconds=time_step_seconds,
             time_fallback_after=time_fallback_after,
+            short_run_seconds=short_run_seconds,
             analyze=analyze,
-            command=["gpuadvisor", *sys.argv[1:]],
-            launch=launch,
+        )
+        outcome = run_profile(
+            target, list(args), options, module=module, command=["gpuadvisor", *sys.argv[1:]], launch=launch
         )
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {err}", err=True)

@@ -258,7 +258,7 @@ def test_no_optimizer_falls_back_to_dataloader(tmp_path: Path) -> None:
     env = json.loads((out / "environment.json").read_text())
     dl = env["dataloaders"][0]
     assert dl["file"].endswith("scripts/no_optimizer.py") and not os.path.isabs(dl["file"])  # relative to cwd
-    assert (dl["line"], dl["batch_size"], dl["num_workers"]) == (7, 8, 0)
+    assert (dl["line"], dl["batch_size"], dl["num_workers"]) == (8, 8, 0)
     assert dl["code"] == "loader = DataLoader(ds, batch_size=8)"
     assert dl["dataset_type"] == "TensorDataset" and dl["dataset_len"] == 256
 
