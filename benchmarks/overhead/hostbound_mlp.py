@@ -10,7 +10,8 @@ the pace, so any per-call cost the capture leaves behind shows in the step time.
 Step times: with GPUADVISOR_BENCH_STEP_TIMES=FILE, one JSON line per step ({"step", "t", "unix_s"},
 as benchmarks/workloads/_common.StepBench writes them) is written at exit (nothing is written while
 the loop runs). Prints `done STEPS` at the end, and with --report-wrappers the torch attributes that
-are wrapped at that point (gpuadvisor's wrappers carry `__wrapped__`).
+are wrapped at that point (gpuadvisor's wrappers carry `__wrapped__`); --report-wrappers-at 3,9 prints
+them after those steps too.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def main() -> None:
     p.add_argument("--tiny-ops", type=int, default=100, help="extra elementwise ops on a small tensor per step")
     p.add_argument("--items", type=int, default=2, help=".item() reads per step")
     p.add_argument("--report-wrappers", action="store_true")
+    p.add_argument(
+        "--report-wrappers-at", default="", help="comma-separated steps after which to print the wrapped attributes"
+    )
     args = p.parse_args()
 
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
@@ -116,6 +120,8 @@ def main() -> None:
                 stats[i % len(stats)].item()
             step += 1
             times.append((step, time.perf_counter(), time.time()))
+            if str(step) in args.report_wrappers_at.split(","):
+                print(f"wrapped at step {step}:", ",".join(wrapped_attributes()) or "none", flush=True)
             if step >= args.steps:
                 break
     if args.report_wrappers:

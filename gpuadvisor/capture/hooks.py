@@ -252,13 +252,26 @@ class Recorder:
         """Patch torch once. Call before the user's code runs."""
         import torch
 
-        self._install_sync_hooks(torch)
-        self._install_h2d_hooks(torch)
+        self.install_tensor_hooks()
         self._install_dataloader_hooks()
         self._install_optimizer_hooks()
         self._install_settings_hooks(torch)
         self._install_backward_hooks(torch)
         self._install_profiler_guard()
+
+    def install_tensor_hooks(self) -> None:
+        """The per-call Tensor wrappers (host-sync and host-to-device call sites). The session removes
+        them for the steps it uses as the unprofiled reference and installs them again before the
+        window: each call costs microseconds, which the unprofiled step time must not include."""
+        import torch
+
+        if any(group is Suspect.TENSOR_HOOKS for *_, group, _w in self._patches):
+            return
+        self._install_sync_hooks(torch)
+        self._install_h2d_hooks(torch)
+
+    def remove_tensor_hooks(self) -> None:
+        self.uninstall(keep=lambda owner, attr, group: group is not Suspect.TENSOR_HOOKS)
 
     # ---------------------------------------------------------------- host syncs
     def _nested(self) -> bool:

@@ -482,6 +482,10 @@ class CaptureSession:
                     self._enter_step_annotation(c)
             if self.state is WindowState.IDLE and c < cfg.skip_steps:
                 self._maybe_speculate(c)
+            if c == max(1, cfg.skip_steps // 2) and self.state is WindowState.IDLE and self.recorder is not None:
+                # The steps from here to the window are the unprofiled reference of the analysis
+                # (gpuadvisor.metrics.host_step_durations): without the per-call Tensor wrappers.
+                self.recorder.remove_tensor_hooks()
             if self.state is WindowState.IDLE and c >= cfg.skip_steps:
                 self._begin_warmup(c)
                 announced = True
@@ -571,6 +575,8 @@ class CaptureSession:
             )
             return
         self._prof = self._new_profiler()
+        if self.recorder is not None:
+            self.recorder.install_tensor_hooks()
         self.state = WindowState.WARMUP
         self._warmup_start = c
         self.say(f"step {c}: warm-up starts ({self.cfg.warmup_steps} steps)", force=True)

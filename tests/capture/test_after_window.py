@@ -89,6 +89,30 @@ def test_no_wrapper_is_left_after_the_window(tmp_path: Path) -> None:
     assert "Tensor.item" in wrapped and "Optimizer.__init__" in wrapped  # the check can fail
 
 
+def test_reference_steps_run_without_the_tensor_wrappers(tmp_path: Path) -> None:
+    """The steps the analysis uses as the unprofiled reference (the second half of the skipped steps,
+    gpuadvisor.metrics.host_step_durations) run without the per-call Tensor wrappers, which cost
+    microseconds per `.item()`; the wrappers are back for the window, where call sites are counted."""
+    args = [str(WORKLOAD), "--steps", "14", "--items", "2", "--report-wrappers-at", "1,4,8", *SYNC_HEAVY]
+    window = ["--skip-steps", "6", "--warmup-steps", "1", "--active-steps", "3"]
+    r = subprocess.run(
+        profile_cmd("-q", "--full", "--no-analyze", "-o", str(tmp_path / "run"), *window, *args),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    at = {
+        int(line.split()[3].rstrip(":")): line.split(": ", 1)[1].split(",")
+        for line in r.stdout.splitlines()
+        if line.startswith("wrapped at step ")
+    }
+    assert "Tensor.item" in at[1]  # before the reference steps (call sites of set-up code)
+    assert "Tensor.item" not in at[4]  # steps 3..5: the unprofiled reference
+    assert "Tensor.item" in at[8]  # the window
+
+
 @pytest.mark.slow
 def test_steps_after_the_window_run_as_fast_as_plain_python(tmp_path: Path) -> None:
     steps, items = 100, 3000
