@@ -70,7 +70,7 @@ REMEDIES: dict[RemedyId, RemedySpec] = {
     for s in (
         RemedySpec(RemedyId.PINNED_ASYNC_COPIES, "Copy from pinned memory with non_blocking=True", False),
         RemedySpec(RemedyId.PREFETCH_COPIES, "Prefetch the next batch to the GPU during compute", False),
-        RemedySpec(RemedyId.UINT8_INPUTS, "Ship inputs as uint8 and convert on the GPU", False),
+        RemedySpec(RemedyId.UINT8_INPUTS, "Ship inputs in a narrower dtype (uint8, float32) and convert on the GPU", False),
         RemedySpec(RemedyId.REMOVE_HOST_SYNCS, "Remove blocking reads and synchronizes from the step", False),
         RemedySpec(RemedyId.STATIC_SHAPES, "Replace data-dependent-shape ops with static-shape ones", False),
         RemedySpec(RemedyId.DATALOADER_WORKERS, "Load batches in DataLoader worker processes", True),

@@ -87,6 +87,43 @@ def image_copies(model: StepModel, min_bytes: float) -> tuple[pd.DataFrame, dict
     return copies.loc[keep], shapes
 
 
+def wide_copies(model: StepModel, min_bytes: float) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Host-to-device copies of float64 tensors (any shape): float32 carries them in half the bytes
+    for a model that computes in float32 or less. Returns (copies, dims text -> count)."""
+    trace = model.trace
+    copies = window_copies(model, min_bytes, ("HtoD",))
+    if len(copies) == 0 or len(trace.cpu_ops) == 0:
+        return copies.iloc[0:0], {}
+    rt = trace.runtime.dropna(subset=["correlation", "external_id"]).drop_duplicates("correlation")
+    rt = rt[rt["correlation"].isin(copies["correlation"].dropna())]
+    ext_of_corr = {int(c): int(x) for c, x in zip(rt["correlation"], rt["external_id"], strict=True)}
+    ops = trace.cpu_ops.dropna(subset=["external_id"]).drop_duplicates("external_id", keep="last")
+    op_of_ext = {int(e): (d, ty) for e, d, ty in zip(ops["external_id"], ops["input_dims"], ops["input_types"], strict=True)}
+    keep: list[Any] = []
+    shapes: dict[str, int] = {}
+    for idx, corr, ext in zip(copies.index, copies["correlation"], copies["external_id"], strict=True):
+        key = int(ext) if ext == ext else (ext_of_corr.get(int(corr)) if corr == corr else None)
+        op = op_of_ext.get(key) if key is not None else None
+        if op is not None and first_type(op[1]) == "double":
+            keep.append(idx)
+            try:
+                dims = str(ast.literal_eval(op[0])[0]) if isinstance(op[0], str) else str(op[0])
+            except (ValueError, SyntaxError, TypeError, IndexError):
+                dims = "?"
+            shapes[dims] = shapes.get(dims, 0) + 1
+    return copies.loc[keep], shapes
+
+
+def narrowable_copies(model: StepModel, min_bytes: float) -> tuple[set[int], float]:
+    """Rows (of StepModel.ops) of copies a narrower dtype would shrink, and the byte factor: float32
+    images as uint8 (0.25) when there are any, else float64 tensors as float32 (0.5)."""
+    images, _ = image_copies(model, min_bytes)
+    if len(images):
+        return {int(i) for i in images.index}, 0.25
+    wide, _ = wide_copies(model, min_bytes)
+    return {int(i) for i in wide.index}, 0.5
+
+
 @dataclass(frozen=True)
 class CopyStats:
     count: int
@@ -128,9 +165,9 @@ def group_remedies(ctx: RuleContext) -> list[tuple[RemedyId, dict[str, Any]]]:
     htod = window_copies(model, BATCH_COPY_BYTES, ("HtoD",))
     if len(htod) == 0:
         return out
-    images, _ = image_copies(model, BATCH_COPY_BYTES)
-    if len(images):
-        out.append((RemedyId.UINT8_INPUTS, {"rows": tuple(sorted(int(i) for i in images.index))}))
+    rows, factor = narrowable_copies(model, BATCH_COPY_BYTES)
+    if rows:
+        out.append((RemedyId.UINT8_INPUTS, {"rows": tuple(sorted(rows)), "factor": factor}))
     if (htod["src_kind"].astype(str) == "Pageable").any():
         out.append((RemedyId.PINNED_ASYNC_COPIES, {"min_bytes": BATCH_COPY_BYTES}))
     out.append((RemedyId.PREFETCH_COPIES, {"min_bytes": BATCH_COPY_BYTES}))

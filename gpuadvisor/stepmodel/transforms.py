@@ -88,10 +88,11 @@ def _launch_event_of_ops(program: Program) -> Any:
     return out
 
 
-def remove_reads(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+def remove_reads(model: StepModel, program: Program, c: Constants | None = None) -> Program:
     """Scalar reads leave the step: values accumulate on the device and are read once in a while.
     Each read's own host cost (the `aten::item` op: its copy launch, its wait, its dispatch) goes too;
     Python around it (indexing, comparisons on the host) stays: a conservative estimate."""
+    c = c or CONSTANTS
     import numpy as np
 
     program = remove_waits(model, program, (b.SCALAR_READ,), c)
@@ -110,9 +111,10 @@ def remove_reads(model: StepModel, program: Program, c: Constants = CONSTANTS) -
 
 
 def remove_waits(
-    model: StepModel, program: Program, kinds: Collection[str], c: Constants = CONSTANTS
+    model: StepModel, program: Program, kinds: Collection[str], c: Constants | None = None
 ) -> Program:
     """The host no longer waits on the device in waits of these kinds (the call itself remains)."""
+    c = c or CONSTANTS
     import numpy as np
 
     kinds_arr = np.asarray(sorted(kinds), dtype=object)
@@ -126,9 +128,10 @@ def remove_waits(
     return program
 
 
-def pinned_gbps(model: StepModel, c: Constants = CONSTANTS) -> tuple[float, str]:
+def pinned_gbps(model: StepModel, c: Constants | None = None) -> tuple[float, str]:
     """Pinned host-to-device bandwidth: measured on this trace's pinned copies, else by the PCIe
     generation NVML reported, else a default. Returns (GB/s, how it was obtained)."""
+    c = c or CONSTANTS
     measured = model.facts.pinned_htod_gbps
     if measured is not None and measured > 0:
         return measured, "measured on this run's pinned copies"
@@ -158,9 +161,10 @@ def htod_copy_mask(model: StepModel, program: Program, *, pageable_only: bool, m
     return mask
 
 
-def pinned_async_copies(model: StepModel, program: Program, mask: Any, c: Constants = CONSTANTS) -> Program:
+def pinned_async_copies(model: StepModel, program: Program, mask: Any, c: Constants | None = None) -> Program:
     """The selected host-to-device copies come from pinned memory with non_blocking=True: they run at
     the pinned bandwidth, their launch returns at once, and the host no longer waits for them."""
+    c = c or CONSTANTS
     import numpy as np
 
     if not mask.any():
@@ -177,9 +181,10 @@ def pinned_async_copies(model: StepModel, program: Program, mask: Any, c: Consta
     return remove_waits(model, program, (b.BLOCKING_COPY,), c)
 
 
-def prefetch_copies(model: StepModel, program: Program, mask: Any, c: Constants = CONSTANTS) -> Program:
+def prefetch_copies(model: StepModel, program: Program, mask: Any, c: Constants | None = None) -> Program:
     """Pinned, asynchronous copies issued on a side stream one step ahead: no compute waits for them;
     the copy engine still has to move every byte each step."""
+    c = c or CONSTANTS
     import numpy as np
 
     program = pinned_async_copies(model, program, mask, c)
@@ -203,10 +208,11 @@ def narrow_copies(program: Program, mask: Any, factor: float) -> Program:
 
 
 def faster_data(
-    model: StepModel, program: Program, workers: int, current_workers: int, c: Constants = CONSTANTS
+    model: StepModel, program: Program, workers: int, current_workers: int, c: Constants | None = None
 ) -> Program:
     """DataLoader workers prepare batches in parallel: the host's wait per step shrinks to a hand-off,
     while the workers' throughput bounds the step from below."""
+    c = c or CONSTANTS
     steps = max(1, program.steps)
     data_total = float(program.gap_data.sum()) + program.tail_data
     if data_total <= 0:
@@ -225,8 +231,9 @@ def faster_data(
     return program
 
 
-def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Constants = CONSTANTS) -> Any:
+def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Constants | None = None) -> Any:
     """Each op's duration at `m` times the batch (see the docstring of `larger_batch`)."""
+    c = c or CONSTANTS
     import numpy as np
 
     from gpuadvisor.metrics import gpu_peak_for
@@ -273,7 +280,7 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
     return out
 
 
-def larger_batch(model: StepModel, program: Program, m: float, c: Constants = CONSTANTS) -> Program:
+def larger_batch(model: StepModel, program: Program, m: float, c: Constants | None = None) -> Program:
     """`m` times the batch per step. Host work per step is unchanged (the same ops are dispatched),
     except the time waiting for data, which grows with the samples loaded, and read loops over the
     elements of a tensor, which grow with the batch. On the GPU, input copies
@@ -282,6 +289,7 @@ def larger_batch(model: StepModel, program: Program, m: float, c: Constants = CO
     the waves of blocks it needs: a kernel that under-fills the GPU (fewer blocks than the SMs can
     hold) keeps its time until the grid fills the GPU, unless it is long (a small grid looping over
     its work: linear)."""
+    c = c or CONSTANTS
     program.op_dur = batch_scaled_durations(model, program, m, c)
     program.gap_data = program.gap_data * m
     program.tail_data = program.tail_data * m
@@ -299,9 +307,10 @@ def _forward_backward_events(program: Program) -> Any:
     return ~program.ev_in_optimizer & ~program.ev_in_data
 
 
-def cuda_graphs(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+def cuda_graphs(model: StepModel, program: Program, c: Constants | None = None) -> Program:
     """The forward and backward run as CUDA graph replays: the host's work between their launches
     almost disappears (one replay call per graph), and kernels follow each other back to back."""
+    c = c or CONSTANTS
     import numpy as np
 
     sel = _forward_backward_events(program) & (program.ev_kind != EV_SYNC)
@@ -316,10 +325,11 @@ def cuda_graphs(model: StepModel, program: Program, c: Constants = CONSTANTS) ->
     return program
 
 
-def fuse_elementwise(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = None) -> Program:
     """torch.compile fuses chains of consecutive PyTorch elementwise/reduction kernels on one stream
     into one kernel: a chain's time becomes max(its longest kernel, `fusion_factor` x its sum) and its
     launches but the first disappear."""
+    c = c or CONSTANTS
     import numpy as np
 
     if program.n_ops == 0:
@@ -356,17 +366,19 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants = CONSTANT
     return program
 
 
-def torch_compile(model: StepModel, program: Program, c: Constants = CONSTANTS) -> Program:
+def torch_compile(model: StepModel, program: Program, c: Constants | None = None) -> Program:
     """torch.compile(mode="reduce-overhead"): elementwise fusion, then CUDA graph replay."""
+    c = c or CONSTANTS
     return cuda_graphs(model, fuse_elementwise(model, program, c), c)
 
 
 def fused_optimizer(
-    model: StepModel, program: Program, per_tensor: bool, param_tensors: int | None, c: Constants = CONSTANTS
+    model: StepModel, program: Program, per_tensor: bool, param_tensors: int | None, c: Constants | None = None
 ) -> Program:
     """The optimizer update as a fused implementation: its host time per step becomes a base cost plus
     a small cost per parameter tensor (never more than now), and its GPU time shrinks by
     `per_tensor_to_fused_gpu` (from a per-tensor update) or `foreach_to_fused_gpu` (from foreach)."""
+    c = c or CONSTANTS
     import numpy as np
 
     steps = max(1, program.steps)
@@ -396,10 +408,11 @@ def fused_optimizer(
 
 
 def fix_grids(
-    model: StepModel, program: Program, names: Collection[str], c: Constants = CONSTANTS
+    model: StepModel, program: Program, names: Collection[str], c: Constants | None = None
 ) -> Program:
     """The named kernels launched with enough blocks: a small grid's time x max(blocks/SMs,
     1/`max_grid_speedup`); a full grid with low occupancy x occupancy/target."""
+    c = c or CONSTANTS
     import numpy as np
 
     name = _op_column(model, program, "name").astype(str)
@@ -421,9 +434,10 @@ def fix_grids(
 
 
 def autocast_speedup(
-    achieved_tflops: float | None, fp32_peak: float | None, bf16_peak: float | None, c: Constants = CONSTANTS
+    achieved_tflops: float | None, fp32_peak: float | None, bf16_peak: float | None, c: Constants | None = None
 ) -> float:
     """Expected bf16 speed-up of one FP32 matmul kernel from how hard it drives the CUDA cores."""
+    c = c or CONSTANTS
     if achieved_tflops is not None and fp32_peak and bf16_peak:
         use = min(1.0, achieved_tflops / fp32_peak)
         s = use * (bf16_peak / fp32_peak) * c.tensor_core_efficiency
@@ -432,9 +446,10 @@ def autocast_speedup(
 
 
 def tf32_speedup(
-    achieved_tflops: float | None, fp32_peak: float | None, tf32_peak: float | None, c: Constants = CONSTANTS
+    achieved_tflops: float | None, fp32_peak: float | None, tf32_peak: float | None, c: Constants | None = None
 ) -> float:
     """Expected TF32 speed-up of one FP32 GEMM: only compute-bound kernels gain (same bytes)."""
+    c = c or CONSTANTS
     if achieved_tflops is not None and fp32_peak and tf32_peak:
         use = min(1.0, achieved_tflops / fp32_peak)
         return min(c.max_tf32_speedup, max(1.0, use * (tf32_peak / fp32_peak) * c.tensor_core_efficiency))
@@ -450,8 +465,9 @@ def fp32_matmul_mask(model: StepModel, program: Program) -> Any:
     return np.array([math_of.get(n) is False for n in name.tolist()], dtype=bool)
 
 
-def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants = CONSTANTS) -> Any:
+def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants | None = None) -> Any:
     """Per op of the program: the expected speed-up under `mode` ("bf16" or "tf32")."""
+    c = c or CONSTANTS
     import numpy as np
 
     from gpuadvisor.metrics import gpu_peak_for
@@ -485,8 +501,9 @@ def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants 
     return out
 
 
-def lower_precision(model: StepModel, program: Program, mode: str, c: Constants = CONSTANTS) -> Program:
+def lower_precision(model: StepModel, program: Program, mode: str, c: Constants | None = None) -> Program:
     """bf16 autocast ("bf16") or TF32 ("tf32") for the FP32 matmul/conv kernels (see kernel_speedups)."""
+    c = c or CONSTANTS
     program.op_dur = program.op_dur / kernel_speedups(model, program, mode, c)
     return program
 

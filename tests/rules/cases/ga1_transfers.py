@@ -19,7 +19,14 @@ BATCH = 12 << 20  # 12 MiB: 64 x 3 x 128 x 128 float32
 
 
 def _trace(
-    src: str, copy_us: float, *, overlapped: bool = False, n: int = 12, shapes: bool = False
+    src: str,
+    copy_us: float,
+    *,
+    overlapped: bool = False,
+    n: int = 12,
+    shapes: bool = False,
+    dtype: str = "float",
+    dims: tuple[int, ...] = (64, 3, 128, 128),
 ) -> SyntheticTrace:
     st = SyntheticTrace()
     pageable = src == "Pageable"
@@ -46,13 +53,13 @@ def _trace(
             stream=8 if overlapped else None,
         )
         if shapes:
-            # the aten::copy_ op that issued the copy: float32 NCHW images (record_shapes)
+            # the aten::copy_ op that issued the copy (record_shapes): float32 NCHW images by default
             ext = st.add_cpu_op(
                 "aten::copy_",
                 copy_launch - 5,
                 call + 10,
-                input_types=["float", "float"],
-                input_dims=[[64, 3, 128, 128], [64, 3, 128, 128]],
+                input_types=[dtype, dtype],
+                input_dims=[list(dims), list(dims)],
             )
             for ev in st.events:
                 if ev.get("cat") == "cuda_runtime" and ev.get("args", {}).get("correlation") == corr:
@@ -155,6 +162,25 @@ CASES = [
             impact_min=0.05,
             impact_max=0.09,
         ),
+    ),
+    RuleCase(
+        # numpy's default dtype: a (batch, window, features) float64 array sent to a float32 model
+        "GA103-fires-on-float64-tensors",
+        "GA103",
+        lambda: _trace("Pinned", 1000, shapes=True, dtype="double", dims=(64, 96, 256)),
+        expect=Expect(
+            fires=True,
+            message_contains=("float64",),
+            recommendation_contains=("float32",),
+            impact_min=0.03,
+            impact_max=0.06,
+        ),
+    ),
+    RuleCase(
+        "GA103-quiet-on-float32-non-image-tensors",
+        "GA103",
+        lambda: _trace("Pinned", 1000, shapes=True, dims=(64, 96, 256)),
+        expect=Expect(fires=False),
     ),
     RuleCase(
         "GA103-quiet-without-image-shapes",
