@@ -10,6 +10,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.trace.kernels import low_precision_data
 
 # Dense FP32 (CUDA-core, no tensor core) peak TFLOP/s by compute capability: an FP32 SIMT GEMM cannot
 # run faster than this, so a "fp32-looking" kernel that does is on tensor cores (TF32).
@@ -116,8 +117,14 @@ class Fp32Matmul(Rule):
                 }
             )
         mm_us = sum(r["time_us"] for r in rows)
+        # CUDA-core kernels on bf16/fp16 data are not FP32 math: autocast would not change them
         fp32 = sorted(
-            (r for r in rows if r["tensor_core"] is False), key=lambda r: (-r["time_us"], r["name"])
+            (
+                r
+                for r in rows
+                if r["tensor_core"] is False and not low_precision_data(r["name"], r["input_types"])
+            ),
+            key=lambda r: (-r["time_us"], r["name"]),
         )
         tc_us = sum(r["time_us"] for r in rows if r["tensor_core"] is True)
         fp32_us = sum(r["time_us"] for r in fp32)

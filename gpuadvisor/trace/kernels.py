@@ -104,6 +104,20 @@ _TENSOR_CORE = re.compile(
 )
 
 
+# 16-bit data in a kernel's template arguments or its op's input types: a CUDA-core kernel on bf16/fp16
+# data (cuDNN's `implicit_convolve_sgemm<__nv_bfloat16, ...>` for a 3-channel patch embedding) is not
+# FP32 math that autocast would move to tensor cores: it already runs in low precision.
+_LOW_PRECISION = re.compile(
+    r"__nv_bfloat16|__half(?![a-z0-9])|c10::BFloat16|c10::Half|(?<![a-z0-9])(?:bf16|fp16|f16|bfloat16|half)(?![a-z0-9])",
+    re.I,
+)
+
+
+def low_precision_data(name: str, input_types: str | None = None) -> bool:
+    """The kernel works on bf16/fp16 data (its name's template arguments, else its op's input types)."""
+    return bool(_LOW_PRECISION.search(name) or (input_types and _LOW_PRECISION.search(input_types)))
+
+
 def tensor_core_from_name(name: str) -> bool | None:
     """What the name says about tensor cores: True, False (plain FP32/FP64 math), None (can't tell).
 

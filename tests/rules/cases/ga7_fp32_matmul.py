@@ -47,6 +47,18 @@ def bf16_gemm() -> SyntheticTrace:
     return _trace([K_NVJET_BF16, K_NVJET_BF16], ["c10::BFloat16", "c10::BFloat16"])
 
 
+K_CUDNN_BF16_SIMT = (
+    "void implicit_convolve_sgemm<__nv_bfloat16, __nv_bfloat16, 128, 5, 5, 3, 3, 3, 1, false, false, true>"
+    "(int, int, int, __nv_bfloat16 const*, int, __nv_bfloat16*, __nv_bfloat16 const*, kernel_conv_params)"
+)
+
+
+def bf16_cuda_core_conv() -> SyntheticTrace:
+    # Recorded on an H200 under bf16 autocast (control_compiled's 3-channel patch embedding): cuDNN runs
+    # the convolution on CUDA cores, but on bf16 data; "sgemm" in its name does not make it FP32 math.
+    return _trace([K_CUDNN_BF16_SIMT, K_NVJET_BF16], ["c10::BFloat16", "c10::BFloat16"])
+
+
 def unnamed_fp32() -> SyntheticTrace:
     return _trace([K_UNNAMED_GEMM], ["float", "float"])
 
@@ -94,6 +106,13 @@ CASES = [
         expect=Expect(fires=True, impact_min=0.3, impact_max=0.45),
     ),
     RuleCase("GA701-quiet-on-bf16-tensor-core-gemms", "GA701", bf16_gemm, expect=Expect(fires=False)),
+    RuleCase(
+        "GA701-quiet-on-bf16-data-in-a-cuda-core-conv",
+        "GA701",
+        bf16_cuda_core_conv,
+        environment=ENV_TF32,
+        expect=Expect(fires=False),
+    ),
     RuleCase(
         "GA701-fires-on-unnamed-gemm-with-float-inputs",
         "GA701",
