@@ -134,11 +134,29 @@ class Finding:
         }
 
 
+def rank_impact(f: Finding) -> float:
+    """What a finding ranks by: its impact, or its group's combined impact when larger (the findings
+    of one problem, e.g. GA501 and GA502 on launch overhead, are fixed together: the problem ranks by
+    what fixing all of it gains, not by its largest part)."""
+    own = f.impact if f.impact is not None else -1.0
+    group = f.prediction.get("group_recovered_fraction") if f.prediction else None
+    if isinstance(group, (int, float)) and not isinstance(group, bool) and group > own:
+        return float(group)
+    return own
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Highest impact first; ties by severity, then rule id (deterministic output)."""
+    """Highest impact first (a group's combined impact for the findings of a group: `rank_impact`);
+    within a group by their own impact; ties by severity, then rule id (deterministic output)."""
     return sorted(
         findings,
-        key=lambda f: (-(f.impact if f.impact is not None else -1.0), -f.severity.rank, f.rule, f.title),
+        key=lambda f: (
+            -rank_impact(f),
+            -(f.impact if f.impact is not None else -1.0),
+            -f.severity.rank,
+            f.rule,
+            f.title,
+        ),
     )
 
 

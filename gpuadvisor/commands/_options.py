@@ -155,7 +155,33 @@ def resolve_options(
     return merged
 
 
-def analyze_path(path: Path, options: AnalysisConfig, *, progress: bool) -> AnalysisResult:
+def _check_step_time(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    del ctx, param
+    import math
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise click.BadParameter(f"{value} is not a step time: give the milliseconds per step, > 0")
+    return value
+
+
+def step_time_option(f: F) -> F:
+    """--step-time-ms MS: the step time measured outside the profiler (analyze, report)."""
+    return click.option(
+        "--step-time-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        callback=_check_step_time,
+        help="The step time your run reaches without the profiler (from its logs: batch size / "
+        "samples per second). The replay calibrates its host work to it; without it a run directory "
+        "uses the steps gpuadvisor timed before the window, and a trace from another tool its "
+        "host work as recorded.",
+    )(f)
+
+
+def analyze_path(
+    path: Path, options: AnalysisConfig, *, progress: bool, step_time_ms: float | None = None
+) -> AnalysisResult:
     """Analyze PATH with the resolved options (what analyze and report share)."""
     from gpuadvisor.analysis import analyze
 
@@ -166,4 +192,5 @@ def analyze_path(path: Path, options: AnalysisConfig, *, progress: bool) -> Anal
         thresholds=options.threshold_dict(),
         rules_dirs=options.rules_dirs,
         progress=progress,
+        step_time_ms=step_time_ms,
     )

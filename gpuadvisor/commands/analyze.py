@@ -15,6 +15,7 @@ from gpuadvisor.commands._options import (
     resolve_options,
     rule_options,
     stdout_color,
+    step_time_option,
     verbose_option,
 )
 
@@ -48,6 +49,7 @@ _RENDERERS = {
     "fail-on from [tool.gpuadvisor]).",
 )
 @rule_options()
+@step_time_option
 @verbose_option
 def analyze(
     path: Path,
@@ -60,6 +62,7 @@ def analyze(
     threshold_opts: tuple[str, ...],
     config_file: Path | None,
     progress: bool,
+    step_time_ms: float | None,
     verbose: bool,
 ) -> None:
     """Analyze PATH (a run directory, a .json/.json.gz Kineto trace, or a folder of per-rank traces)
@@ -70,7 +73,7 @@ def analyze(
     2 usage error, bad configuration or unreadable input; 70 internal error; 130 interrupted.
     """
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on)
-    result = analyze_path(path, options, progress=progress)
+    result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     renderer = importlib.import_module(_RENDERERS[fmt])
     color = fmt == "text" and stdout_color(output)
     if fmt == "text":

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from gpuadvisor.commands._options import analyze_path, resolve_options, rule_options, verbose_option
+from gpuadvisor.commands._options import (
+    analyze_path,
+    resolve_options,
+    rule_options,
+    step_time_option,
+    verbose_option,
+)
 from gpuadvisor.errors import UsageError
 
 
@@ -44,6 +50,7 @@ def default_output(path: Path) -> Path:
 )
 @click.option("--open", "open_browser", is_flag=True, default=False, help="Open the report in a web browser.")
 @rule_options()
+@step_time_option
 @verbose_option
 def report(
     path: Path,
@@ -56,6 +63,7 @@ def report(
     threshold_opts: tuple[str, ...],
     config_file: Path | None,
     progress: bool,
+    step_time_ms: float | None,
     verbose: bool,
 ) -> None:
     """Analyze PATH (a run directory, a .json/.json.gz Kineto trace, or a folder of per-rank traces)
@@ -73,7 +81,7 @@ def report(
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
-    result = analyze_path(path, options, progress=progress)
+    result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     target = output if output is not None else default_output(path)
     written = write_report(result, target, cdn=cdn, rule_docs=default_rule_docs(options.rules_dirs))
     click.echo(str(written))

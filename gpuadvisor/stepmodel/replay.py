@@ -88,6 +88,9 @@ class Program:
     notes: list[str] = field(default_factory=list)
     # a floor on the step period that the program cannot express (e.g. DataLoader workers' throughput)
     min_period_us: float = 0.0
+    # the model's forward/backward on the host (StepModel.model_spans); None when the trace cannot tell
+    ev_in_model: Any = None  # bool: the event runs inside the model's forward or backward
+    gap_model: Any = None  # float64 us of gap_other inside the model's forward or backward
 
     @property
     def n_events(self) -> int:
@@ -176,6 +179,11 @@ def build_program(model: StepModel) -> Program:
         if nh and model.read_spans.count
         else np.zeros(nh)
     )
+    spans = model.model_spans
+    in_model = g_model = None
+    if spans is not None and spans.count:
+        in_model = spans.covered(ts - 1e-3, ts) > 0 if nh else np.zeros(0, dtype=bool)
+        g_model = np.minimum(spans.covered(prev_end, prev_end + gap), g_other) if nh else np.zeros(0)
     last = float(np.max(end)) if nh else b0
     tail = max(0.0, b1 - max(last, b0)) if nsteps else 0.0
     tail_start = max(last, b0)
@@ -303,6 +311,8 @@ def build_program(model: StepModel) -> Program:
         op_bytes=ops["bytes"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0),
         launch_lag_us=facts.launch_lag_us,
         queue_depth=facts.queue_depth,
+        ev_in_model=in_model,
+        gap_model=g_model,
     )
 
 
@@ -441,13 +451,32 @@ def host_work_per_step(program: Program) -> float:
     return total / program.steps
 
 
-def calibrate_host_scale(program: Program, overhead_per_step_us: float) -> float:
+MIN_HOST_SCALE = 0.02
+
+
+def calibrate_host_scale(
+    program: Program, unprofiled_us: float | None, profiled_us: float | None, window_step_us: float
+) -> float:
     """The factor f in [0.02, 1] on host work that removes the profiler's own cost.
 
-    The capture times every step boundary, inside the profiler window and outside it: the difference
-    per step (`overhead_per_step_us`) is what the profiler added, and it added it to host work only
-    (every op and runtime call pays it; GPU work and waits do not). So f = 1 - overhead / host work."""
+    The capture times every step boundary on the host, inside the profiler window (`profiled_us`) and
+    in reference steps before it (`unprofiled_us`, medians). Two cases:
+
+    - The reference steps ran faster than the GPU can run a step (faster than the replay with almost
+      free host work): the host never waited for the device there; it ran ahead while the launch queue
+      filled, so the reference measured the host's own pace: f = unprofiled / profiled host work.
+    - Otherwise both are the steady pace, and the difference per step is what the profiler added, to
+      host work only (every op and runtime call pays it; GPU work and waits do not):
+      f = 1 - overhead / host work, overhead = window step x (1 - unprofiled / profiled).
+
+    Without a reference (a trace from another tool), f = 1: the trace's host work as recorded."""
     work = host_work_per_step(program)
-    if work <= 0 or overhead_per_step_us <= 0:
+    if work <= 0 or not unprofiled_us or not profiled_us or unprofiled_us <= 0 or profiled_us <= 0:
         return 1.0
-    return max(0.02, min(1.0, 1.0 - overhead_per_step_us / work))
+    floor = replay(program, MIN_HOST_SCALE).period_us
+    if unprofiled_us < 0.98 * floor:
+        return max(MIN_HOST_SCALE, min(1.0, unprofiled_us / work))
+    overhead = window_step_us * (1.0 - min(1.0, unprofiled_us / profiled_us))
+    if overhead <= 0:
+        return 1.0
+    return max(MIN_HOST_SCALE, min(1.0, 1.0 - overhead / work))

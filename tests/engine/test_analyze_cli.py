@@ -151,3 +151,34 @@ def test_docs_rules_md_is_up_to_date() -> None:
     assert doc.read_text() == res.output, (
         "docs/rules.md is stale: gpuadvisor rules --markdown > docs/rules.md"
     )
+
+
+def test_step_time_ms_calibrates_the_replay_of_a_raw_trace(item_trace: Path) -> None:
+    from gpuadvisor.errors import ConfigError
+
+    plain = analyze(item_trace)
+    assert plain.metrics["profiler_host_scale"] == pytest.approx(1.0)  # no reference: host work as recorded
+    step = plain.metrics["replay_step_time_ms"]
+    # the user's logs say the step takes less than the profiled trace shows: the host work shrinks
+    told = analyze(item_trace, step_time_ms=0.8 * step)
+    assert told.metrics["profiler_host_scale"] < 1.0
+    assert told.metrics["replay_step_time_ms"] < step
+    with pytest.raises(ConfigError, match="milliseconds per step"):
+        analyze(item_trace, step_time_ms=0.0)
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "nan", "fast"])
+def test_step_time_ms_option_rejects_what_is_not_a_step_time(item_trace: Path, value: str) -> None:
+    res = CliRunner().invoke(cli, ["analyze", str(item_trace), "--step-time-ms", value])
+    assert res.exit_code == 2
+    assert "--step-time-ms" in res.output
+
+
+def test_step_time_ms_option_reaches_the_analysis(item_trace: Path) -> None:
+    base = json.loads(CliRunner().invoke(cli, ["analyze", str(item_trace), "--format", "json"]).output)
+    step = base["metrics"]["replay_step_time_ms"]
+    res = CliRunner().invoke(
+        cli, ["analyze", str(item_trace), "--format", "json", "--step-time-ms", str(0.8 * step)]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["metrics"]["profiler_host_scale"] < 1.0

@@ -141,14 +141,31 @@ def test_data_wait_is_not_scaled_by_the_host_factor() -> None:
 
 
 def test_host_scale_removes_the_profilers_measured_overhead() -> None:
-    # 60 us of host work per step; the profiler added 30 us per step: f = 1 - 30/60
+    # 60 us of host work per step, host-bound; the window's steps took 60 us, the reference steps 30 us:
+    # the profiler added 30 us per step, so f = 1 - 30/60
     p = program([{"kind": EV_LAUNCH, "gap": 55.0, "dur": 5.0, "ops": [0]}], [{"dur": 1.0}])
     assert host_work_per_step(p) == pytest.approx(60.0)
-    f = calibrate_host_scale(p, 30.0)
+    f = calibrate_host_scale(p, 30.0, 60.0, 60.0)
     assert f == pytest.approx(0.5)
     assert replay(p, f).period_us == pytest.approx(30.0)
-    assert calibrate_host_scale(p, 0.0) == 1.0
-    assert calibrate_host_scale(p, 1e9) == pytest.approx(0.02)  # never below the floor
+    assert calibrate_host_scale(p, 60.0, 60.0, 60.0) == 1.0  # no overhead measured
+    assert calibrate_host_scale(p, None, None, 60.0) == 1.0  # a raw trace: no reference
+    assert calibrate_host_scale(p, 1.0, 1e9, 60.0) == pytest.approx(0.02)  # never below the floor
+
+
+def test_host_scale_when_the_reference_steps_ran_ahead_of_the_gpu() -> None:
+    # GPU-bound: 100 us of GPU work per step, 60 us of profiled host work. The reference steps took 30 us
+    # each on the host, faster than the GPU can run a step: the host ran ahead while the launch queue
+    # filled, so 30 us is the host's own pace (f = 30/60), not a steady period to match
+    p = program([{"kind": EV_LAUNCH, "gap": 55.0, "dur": 5.0, "ops": [0]}], [{"dur": 100.0}])
+    assert replay(p).period_us == pytest.approx(100.0)
+    f = calibrate_host_scale(p, 30.0, 100.0, 100.0)
+    assert f == pytest.approx(0.5)
+    fast_gpu = p.copy()
+    fast_gpu.op_dur[:] = 1.0
+    assert replay(fast_gpu, f).period_us == pytest.approx(30.0)  # a faster GPU meets the host's own pace
+    # the overhead formula would have read 70 us of profiler cost into 60 us of host work (f at the floor)
+    assert f > 0.02
 
 
 def test_copy_returns_an_independent_program() -> None:
