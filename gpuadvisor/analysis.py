@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gpuadvisor import rundir
-from gpuadvisor.errors import InputError, OutputLostError
+from gpuadvisor.errors import ConfigError, InputError, OutputLostError
 from gpuadvisor.model import sort_findings
 from gpuadvisor.result import AnalysisResult, SourceInfo
 
@@ -193,13 +193,16 @@ def analyze(
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     progress: bool = False,
+    step_time_ms: float | None = None,
 ) -> AnalysisResult:
     """Analyze a run directory, a Kineto trace file (.json / .json.gz) or a folder of per-rank traces.
 
     `select`/`ignore` take rule ids, id prefixes ("GA2"), names, aliases or categories; `thresholds`
     maps a rule id or name to {threshold: value}; `rules_dirs` adds folders of user rules. Raises
     InputError / ConfigError (exit code 2) for unreadable input or bad options; a rule that raises
-    becomes an internal-error finding and the other rules still run."""
+    becomes an internal-error finding and the other rules still run. `step_time_ms`: the step time
+    the run reaches without the profiler, when you know it (from the script's logs); the replay
+    calibrates its host work to it instead of the steps the capture timed before the window."""
     from gpuadvisor import engine
     from gpuadvisor.runinfo import load_run_info, resolve_input
 
@@ -224,10 +227,25 @@ def analyze(
         raise InputError(f"{source_path}: no trace to analyze")
     trace = traces[0]
 
-    metrics, _, factory = engine.make_context(trace, run, traces=traces if len(traces) > 1 else ())
+    metrics = None
+    if step_time_ms is not None:
+        if not (step_time_ms > 0 and step_time_ms < float("inf")):
+            raise ConfigError(f"step_time_ms={step_time_ms!r}: give the milliseconds per step, > 0")
+        from gpuadvisor.metrics import compute_metrics
+        from gpuadvisor.stepmodel import build_step_model
+
+        metrics = compute_metrics(
+            trace, run, build_step_model(trace, run, reference_step_ms=float(step_time_ms))
+        )
+    metrics, _, factory = engine.make_context(trace, run, metrics, traces=traces if len(traces) > 1 else ())
     findings, statuses = engine.run_rules(
         factory, rule_classes, select=select_t, ignore=ignore_t, thresholds=thresholds
     )
+    step_model = getattr(metrics, "model", None)
+    if step_model is not None and step_model.program.steps:
+        from gpuadvisor.stepmodel.predict import group_findings
+
+        findings = group_findings(step_model, findings)
     prediction = _combined_prediction(metrics, findings)
     if progress and time.monotonic() - started > 2.0:
         sys.stderr.write(f"gpuadvisor: analyzed {source_path} in {time.monotonic() - started:.1f} s\n")

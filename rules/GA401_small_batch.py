@@ -28,10 +28,13 @@ class SmallBatch(Rule):
 
     How it is detected
     ------------------
-    Over the analyzed steps, in the step model's replay (calibrated to the step time measured outside
-    the profiler): the GPU is busy less than `max_gpu_busy` of the step with a median kernel shorter
-    than `max_median_kernel_us`, or its kernels fill fewer than `max_sm_use` of the SMs
-    (duration-weighted min(blocks / SMs, 1)). Then the steps are replayed at a
+    Over the analyzed steps: the kernels fill fewer than `max_sm_use` of the SMs (duration-weighted
+    min(blocks / SMs, 1)); or, when their grids do cover the SMs (or the trace has no grid sizes), the
+    whole step's GPU work is small: less than `max_gpu_ms_per_step` of kernel time, a median kernel
+    shorter than `max_median_kernel_us` and a GPU busy less than `max_gpu_busy` of the replayed step
+    (calibrated to the step time measured outside the profiler). Short kernels that fill the SMs with
+    milliseconds of kernel time per step are not a small batch: the GPU idle between them waits for the
+    host (launches, syncs, data), which GA501, GA2xx and GA301 report. Then the steps are replayed at a
     larger batch: host work per step is unchanged (the same ops are dispatched), time waiting for data
     grows with the samples, input copies grow linearly, optimizer kernels and collectives do not, a
     GEMM grows with its FLOPs at the larger of its current rate and `gemm_efficiency_at_scale` of the
@@ -77,9 +80,16 @@ class SmallBatch(Rule):
             "fraction",
         ),
         "max_sm_use": Threshold(
-            0.5,
-            "duration-weighted SM use (min(blocks/SMs, 1)) below which kernels under-fill the GPU",
+            0.8,
+            "duration-weighted SM use (min(blocks/SMs, 1)) below which kernels under-fill the GPU (a "
+            "fifth of the SMs idle while kernels run)",
             "fraction",
+        ),
+        "max_gpu_ms_per_step": Threshold(
+            1.0,
+            "kernel time per step below which a step's GPU work is small whatever its grids (a Python "
+            "training step costs the host about that much on its own)",
+            "ms",
         ),
         "min_impact": Threshold(
             0.10, "smallest idle + under-filled share of the step worth reporting", "fraction"
@@ -125,12 +135,18 @@ class SmallBatch(Rule):
             return
         busy = min(1.0, base.gpu_busy_us / base.period_us)
         median_us = float(kernels["dur"].median())
+        gpu_ms_per_step = float(kernels["dur"].sum()) / win.count / 1000.0
         underfilled = sm_use is not None and sm_use < ctx.threshold("max_sm_use")
-        short_and_idle = busy < ctx.threshold("max_gpu_busy") and median_us < ctx.threshold(
-            "max_median_kernel_us"
+        # Kernels whose grids cover the SMs are too small only when the whole step's GPU work is: short
+        # kernels on an idle GPU with milliseconds of kernel time per step wait for the host (launches,
+        # syncs, data: GA501, GA2xx, GA301), not for work.
+        little_work = (
+            busy < ctx.threshold("max_gpu_busy")
+            and median_us < ctx.threshold("max_median_kernel_us")
+            and gpu_ms_per_step < ctx.threshold("max_gpu_ms_per_step")
         )
-        if not (short_and_idle or underfilled):
-            return  # kernels that fill the GPU, or long ones: the batch is not what is small
+        if not (underfilled or little_work):
+            return
         mem = gw.memory_info(ctx)
         memory_limit: float | None = None
         if mem.peak_allocated is not None and mem.capacity:
@@ -177,6 +193,7 @@ class SmallBatch(Rule):
             "predicted_step_time_ms_at_multiplier": pred.predicted_step_ms,
             "kernels_per_step": kernels_per_step,
             "kernel_median_us": median_us,
+            "kernel_ms_per_step": gpu_ms_per_step,
             "sm_use": sm_use,
             "num_sms": sms,
             "gpu_busy_fraction_replayed": busy,

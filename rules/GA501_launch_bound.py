@@ -11,6 +11,8 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel import transforms as tf
+from gpuadvisor.stepmodel.predict import predict_combined
 
 
 class LaunchBound(Rule):
@@ -108,11 +110,21 @@ class LaunchBound(Rule):
         already = bool(compiled or graphs)
         # Launch overhead is what CUDA graphs remove: the host's cost between launches. Unless that alone
         # is worth it (the profiler's own per-op cost taken out), the run is not launch-bound.
-        launch_cost = ctx.predict(RemedyId.CUDA_GRAPHS)
+        # A wait for a data-dependent size inside the model (nonzero, boolean masks) breaks the graph
+        # and no CUDA graph can hold it: the shapes must become static first (GA203), then compile.
+        dd_per_step = tf.data_dependent_syncs_in_model(model.program) / max(1, model.program.steps)
+        first: list[tuple[RemedyId, dict[str, object]]] = (
+            [(RemedyId.STATIC_SHAPES, {})] if dd_per_step else []
+        )
+        launch_cost = predict_combined(model, [*first, (RemedyId.CUDA_GRAPHS, {})])
         if launch_cost.recovered_fraction < ctx.threshold("min_launch_gain"):
             return
         remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.TORCH_COMPILE
-        pred = launch_cost if already else ctx.predict(remedy, fusion=True)
+        pred = (
+            launch_cost
+            if already
+            else predict_combined(model, [*first, (RemedyId.TORCH_COMPILE, {"fusion": True})])
+        )
         impact = pred.recovered_fraction
         idle_launch = model.idle_share(sb.IDLE_LAUNCH)
         inference = cm.is_inference(ctx)
@@ -133,6 +145,7 @@ class LaunchBound(Rule):
             "inference": inference,
             "framework": fw.name,
             "predicted_gain_cuda_graphs_alone": launch_cost.recovered_fraction,
+            "data_dependent_waits_in_model_per_step": dd_per_step,
             **cm.profiler_evidence(ctx),
         }
         top = (
@@ -163,6 +176,12 @@ class LaunchBound(Rule):
             )
             + cm.note_uncorrected(pred)
         )
+        if dd_per_step:
+            message += (
+                f" The model waits for a data-dependent size {dd_per_step:.1f} times per step (nonzero, boolean "
+                "masks: GA203): torch.compile breaks its graph at each and no CUDA graph can hold a wait, so "
+                "the prediction is for static shapes first, then compiled."
+            )
         if already:
             used = " and ".join(n for n, u in (("torch.compile", compiled), ("CUDA graphs", graphs)) if u)
             message += f" The run uses {used}, yet launches still dominate."
@@ -181,7 +200,13 @@ class LaunchBound(Rule):
         else:
             call = locations[0] if locations and locations[0].file else None
             rec = (
-                'Compile the model: `model = torch.compile(model, mode="reduce-overhead")`'
+                "First make the shapes static where the model selects by value (GA203: capacity-based "
+                "routing, `torch.where` or a multiplied mask instead of `x[mask]`/`nonzero`), so that "
+                "nothing in the forward waits for the GPU. Then c"
+                if dd_per_step
+                else "C"
+            ) + (
+                'ompile the model: `model = torch.compile(model, mode="reduce-overhead")`'
                 + (f" before the call at {call.label()}" if call else "")
                 + (" (before `trainer.fit(model)`)" if fw.is_lightning else "")
                 + ": elementwise chains fuse into few kernels and the step replays as CUDA graphs (one launch "
@@ -195,8 +220,9 @@ class LaunchBound(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"Launch-bound: {kernels_per_step:.0f} tiny kernels per step; compiling saves {cm.pct(impact)} "
-                "of the step"
+                f"Launch-bound: {kernels_per_step:.0f} tiny kernels per step; "
+                + ("static shapes, then compiling, save" if dd_per_step and not already else "compiling saves")
+                + f" {cm.pct(impact)} of the step"
             ),
             message=message,
             evidence=evidence,

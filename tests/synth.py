@@ -164,17 +164,24 @@ class SyntheticTrace:
         input_dims: Sequence[Sequence[int]] | None = None,
         flops: float | None = None,
         external_id: int | None = None,
+        seq: int | None = None,
+        tid: int | None = None,
     ) -> int:
-        """A cpu_op (aten op). Returns its external id."""
+        """A cpu_op (aten op). Returns its external id. Its autograd "Sequence number" is `seq` (default:
+        the external id); `tid` its thread (default: the main thread)."""
         ext = external_id if external_id is not None else self.new_external_id()
-        args: dict[str, Any] = {"External id": ext, "Sequence number": ext, "Fwd thread id": 0}
+        args: dict[str, Any] = {
+            "External id": ext,
+            "Sequence number": ext if seq is None else seq,
+            "Fwd thread id": 0,
+        }
         if input_dims is not None:
             args["Input Dims"] = [list(d) for d in input_dims]
         if input_types is not None:
             args["Input type"] = list(input_types)
         if flops is not None:
             args["flops"] = flops
-        self._x("cpu_op", name, ts, dur, args)
+        self._x("cpu_op", name, ts, dur, args, **({} if tid is None else {"tid": tid}))
         return ext
 
     def add_runtime(
@@ -186,13 +193,14 @@ class SyntheticTrace:
         correlation: int | None = None,
         external_id: int | None = None,
         cat: str = "cuda_runtime",
+        tid: int | None = None,
     ) -> None:
         args: dict[str, Any] = {"cbid": 211}
         if correlation is not None:
             args["correlation"] = correlation
         if external_id is not None:
             args["External id"] = external_id
-        self._x(cat, name, ts, dur, args)
+        self._x(cat, name, ts, dur, args, **({} if tid is None else {"tid": tid}))
 
     # ---- steps and annotations ------------------------------------------------------------------
 
@@ -244,6 +252,8 @@ class SyntheticTrace:
         op_flops: float | None = None,
         op_ts: float | None = None,
         op_dur: float | None = None,
+        op_seq: int | None = None,
+        launch_tid: int | None = None,
         with_args: bool = True,
         num_sms: int = 132,
     ) -> int:
@@ -262,8 +272,10 @@ class SyntheticTrace:
                 input_types=op_input_types,
                 input_dims=op_input_dims,
                 flops=op_flops,
+                seq=op_seq,
+                tid=launch_tid,
             )
-        self.add_runtime(launch_name, lts, launch_dur, correlation=corr, external_id=ext)
+        self.add_runtime(launch_name, lts, launch_dur, correlation=corr, external_id=ext, tid=launch_tid)
         blocks = grid[0] * grid[1] * grid[2]
         bps = blocks / num_sms if blocks_per_sm is None else blocks_per_sm
         threads = block[0] * block[1] * block[2]

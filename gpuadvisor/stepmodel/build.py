@@ -497,6 +497,74 @@ def dataloader_spans(trace: TraceModel) -> Spans:
     return host_spans(trace, _DATALOADER_RE)
 
 
+_BACKWARD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
+
+
+def model_spans(trace: TraceModel, segments: StepWindow) -> Spans:
+    """Where the host runs the model's forward and backward: what torch.compile would compile.
+
+    Backward: in each step, from the first to the last of the autograd engine's `evaluate_function`
+    spans. Forward: in each step, from the first to the last host op that created an autograd node (its "Sequence number" is that of a backward
+    function recorded in the trace), with the Python between those ops (module calls, hooks). Host
+    work outside them (building the batch, logging, reading values, the optimizer) is not the model's:
+    compiling the model does not remove it. Empty when the trace has no backward (inference, or a
+    trace without autograd sequence numbers): callers then cannot tell the model's host work apart."""
+    import numpy as np
+    import pandas as pd
+
+    ops = trace.cpu_ops
+    z = np.zeros(0)
+    if len(ops) == 0 or "seq_num" not in ops.columns:
+        return Spans(z, z.copy())
+    names = ops["name"].astype(str)
+    engine = names.str.startswith(_BACKWARD_ENGINE_PREFIX).to_numpy(dtype=bool)
+    if not engine.any():
+        return Spans(z, z.copy())
+    seq = ops["seq_num"]
+    has_seq = seq.notna().to_numpy(dtype=bool)
+    # backward functions: named like the node ("AddmmBackward0"), with the forward op's sequence number
+    backward_fn = has_seq & ~engine & names.str.contains("Backward", regex=False).to_numpy(dtype=bool)
+    bwd_seqs = set(seq[backward_fn].astype("int64").tolist())
+    if not bwd_seqs:
+        return Spans(z, z.copy())
+    engine_tids = set(ops["tid"][engine].dropna().astype("int64").tolist())
+    tid = ops["tid"].astype("float64").to_numpy()
+    fwd = has_seq & ~backward_fn & ~engine & ~np.isin(tid, list(engine_tids))
+    fwd &= seq.fillna(-1).astype("int64").isin(bwd_seqs).to_numpy(dtype=bool)
+    starts: list[Any] = []
+    ends: list[Any] = []
+
+    def per_step(ts: Any, en: Any) -> None:
+        """From the first start to the last end in each step (the Python between ops included)."""
+        step = segments.step_index(ts)
+        ok = step >= 0
+        if ok.any():
+            frame = pd.DataFrame({"step": step[ok], "ts": ts[ok], "end": en[ok]}).groupby("step")
+            starts.append(frame["ts"].min().to_numpy(dtype=np.float64))
+            ends.append(frame["end"].max().to_numpy(dtype=np.float64))
+
+    if segments.count:
+        # the backward: the engine's functions and its bookkeeping between them
+        per_step(ops["ts"].to_numpy(dtype=np.float64)[engine], ops["end"].to_numpy(dtype=np.float64)[engine])
+    if fwd.any() and segments.count:
+        # An op records the sequence number autograd will give the next node, so every op since the
+        # previous node carries it (a `.item()` or a batch copy before the model too): the op that
+        # created the node is the last one with that number.
+        cand = pd.DataFrame(
+            {
+                "seq": seq[fwd].astype("int64").to_numpy(),
+                "ts": ops["ts"].to_numpy(dtype=np.float64)[fwd],
+                "end": ops["end"].to_numpy(dtype=np.float64)[fwd],
+            }
+        )
+        last = cand.loc[cand.groupby("seq")["ts"].idxmax()]
+        per_step(last["ts"].to_numpy(dtype=np.float64), last["end"].to_numpy(dtype=np.float64))
+    if not starts:
+        return Spans(z, z.copy())
+    s, e = union_intervals(np.concatenate(starts), np.concatenate(ends))
+    return Spans(s, e, ("forward", "backward"))
+
+
 def _launch_tids(ops: pd.DataFrame) -> list[int]:
     tids = ops["launch_tid"].dropna()
     return sorted({int(t) for t in tids.tolist()})

@@ -80,6 +80,7 @@ class StepModel:
     optimizer_spans: b.Spans
     read_spans: b.Spans
     facts: b.Facts
+    model_spans: b.Spans | None = None  # the model's forward and backward on the host (None: unknown)
     settings: Mapping[str, Any] = field(default_factory=dict)
     unprofiled_step_ms: float | None = None  # host-measured outside the profiler (run directories)
     profiled_step_ms: float | None = None  # host-measured inside the profiler window
@@ -200,9 +201,13 @@ class StepModel:
         if self._host_scale is None:
             from gpuadvisor.stepmodel.replay import calibrate_host_scale
 
-            ratio = self.profiler_ratio
-            overhead = self.window.median_step_us * (1.0 - ratio) if ratio is not None else 0.0
-            self._host_scale = calibrate_host_scale(self.program, overhead)
+            u, p = self.unprofiled_step_ms, self.profiled_step_ms
+            self._host_scale = calibrate_host_scale(
+                self.program,
+                u * 1000.0 if u else None,
+                p * 1000.0 if p else None,
+                self.window.median_step_us,
+            )
         return self._host_scale
 
     @property
@@ -301,19 +306,29 @@ def _profiler_times(run: RunInfo | None) -> tuple[float | None, float | None]:
     return float(np.median(unprofiled)), float(np.median(profiled))
 
 
-def build_step_model(trace: TraceModel, run: RunInfo | None = None) -> StepModel:
-    """Build the step model of `trace` (and the run's captured information, when given)."""
+def build_step_model(
+    trace: TraceModel, run: RunInfo | None = None, *, reference_step_ms: float | None = None
+) -> StepModel:
+    """Build the step model of `trace` (and the run's captured information, when given).
+
+    `reference_step_ms`: the step time measured outside the profiler by the user; it replaces the
+    capture's reference steps (the window's own host-timed steps, or the trace's, stay the profiled side)."""
     window = analyzed_window(trace)
     segments = segmented_steps(trace)
     data = b.dataloader_spans(trace)
     optimizer = b.optimizer_spans(trace)
     reads = b.scalar_read_spans(trace)
+    compute = b.model_spans(trace, segments)
     ops = b.build_ops(trace, segments, window, optimizer)
     host = b.build_host(trace, segments, window, ops, data, optimizer, reads)
     busy = b.busy_intervals(ops)
     idle = b.attribute_idle(segments, window, ops, host, busy, data)
     facts = b.estimate_facts(trace, ops, host, run)
     unprofiled, profiled = _profiler_times(run)
+    if reference_step_ms is not None:
+        unprofiled = float(reference_step_ms)
+        if profiled is None and window.count:
+            profiled = window.median_step_us / 1000.0
     return StepModel(
         trace=trace,
         run=run,
@@ -327,6 +342,7 @@ def build_step_model(trace: TraceModel, run: RunInfo | None = None) -> StepModel
         optimizer_spans=optimizer,
         read_spans=reads,
         facts=facts,
+        model_spans=compute if compute.count else None,
         settings=dict(run.settings) if run is not None else {},
         unprofiled_step_ms=unprofiled,
         profiled_step_ms=profiled,

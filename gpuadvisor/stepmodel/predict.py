@@ -108,11 +108,37 @@ def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Predicti
     )
 
 
+# The order in which combined remedies transform the program: waits and the input pipeline first (they
+# change what the host does), then copies, kernels and precision, then the launch remedies (which need
+# the waits gone to form graphs), the larger batch last.
+APPLY_ORDER: tuple[RemedyId, ...] = (
+    RemedyId.REMOVE_HOST_SYNCS,
+    RemedyId.STATIC_SHAPES,
+    RemedyId.DATALOADER_WORKERS,
+    RemedyId.DATALOADER_PIN_MEMORY,
+    RemedyId.UINT8_INPUTS,
+    RemedyId.PINNED_ASYNC_COPIES,
+    RemedyId.PREFETCH_COPIES,
+    RemedyId.EXPANDABLE_SEGMENTS,
+    RemedyId.FIX_KERNEL_GRID,
+    RemedyId.TF32,
+    RemedyId.BF16_AUTOCAST,
+    RemedyId.FUSED_OPTIMIZER,
+    RemedyId.TORCH_COMPILE,
+    RemedyId.CUDA_GRAPHS,
+    RemedyId.LARGER_BATCH,
+)
+
+
 def predict_combined(
     model: StepModel, remedies: Sequence[tuple[RemedyId | str, Mapping[str, Any]]]
 ) -> Prediction:
-    """Several remedies applied together, in the given order."""
-    items = [(RemedyId(r), dict(p)) for r, p in remedies]
+    """Several remedies applied together, in `APPLY_ORDER` whatever the order given (a CUDA graph
+    can only form once the waits that break it are gone; a larger batch scales what is left)."""
+    items = sorted(
+        ((RemedyId(r), dict(p)) for r, p in remedies),
+        key=lambda item: APPLY_ORDER.index(item[0]) if item[0] in APPLY_ORDER else len(APPLY_ORDER),
+    )
     m = 1.0
     for r, p in items:
         if r is RemedyId.LARGER_BATCH:
@@ -171,3 +197,55 @@ def combine_findings(
     if not items:
         return None, []
     return predict_combined(model, items), rules
+
+
+# Categories whose findings act on the same host time: a per-tensor optimizer and launch-bound
+# forward/backward are both launch overhead, fixed together (GA501 + GA502). The copy rules
+# (GA101-GA103) group themselves (gpuadvisor/rulekit/transfers.py).
+GROUPED_CATEGORIES: tuple[str, ...] = ("launch_overhead",)
+
+
+def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
+    """Findings of one grouped category with replayed remedies share one combined prediction.
+
+    Each finding keeps its own prediction and gets `group`, `group_remedies`, `group_speedup`,
+    `group_recovered_fraction` and `group_predicted_step_ms` beside it (as the copy rules do), and a
+    sentence saying that the impacts do not add up. Findings rank by their group's combined impact
+    (gpuadvisor.model.sort_findings): fixing the problem means applying its remedies together."""
+    from dataclasses import replace
+
+    by_group: dict[str, list[int]] = {}
+    for i, f in enumerate(findings):
+        pred = getattr(f, "prediction", None)
+        category = getattr(getattr(f, "category", None), "value", None)
+        if category not in GROUPED_CATEGORIES or not pred or "group" in pred:
+            continue
+        if not isinstance(pred.get("remedies"), list):
+            continue
+        by_group.setdefault(str(category), []).append(i)
+    out = list(findings)
+    for name, idx in by_group.items():
+        if len(idx) < 2:
+            continue
+        members = [out[i] for i in idx]
+        combined, rules = combine_findings(model, members, min_rank=0)
+        if combined is None or len(rules) < 2:
+            continue
+        sentence = (
+            f" {' and '.join(rules)} act on the same host launch time: their fixes together are predicted at "
+            f"{combined.baseline_step_ms:.2f} -> {combined.predicted_step_ms:.2f} ms per step "
+            f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
+            "do not add up."
+        )
+        for i in idx:
+            f = out[i]
+            pred = dict(f.prediction)
+            pred.update(
+                group=name,
+                group_remedies=combined.remedy.split("+"),
+                group_speedup=round(combined.speedup, 4),
+                group_recovered_fraction=round(combined.recovered_fraction, 4),
+                group_predicted_step_ms=round(combined.predicted_step_ms, 4),
+            )
+            out[i] = replace(f, prediction=pred, group=f.group or name, message=f.message + sentence)
+    return out

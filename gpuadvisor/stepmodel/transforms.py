@@ -307,20 +307,71 @@ def _forward_backward_events(program: Program) -> Any:
     return ~program.ev_in_optimizer & ~program.ev_in_data
 
 
+def model_region_known(program: Program) -> bool:
+    """The trace tells the model's forward/backward apart from the loop around it (a backward ran)."""
+    return program.ev_in_model is not None and program.gap_model is not None
+
+
+def data_dependent_syncs_in_model(program: Program) -> int:
+    """Syncs inside the model's forward/backward that wait for a data-dependent size (nonzero, masks)."""
+    if not model_region_known(program):
+        return 0
+    import numpy as np
+
+    return int(
+        np.sum(program.ev_in_model & (program.ev_kind == EV_SYNC) & (program.ev_sync_kind == b.DATA_DEPENDENT))
+    )
+
+
 def cuda_graphs(model: StepModel, program: Program, c: Constants | None = None) -> Program:
     """The forward and backward run as CUDA graph replays: the host's work between their launches
-    almost disappears (one replay call per graph), and kernels follow each other back to back."""
+    almost disappears (one replay call per graph), and kernels follow each other back to back.
+
+    Only the model's own host work shrinks when the trace shows where the model runs (a training step:
+    the forward's autograd ops and the backward engine, `StepModel.model_spans`): building the batch,
+    logging and reading values in the loop stay as they are, and so do waits on the device (a graph
+    cannot hold them: the graph breaks there). Without that (inference), every host event outside the
+    optimizer and the DataLoader counts as the model's. When the model itself waits for data-dependent
+    sizes (nonzero, boolean masks), torch.compile breaks the graph there and the shapes after it change
+    every step, so no CUDA graph is assumed: the program is returned unchanged, with a note."""
     c = c or CONSTANTS
     import numpy as np
 
-    sel = _forward_backward_events(program) & (program.ev_kind != EV_SYNC)
-    program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
+    dd = data_dependent_syncs_in_model(program)
+    if dd:
+        program.notes.append(
+            f"{dd / max(1, program.steps):g} data-dependent waits per step inside the model: no CUDA graph "
+            "assumed (the graph breaks there and the shapes after it change)"
+        )
+        return program
+    base = _forward_backward_events(program) & (program.ev_kind != EV_SYNC)
+    graph_launches = (program.ev_kind == EV_LAUNCH) & (program.ev_ops_count > 1)
+    if graph_launches.any():
+        # Already graphed (torch.compile's reduce-overhead, CUDA graphs): the Python between graph
+        # replays is the compiled wrapper's (guards, bookkeeping), which more graphs do not remove; only
+        # the eager launches left (one kernel each) and the host work before them shrink.
+        base &= (program.ev_kind == EV_LAUNCH) & (program.ev_ops_count == 1)
+    if model_region_known(program):
+        sel = base & program.ev_in_model
+        shrink = np.where(sel, program.gap_model, 0.0) * (1.0 - c.graph_host_fraction)
+        if not graph_launches.any():
+            shrink = program.gap_model * (1.0 - c.graph_host_fraction)
+        program.gap_other = program.gap_other - shrink
+        program.gap_model = program.gap_model - shrink
+        if not graph_launches.any():
+            program.tail_other = program.tail_other + c.graph_step_host_us * program.steps
+    else:
+        sel = base
+        program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
+        if not graph_launches.any():
+            program.tail_other = (
+                program.tail_other * c.graph_host_fraction + c.graph_step_host_us * program.steps
+            )
     launches = sel & (program.ev_kind == EV_LAUNCH)
     program.ev_dur = np.where(launches, np.minimum(program.ev_dur, c.graph_launch_gap_us), program.ev_dur)
     program.ev_dur = np.where(
         sel & (program.ev_kind == EV_WORK), program.ev_dur * c.graph_host_fraction, program.ev_dur
     )
-    program.tail_other = program.tail_other * c.graph_host_fraction + c.graph_step_host_us * program.steps
     program.launch_lag_us = min(program.launch_lag_us, c.graph_launch_gap_us + 1.0)
     return program
 
@@ -328,7 +379,11 @@ def cuda_graphs(model: StepModel, program: Program, c: Constants | None = None) 
 def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = None) -> Program:
     """torch.compile fuses chains of consecutive PyTorch elementwise/reduction kernels on one stream
     into one kernel: a chain's time becomes max(its longest kernel, `fusion_factor` x its sum) and its
-    launches but the first disappear."""
+    launches but the first disappear, with the model's Python between them.
+
+    A chain never crosses a wait on the device (a graph break) nor, when the trace shows where the
+    model runs, host work outside the model (building the batch, logging, the optimizer: the compiled
+    graphs end there)."""
     c = c or CONSTANTS
     import numpy as np
 
@@ -340,9 +395,23 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = N
     ev_of = _launch_event_of_ops(program)
     fusable &= ev_of >= 0
     fusable &= ~program.ev_in_optimizer[np.clip(ev_of, 0, None)] if program.n_events else fusable
+    known = model_region_known(program)
+    if known and program.n_events:
+        fusable &= program.ev_in_model[np.clip(ev_of, 0, None)]  # only the model is compiled
     # single-op launches only (graph launches are already one call)
     single = program.ev_ops_count[np.clip(ev_of, 0, None)] == 1 if program.n_events else fusable
     fusable &= single
+    # events a chain cannot run across: waits, and (model region known) host work outside the model
+    breaks = program.ev_kind == EV_SYNC
+    if known:
+        breaks = breaks | ~program.ev_in_model | (program.gap_other - program.gap_model > 1.0)
+    breaks_before = np.r_[0, np.cumsum(breaks.astype(np.int64))]  # breaks among events [0, i)
+
+    def joins(a: int, b_: int) -> bool:
+        """No break among the events after op a's launch, up to and including op b_'s launch."""
+        ea, eb = int(ev_of[a]), int(ev_of[b_])
+        return eb > ea and breaks_before[eb + 1] - breaks_before[ea + 1] == 0
+
     j = 0
     n = program.n_ops
     while j < n:
@@ -350,7 +419,12 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = N
             j += 1
             continue
         k = j
-        while k + 1 < n and fusable[k + 1] and program.op_stream[k + 1] == program.op_stream[j]:
+        while (
+            k + 1 < n
+            and fusable[k + 1]
+            and program.op_stream[k + 1] == program.op_stream[j]
+            and joins(k, k + 1)
+        ):
             k += 1
         if k > j:
             chain = program.op_dur[j : k + 1]
@@ -361,7 +435,11 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = N
                 program.ev_kind[e] = EV_WORK
                 program.ev_dur[e] = 0.0
                 program.ev_ops_count[e] = 0
-                program.gap_other[e] = 0.0
+                if program.gap_model is not None:
+                    program.gap_other[e] = program.gap_other[e] - program.gap_model[e]
+                    program.gap_model[e] = 0.0
+                else:
+                    program.gap_other[e] = 0.0
         j = k + 1
     return program
 
@@ -460,9 +538,18 @@ def fp32_matmul_mask(model: StepModel, program: Program) -> Any:
     """Ops of the program that are matmul/conv/attention kernels running in plain FP32."""
     import numpy as np
 
+    from gpuadvisor.trace.kernels import low_precision_data
+
     math_of = model.matmul_math()
     name = _op_column(model, program, "name").astype(str)
-    return np.array([math_of.get(n) is False for n in name.tolist()], dtype=bool)
+    types = _op_column(model, program, "op_input_types")
+    return np.array(
+        [
+            math_of.get(n) is False and not low_precision_data(n, t if isinstance(t, str) else None)
+            for n, t in zip(name.tolist(), types.tolist(), strict=True)
+        ],
+        dtype=bool,
+    )
 
 
 def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants | None = None) -> Any:

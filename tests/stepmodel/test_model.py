@@ -4,6 +4,7 @@ replayed baseline against the trace, and each remedy's transformation, with hand
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +185,141 @@ def test_combined_prediction_leaves_the_batch_out(tmp_path: Path) -> None:
     combined, rules = combine_findings(m, findings)
     assert rules == ["GA301"]
     assert combined is not None and combined.speedup == pytest.approx(dl.speedup)
+
+
+BACKWARD_TID = 4321
+
+
+def _training_loop(
+    n: int = 6, *, prep_us: float = 2000.0, nonzero: bool = False, engine: bool = True
+) -> SyntheticTrace:
+    """SYNTHETIC host-bound training steps shaped like a real eager loop (the autograd bookkeeping as
+    Kineto records it). Each step: `prep_us` of batch preparation in Python (one CPU op that carries the
+    sequence number autograd will give the next node, as real ops before the model do), a forward of 20
+    ops launching 5 us kernels every 30 us, a backward of 20 autograd-engine functions on the backward
+    thread (same sequence numbers), and a 100 us optimizer step. With `nonzero`, forward op 10 waits
+    for a data-dependent size (`aten::nonzero`'s device-to-host copy of the count)."""
+    st = SyntheticTrace()
+    period = prep_us + 1400.0
+    seq = 1000
+    for i in range(n):
+        t0 = i * period
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=period, gpu_dur=period)
+        st.add_cpu_op("aten::lift_fresh", t0 + 50.0, 5.0, seq=seq)  # batch building: not the model
+        fwd0 = t0 + prep_us
+        seqs = list(range(seq, seq + 20))
+        for j, s in enumerate(seqs):
+            ts = fwd0 + 30.0 * j
+            if nonzero and j == 10:
+                st.add_cpu_op("aten::nonzero", ts, 25.0, seq=s)
+                st.add_sync(ts + 2.0, 20.0, name="cudaStreamSynchronize")
+                continue
+            st.add_kernel(
+                K_ELEMENTWISE, ts=ts + 8.0, dur=5.0, launch_ts=ts + 2.0, launch_dur=4.0,
+                op="aten::mul", op_ts=ts, op_dur=8.0, op_seq=s,
+            )
+        bwd0 = fwd0 + 620.0
+        for j, s in enumerate(reversed(seqs)):
+            ts = bwd0 + 30.0 * j
+            if engine:
+                st.add_cpu_op(
+                    "autograd::engine::evaluate_function: MulBackward0", ts, 20.0, seq=s, tid=BACKWARD_TID
+                )
+            st.add_kernel(
+                K_ELEMENTWISE, ts=ts + 10.0, dur=5.0, launch_ts=ts + 3.0, launch_dur=4.0,
+                op="MulBackward0", op_ts=ts + 1.0, op_dur=12.0, op_seq=s, launch_tid=BACKWARD_TID,
+            )
+        st.add_optimizer_step(bwd0 + 620.0, 100.0)
+        seq += 20
+    return st
+
+
+def test_model_spans_hold_the_forward_and_backward_not_the_batch_building(tmp_path: Path) -> None:
+    m = model_of(_training_loop(), tmp_path)
+    spans = m.model_spans
+    assert spans is not None and spans.count > 0
+    base = 1_000_000.0
+    step = 3400.0
+    t0 = base + 2 * step
+    # the batch-building op shares the forward's first sequence number but runs 2 ms earlier
+    assert spans.covered(t0, t0 + 1990.0) == pytest.approx(0.0)
+    # the forward: from its first op (t0 + 2000) to its last op's end (t0 + 2578)
+    assert spans.covered(t0 + 2000.0, t0 + 2578.0) == pytest.approx(578.0, abs=1.0)
+    # the backward: 20 engine functions 30 us apart, from the first start to the last end
+    assert spans.covered(t0 + 2600.0, t0 + 3300.0) == pytest.approx(590.0, abs=1.0)
+
+
+def test_compiling_leaves_the_loops_own_host_work(tmp_path: Path) -> None:
+    # CUDA graphs remove the model's host work between launches, not the 2 ms of batch building: the
+    # step cannot drop below it
+    m = model_of(_training_loop(), tmp_path)
+    assert m.baseline.period_us == pytest.approx(3400.0, rel=0.03)
+    pred = predict(m, RemedyId.TORCH_COMPILE)
+    assert 2000.0 < pred.predicted_step_ms * 1000 < 2300.0
+    # a trace that does not show where the model runs falls back to treating all host work outside the
+    # optimizer and the DataLoader as the model's: the batch building then shrinks too
+    blind = model_of(_training_loop(engine=False), tmp_path)
+    assert blind.model_spans is None
+    assert predict(blind, RemedyId.TORCH_COMPILE).predicted_step_ms * 1000 < 1000.0
+
+
+def test_no_cuda_graphs_across_a_data_dependent_wait_in_the_model(tmp_path: Path) -> None:
+    m = model_of(_training_loop(nonzero=True), tmp_path)
+    graphs = predict(m, RemedyId.CUDA_GRAPHS)
+    assert graphs.predicted_step_ms == pytest.approx(m.baseline_step_ms, rel=1e-6)
+    assert any("data-dependent" in n for n in graphs.notes)
+    # with the shapes made static first, the graphs apply
+    both = predict_combined(m, [(RemedyId.STATIC_SHAPES, {}), (RemedyId.CUDA_GRAPHS, {})])
+    assert both.predicted_step_ms < 0.9 * m.baseline_step_ms
+
+
+def _finding(rule: str, category: str, pred: Any) -> Any:
+    from gpuadvisor.model import Category, Finding, Severity
+
+    return Finding(
+        rule=rule,
+        name=rule.lower(),
+        category=Category(category),
+        severity=Severity.HIGH,
+        impact=pred.recovered_fraction,
+        title=f"{rule} finding",
+        message=f"{rule} message.",
+        evidence={},
+        recommendation="",
+        remedy=pred.remedy,
+        prediction=pred.to_dict(),
+    )
+
+
+def test_findings_of_one_problem_share_a_prediction_and_rank_by_it(tmp_path: Path) -> None:
+    from gpuadvisor.model import sort_findings
+    from gpuadvisor.stepmodel.predict import group_findings
+
+    # two remedies that pay off only together: CUDA graphs need the data-dependent wait gone first
+    m = model_of(_training_loop(nonzero=True), tmp_path)
+    graphs = predict(m, RemedyId.CUDA_GRAPHS)
+    static = predict(m, RemedyId.STATIC_SHAPES)
+    both = predict_combined(m, [(RemedyId.CUDA_GRAPHS, {}), (RemedyId.STATIC_SHAPES, {})])
+    parts = max(graphs.recovered_fraction, static.recovered_fraction)
+    assert both.recovered_fraction > parts + 0.1
+    a = _finding("GA501", "launch_overhead", graphs)
+    b = _finding("GA502", "launch_overhead", static)
+    # a finding of another problem whose impact lies between the parts and the whole
+    other = replace_impact(_finding("GA999", "small_batch", graphs), (parts + both.recovered_fraction) / 2)
+    grouped = group_findings(m, [other, a, b])
+    ga501, ga502 = grouped[1], grouped[2]
+    assert ga501.group == ga502.group == "launch_overhead" and grouped[0].group is None
+    assert ga501.prediction["group_recovered_fraction"] == pytest.approx(both.recovered_fraction, abs=1e-4)
+    assert "their impacts do not add up" in ga501.message
+    assert (ga501.impact, ga502.impact) == (a.impact, b.impact)  # each keeps its own impact
+    # the problem ranks by its combined impact: both of its findings come before GA999
+    assert [f.rule for f in sort_findings(grouped)][2] == "GA999"
+    assert sort_findings([other, a, b])[0].rule == "GA999"  # ungrouped, it would lead
+    # a lone finding of a grouped category gets no group
+    assert group_findings(m, [a])[0].group is None
+
+
+def replace_impact(f: Any, impact: float) -> Any:
+    from dataclasses import replace
+
+    return replace(f, impact=impact)
