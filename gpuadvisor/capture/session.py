@@ -189,6 +189,9 @@ class CaptureSession:
         self._started_mono = time.monotonic()
         self._settings_snapshot: dict[str, Any] | None = None
         self._callsite_steps: int | None = None  # steps counted while call sites were recorded
+        # the unprofiled reference steps run without the Tensor wrappers: steps [removed at, installed again)
+        self._wrappers_off_since: int | None = None
+        self._wrappers_off_steps = 0
         self._lock = threading.RLock()
         self._timer: threading.Thread | None = None
         self._timer_stop = threading.Event()
@@ -486,6 +489,7 @@ class CaptureSession:
                 # The steps from here to the window are the unprofiled reference of the analysis
                 # (gpuadvisor.metrics.host_step_durations): without the per-call Tensor wrappers.
                 self.recorder.remove_tensor_hooks()
+                self._wrappers_off_since = c
             if self.state is WindowState.IDLE and c >= cfg.skip_steps:
                 self._begin_warmup(c)
                 announced = True
@@ -577,9 +581,15 @@ class CaptureSession:
         self._prof = self._new_profiler()
         if self.recorder is not None:
             self.recorder.install_tensor_hooks()
+            self._wrappers_back_on(c)
         self.state = WindowState.WARMUP
         self._warmup_start = c
         self.say(f"step {c}: warm-up starts ({self.cfg.warmup_steps} steps)", force=True)
+
+    def _wrappers_back_on(self, c: int) -> None:
+        if self._wrappers_off_since is not None:
+            self._wrappers_off_steps += max(0, c - self._wrappers_off_since)
+            self._wrappers_off_since = None
 
     def _begin_record(self, c: int) -> None:
         with self._native_stderr_filtered():
@@ -1120,6 +1130,8 @@ class CaptureSession:
             return True
         ok = True
         steps = self._callsite_steps if self._callsite_steps is not None else self.steps_seen
+        self._wrappers_back_on(steps)
+        steps = max(0, steps - self._wrappers_off_steps)  # the steps whose calls were counted
         for name, make in (
             (rundir.ENVIRONMENT, self.environment_json),
             (

@@ -52,10 +52,11 @@ def test_gpu_training_capture(tmp_path: Path) -> None:
     cs = json.loads((out / "callsites.json").read_text())
     item = [c for c in cs["callsites"] if c["call"] == "Tensor.item"]
     assert item and item[0]["line"] == 18 and item[0]["code"] == "hist.append(loss.item())"
-    # Counted until the window ends (boundary 12; the read after that step's optimizer.step() is not
-    # counted), per step inside the window's 5 recorded steps.
-    assert item[0]["count"] == 11 and item[0]["count_in_window"] == 5 and item[0]["per_step"] == 1.0
-    assert cs["steps_counted"] == 12 and cs["window_steps"] == 5
+    # Counted while the wrappers are installed: steps 1-2, then (the unprofiled reference steps 2-5 run
+    # without them) from the warm-up at boundary 5 until the window ends at boundary 12; the read after
+    # that step's optimizer.step() is not counted. Per step inside the window's 5 recorded steps.
+    assert item[0]["count"] == 8 and item[0]["count_in_window"] == 5 and item[0]["per_step"] == 1.0
+    assert cs["steps_counted"] == 9 and cs["window_steps"] == 5
     h2d = [c for c in cs["callsites"] if c["kind"] == "host_to_device" and c["line"] == 13]
     assert h2d and h2d[0]["pinned"] is False and h2d[0]["bytes_per_call"] == 64 * 256 * 4
     env = json.loads((out / "environment.json").read_text())
