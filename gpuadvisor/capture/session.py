@@ -192,6 +192,7 @@ class CaptureSession:
         # the unprofiled reference steps run without the Tensor wrappers: steps [removed at, installed again)
         self._wrappers_off_since: int | None = None
         self._wrappers_off_steps = 0
+        self.profiler_used = False  # a torch.profiler was created in this process (the exit path reads it)
         self._lock = threading.RLock()
         self._timer: threading.Thread | None = None
         self._timer_stop = threading.Event()
@@ -540,6 +541,7 @@ class CaptureSession:
         (dtypes, FLOPs from Input Dims), CUDA activity; no flops (computed from shapes), no memory."""
         from torch.profiler import ProfilerActivity, profile
 
+        self.profiler_used = True
         activities = [ProfilerActivity.CPU]
         if self.cuda_available:
             activities.append(ProfilerActivity.CUDA)
