@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -75,18 +76,21 @@ def _die_by_signal(sig: int) -> None:
 
 def _close_open_files() -> None:
     """Close the files the script left open, as python's shutdown does when it frees them (buffered
-    writes reach the disk, a gzip file gets its trailer); not stdin/stdout/stderr."""
+    writes reach the disk, a gzip file gets its trailer); not stdin/stdout/stderr. Wrappers first:
+    text, then buffered (gzip too), then raw files."""
     import gc
     import io
 
     base = getattr(__import__("_io"), "_IOBase", io.IOBase)
     std = {id(s) for s in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
     found: list[tuple[int, Any]] = []
-    for obj in gc.get_objects():
-        with contextlib.suppress(BaseException):  # per object: a proxy's __class__ may raise
-            if isinstance(obj, base) and id(obj) not in std and not obj.closed:
-                # wrappers before what they wrap: text, then buffered (gzip too), then raw files
-                found.append((0 if isinstance(obj, io.TextIOBase) else 1 if isinstance(obj, io.BufferedIOBase) else 2, obj))
+    with warnings.catch_warnings():  # isinstance() on deprecated module attributes warns (torch.distributed)
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            with contextlib.suppress(BaseException):  # per object: a proxy's __class__ may raise
+                if isinstance(obj, base) and id(obj) not in std and not obj.closed:
+                    order = 0 if isinstance(obj, io.TextIOBase) else 1 if isinstance(obj, io.BufferedIOBase) else 2
+                    found.append((order, obj))
     for _, obj in sorted(found, key=lambda t: t[0]):
         with contextlib.suppress(BaseException):
             obj.close()

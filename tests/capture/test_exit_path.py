@@ -20,6 +20,7 @@ def test_shutdown_work_of_the_script_survives_the_fast_exit(tmp_path: Path, stat
         "--no-analyze", str(SCRIPTS / "exit_leftovers.py"), str(files), str(status),
     )
     assert r.returncode == status, r.stderr
+    assert "gpuadvisor/capture" not in r.stderr  # nothing of ours (a warning, a traceback) on the way out
     m = manifest(run)
     assert m["exit_status"] == status and m["capture"]["state"] == "complete"
     assert (files / "unclosed.txt").read_text() == "buffered line\n"
