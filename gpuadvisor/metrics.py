@@ -945,6 +945,9 @@ def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
         w[key] = _i(mx(d, col))
 
 
+MIN_REFERENCE_STEPS_AFTER = 3  # steps after the window that make it the reference (the capture times 5)
+
+
 def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[list[float], list[float]]:
     """Host-measured step durations (ms) from the manifest's `capture.step_ends`, split into steps run
     without the profiler (steady state: the second half of the skipped steps, and steps after the
@@ -971,6 +974,13 @@ def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[lis
     lo = max(1, skip // 2)
     if cap.speculation_end_step is not None:
         lo = max(lo, cap.speculation_end_step + 1)
+    after = [d for k in range(last + 2, max(ends)) if (d := dur(k)) is not None]
+    if len(after) >= MIN_REFERENCE_STEPS_AFTER:
+        # The steps after the window are the cleaner reference: the profiler is gone (CUPTI finalized,
+        # the capture's wrappers removed) and the run is warm. Before the window, CUPTI stays attached
+        # after a speculative recording and the first steps still warm up (cudnn autotuning, workers):
+        # on an H200 those steps ran 1.2-1.4x slower than plain python on host-bound runs.
+        return after, [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
     outside = [lo, skip - 1], [last + 2, max(ends) - 1]
     unprofiled = [d for a, b in outside for k in range(a, b + 1) if (d := dur(k)) is not None]
     profiled = [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]

@@ -77,6 +77,8 @@ def rank_file_name(name: str, rank: int) -> str:
 
 # Step end times kept for the profiler-overhead estimate (enough for any capture window; bounded).
 MAX_STEP_TIMES = 20_000
+# steps timed after the window (without --full) as the unprofiled reference of the analysis
+REFERENCE_STEPS_AFTER = 5
 
 
 class CaptureWindowComplete(SystemExit):
@@ -183,6 +185,7 @@ class CaptureSession:
         self.degraded: list[DegradedFlag] = []
         self.messages: list[str] = []
         self.stop_requested = False
+        self._stop_at_step: int | None = None  # without --full: stop at this boundary, after the reference steps
         self._stop_announced = False
         self._preparing_ours = False
         self._last_progress = 0.0
@@ -464,6 +467,8 @@ class CaptureSession:
         if self.state is WindowState.DONE:  # after the window: O(1)
             if len(self.step_ends) < MAX_STEP_TIMES:
                 self.step_ends.append((self.steps_seen, time.time()))
+            if self._stop_at_step is not None and self.steps_seen >= self._stop_at_step:
+                self.stop_requested = True
             if self.stop_requested:
                 self._raise_stop()
             return
@@ -639,10 +644,21 @@ class CaptureSession:
         self._after_window()
         self.write_outputs()
         if not self.cfg.full:
-            self.stop_requested = True
+            # Step c carries the export; the REFERENCE_STEPS_AFTER after it run as under plain python
+            # (profiler detached, CUPTI finalized, wrappers removed): the analysis's unprofiled
+            # reference (gpuadvisor.metrics.host_step_durations). Then the script is stopped.
+            # Not for time-based steps: they are seconds of wall time, not the script's steps.
+            extra = 0 if self.method is StepDetection.TIME else REFERENCE_STEPS_AFTER
+            if extra:
+                self._stop_at_step = c + 1 + extra
+            else:
+                self.stop_requested = True
             if not self._stop_announced and self.is_origin():
                 self._stop_announced = True
-                msg = f"capture window complete after step {c}; stopping the script (use --full to run to the end)"
+                msg = f"capture window complete after step {c}; " + (
+                    f"timing {extra} more steps without the profiler, then stopping the script" if extra
+                    else "stopping the script"
+                ) + " (use --full to run to the end)"
                 self.log(msg)
                 if not self.cfg.quiet:
                     sys.stderr.write(f"gpuadvisor: {msg}\n")

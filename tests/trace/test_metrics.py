@@ -316,8 +316,12 @@ def test_host_step_durations_split_outside_and_inside_the_window() -> None:
         "step_ends": [[c, t] for c, t in sorted(times.items()) if c > 0],
     }
     unprofiled, profiled = host_step_durations(capture)
-    # outside: steps 5..9 (10 ms) and 16..19 (11 ms)
-    assert sorted(round(d, 3) for d in unprofiled) == [10.0] * 5 + [11.0] * 4
+    # 4 steps after the window (16..19, 11 ms): they alone are the reference
+    assert sorted(round(d, 3) for d in unprofiled) == [11.0] * 4
     # inside: steps 13..14 (the first recorded step is left out)
     assert [round(d, 3) for d in profiled] == [30.0, 30.0]
+    # fewer than 3 steps after the window (a --full run that ended, an old recording): the skipped
+    # steps' second half (5..9, 10 ms) and what follows the window (16..17, 11 ms)
+    short = {**capture, "step_ends": capture["step_ends"][:18]}
+    assert sorted(round(d, 3) for d in host_step_durations(short)[0]) == [10.0] * 5 + [11.0] * 2
     assert host_step_durations({"skip_steps": 10}) == ([], [])
