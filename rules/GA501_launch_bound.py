@@ -119,7 +119,8 @@ class LaunchBound(Rule):
         launch_cost = predict_combined(model, [*first, (RemedyId.CUDA_GRAPHS, {})])
         if launch_cost.recovered_fraction < ctx.threshold("min_launch_gain"):
             return
-        remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.TORCH_COMPILE
+        # With data-dependent waits the first change is static shapes (then compile): name that remedy.
+        remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.STATIC_SHAPES if first else RemedyId.TORCH_COMPILE
         pred = (
             launch_cost
             if already
