@@ -218,6 +218,11 @@ def analyze(
     findings, statuses = engine.run_rules(
         factory, rule_classes, select=select_t, ignore=ignore_t, thresholds=thresholds
     )
+    if run is not None:  # measured remedies (gpuadvisor verify) join their findings
+        from gpuadvisor.verify.results import attach_from_run
+
+        findings, verify_notes = attach_from_run(findings, run.run_dir)
+        extra_notes.extend(verify_notes)
     if progress and time.monotonic() - started > 2.0:
         sys.stderr.write(f"gpuadvisor: analyzed {source_path} in {time.monotonic() - started:.1f} s\n")
     return AnalysisResult(

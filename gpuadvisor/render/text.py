@@ -93,6 +93,11 @@ def _finding_lines(index: int, f: Finding) -> list[str]:
         lines.append(f"{indent}(+{len(f.locations) - 3} more locations)")
     message = " ".join(f.message.split())
     lines.extend(textwrap.wrap(message, WIDTH, initial_indent=indent, subsequent_indent=indent)[:3])
+    from gpuadvisor.verify.results import summary_line
+
+    verified = summary_line(f)
+    if verified:
+        lines.extend(textwrap.wrap(verified, WIDTH, initial_indent=f"{indent}Verify: ", subsequent_indent=indent))
     rec = " ".join(f.recommendation.split())
     wrapped = textwrap.wrap(rec, WIDTH, initial_indent=f"{indent}Fix: ", subsequent_indent=f"{indent}     ")
     lines.extend(wrapped[:REC_LINES])
