@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
 
 __all__ = ["Change", "Injections", "TrialSkip"]
 
-ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
-EXPANDABLE = "expandable_segments:True"
 PREFETCH_FACTOR = 4
 
 
@@ -107,8 +106,12 @@ class Injections:
         self._pid = os.getpid()
 
     # ------------------------------------------------------------------ bookkeeping
-    def change(self, remedy: RemedyId, what: str, before: Any, after: Any, where: str | None = None) -> None:
-        item = Change(remedy.value, what, _show(before), _show(after), where)
+    def change(
+        self, remedy: RemedyId, what: str, before: Any, after: Any, where: str | None = None, *, literal: bool = True
+    ) -> None:
+        """Record a change; `literal` values are shown as Python literals (strings quoted)."""
+        show = _show if literal else str
+        item = Change(remedy.value, what, show(before), show(after), where)
         if item not in self.changes:
             self.changes.append(item)
 
@@ -150,7 +153,9 @@ class Injections:
         if RemedyId.EXPANDABLE_SEGMENTS in r:
             now = os.environ.get(ALLOC_CONF)
             if now and EXPANDABLE in now:
-                self.change(RemedyId.EXPANDABLE_SEGMENTS, ALLOC_CONF, self.alloc_conf_before or "unset", now)
+                self.change(
+                    RemedyId.EXPANDABLE_SEGMENTS, ALLOC_CONF, self.alloc_conf_before or "unset", now, literal=False
+                )
             else:
                 self.note(f"{ALLOC_CONF} does not hold {EXPANDABLE} in the trial process")
         if RemedyId.BF16_AUTOCAST in r:
@@ -313,18 +318,18 @@ class Injections:
 
     # ------------------------------------------------------------------ global switches
     def _install_switches(self, remedy: RemedyId, switches: list[_Switch]) -> None:
-        for sw in switches:
-            before = sw.read()
-            if before != sw.value:
+        before = [sw.read() for sw in switches]  # first: one switch may move another (allow_tf32)
+        for sw, value in zip(switches, before, strict=True):
+            if value != sw.value:
                 sw.write()
-                self.change(remedy, sw.name, before, sw.value)
+                self.change(remedy, sw.name, value, sw.value)
 
         def enforce() -> None:
             for sw in switches:
                 now = sw.read()
                 if now != sw.value:
                     sw.write()
-                    self.change(remedy, sw.name, now, sw.value, "set by the script, applied again at each warm-up step")
+                    self.change(remedy, sw.name, now, sw.value, "the script's own setting, overridden at each warm-up step")
 
         self._enforcers.append(enforce)
 
@@ -381,8 +386,9 @@ class Injections:
             RemedyId.BF16_AUTOCAST,
             f"{type(module).__name__}.forward",
             "float32",
-            f"autocast({device}, bfloat16), float32 outputs",
+            f"autocast({device}, bfloat16) with float32 outputs",
             self.locate(),
+            literal=False,
         )
 
     def _install_framework_switches(self) -> None:
@@ -476,6 +482,7 @@ class Injections:
             "contiguous",
             "channels_last",
             self.locate(),
+            literal=False,
         )
 
     def _compile(self, torch: Any, module: Any) -> None:
@@ -486,7 +493,9 @@ class Injections:
             module.compile()  # in place: the module object, its parameters and state_dict keys stay
         else:  # torch < 2.2
             module.forward = torch.compile(module.forward)
-        self.change(RemedyId.TORCH_COMPILE, name, "eager", "torch.compile (default mode)", self.locate())
+        self.change(
+            RemedyId.TORCH_COMPILE, name, "eager", "torch.compile (default mode)", self.locate(), literal=False
+        )
 
     # ------------------------------------------------------------------ verdict helpers
     def runtime_skip_reason(self) -> str | None:

@@ -80,6 +80,7 @@ ALL_SAFE_DEFAULT: tuple[RemedyId, ...] = (
 DEFAULT_BATCH_MULTIPLIER = 4
 MAX_BATCH_MULTIPLIER = 64
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
 
 
 def default_num_workers() -> int:

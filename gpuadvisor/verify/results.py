@@ -54,7 +54,8 @@ def noise_band_text() -> str:
         "speedup = median(baseline step time) / median(remedy step time) (samples/s: remedy / baseline); "
         "low..high = the range of all baseline/remedy ratios, min(baseline)/max(remedy) .. "
         "max(baseline)/min(remedy); verdict 'faster' only when low > 1 (every remedy trial beat every "
-        "baseline trial: by chance 1 in C(2n, n) under no effect, 5% for 3 + 3 trials)"
+        "baseline trial: by chance 1 in C(2n, n) under no effect, 5% for 3 + 3 trials) and the speed-up "
+        "is >= 1.02 ('negligible' below)"
     )
 
 

@@ -24,7 +24,7 @@ from typing import IO, Any
 from gpuadvisor import __version__, rundir
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.remedies import REMEDIES, RemedyId
-from gpuadvisor.verify.plan import ALLOC_CONF, PlannedTrial, default_num_workers, plan_trials
+from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE, PlannedTrial, default_num_workers, plan_trials
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
 from gpuadvisor.verify.stats import compare
 
@@ -190,10 +190,7 @@ class _TrialRunner:
         from gpuadvisor.verify.trial import TrialConfig
 
         planned = config.planned
-        env = dict(os.environ)
-        alloc_before = env.get(ALLOC_CONF)
-        if RemedyId.EXPANDABLE_SEGMENTS.value in config.applies:
-            env[ALLOC_CONF] = f"{alloc_before},expandable_segments:True" if alloc_before else "expandable_segments:True"
+        env, alloc_before = trial_environment(config.applies, os.environ)
         trial_cfg = TrialConfig(
             target={"kind": self.cmd.kind, "path_or_name": self.cmd.target, "argv": list(self.cmd.args)},
             result=str(result_path),
@@ -261,6 +258,17 @@ class _TrialRunner:
                 _kill_group(proc)
                 proc.wait()
                 return None if reported_at is None else 0
+
+
+def trial_environment(applies: Sequence[str], base: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """The trial child's environment: the parent's own, plus the allocator setting of
+    expandable_segments (appended to an existing PYTORCH_CUDA_ALLOC_CONF). Also returns the value
+    the setting had before, for the change record."""
+    env = dict(base)
+    before = env.get(ALLOC_CONF)
+    if RemedyId.EXPANDABLE_SEGMENTS.value in applies:
+        env[ALLOC_CONF] = f"{before},{EXPANDABLE}" if before else EXPANDABLE
+    return env, before
 
 
 def _progress_text(result: Mapping[str, Any]) -> str:
@@ -417,22 +425,20 @@ def verify_run(
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-verify-"))
     runner = _TrialRunner(cmd, options, workdir, num_workers)
     try:
-        for round_no in range(options.trials if len(configs) > 1 else 0):
+        for _round in range(options.trials if len(configs) > 1 else 0):
             for c in configs:
                 if c.final is not None:
                     continue
-                elapsed = time.monotonic() - started
-                timeout = TRIAL_TIMEOUT_S
-                if options.budget_s is not None:
-                    left = options.budget_s - elapsed
-                    walls = [r.get("wall_s", 0.0) for cc in configs for r in cc.results]
-                    typical = max(walls) if walls else 0.0
-                    if left <= 0 or (round_no > 0 and typical > left):
+                if options.budget_s is not None and done > 0:
+                    # Start a trial only if one as long as the longest so far still fits; a trial
+                    # that started runs to its end (the budget may be passed by at most one trial).
+                    left = options.budget_s - (time.monotonic() - started)
+                    longest = max(float(r.get("wall_s", 0.0)) for cc in configs for r in cc.results)
+                    if longest > left:
                         budget_hit = True
                         break
-                    timeout = min(timeout, max(left, 1.0))
                 done += 1
-                result = runner.run(c, timeout)
+                result = runner.run(c, TRIAL_TIMEOUT_S)
                 c.results.append(result)
                 _say(out, options.quiet, f"trial {done}/{total} {c.name} ... {_progress_text(result)}")
                 if result.get("status") != "ok":

@@ -11,8 +11,10 @@ Noise band (`low`..`high`)
     `max(baseline) / min(remedy)`. `low` is the worst case for the remedy: `low > 1` means every remedy
     trial beat every baseline trial.
 Verdict
-    `faster` when low > 1, `slower` when high < 1, `within_noise` otherwise; `inconclusive` with fewer
-    than 2 trials on either side. Under no effect (trials exchangeable) a complete separation in one
+    `faster` when low > 1 and the speed-up is at least 2% (`MIN_EFFECT`), `slower` when high < 1 and
+    the slow-down is at least 2%, `negligible` when the trials separate but by less than 2% (run-to-run
+    differences between machines, clocks and thermals are larger than that), `within_noise` when the
+    band contains 1; `inconclusive` with fewer than 2 trials on either side. Under no effect (trials exchangeable) a complete separation in one
     given direction happens by chance with probability 1 / C(n_b + n_r, n_r): 5% for 3 + 3 trials, 1.4%
     for 4 + 4, 0.4% for 5 + 5 (a one-sided Mann-Whitney test at its most extreme value).
 """
@@ -28,12 +30,14 @@ from dataclasses import dataclass
 __all__ = ["Comparison", "Verdict", "chance_of_separation", "compare"]
 
 MIN_TRIALS_FOR_VERDICT = 2
+MIN_EFFECT = 1.02  # a separated change smaller than 2% is reported as negligible
 
 
 class Verdict(str, enum.Enum):
     FASTER = "faster"
     SLOWER = "slower"
     WITHIN_NOISE = "within_noise"
+    NEGLIGIBLE = "negligible"
     INCONCLUSIVE = "inconclusive"
 
     def __str__(self) -> str:
@@ -75,9 +79,9 @@ def compare(baseline: Sequence[float], remedy: Sequence[float], *, higher_is_bet
     if min(len(baseline), len(remedy)) < MIN_TRIALS_FOR_VERDICT:
         verdict = Verdict.INCONCLUSIVE
     elif low > 1.0:
-        verdict = Verdict.FASTER
+        verdict = Verdict.FASTER if speedup >= MIN_EFFECT else Verdict.NEGLIGIBLE
     elif high < 1.0:
-        verdict = Verdict.SLOWER
+        verdict = Verdict.SLOWER if speedup <= 1.0 / MIN_EFFECT else Verdict.NEGLIGIBLE
     else:
         verdict = Verdict.WITHIN_NOISE
     return Comparison(speedup, low, high, verdict, len(baseline), len(remedy))
