@@ -29,7 +29,11 @@ p.add_argument("--model", choices=["linear", "conv"], default="linear")
 p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
 p.add_argument("--dump", default=None)
 p.add_argument("--dump-step", type=int, default=3)
+p.add_argument("--strict-fp32", action="store_true", help="turn TF32 off, as an FP32 script does")
 args = p.parse_args()
+if args.strict_fp32:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 DIM = 4
 
