@@ -107,7 +107,14 @@ class Injections:
 
     # ------------------------------------------------------------------ bookkeeping
     def change(
-        self, remedy: RemedyId, what: str, before: Any, after: Any, where: str | None = None, *, literal: bool = True
+        self,
+        remedy: RemedyId,
+        what: str,
+        before: Any,
+        after: Any,
+        where: str | None = None,
+        *,
+        literal: bool = True,
     ) -> None:
         """Record a change; `literal` values are shown as Python literals (strings quoted)."""
         show = _show if literal else str
@@ -154,7 +161,11 @@ class Injections:
             now = os.environ.get(ALLOC_CONF)
             if now and EXPANDABLE in now:
                 self.change(
-                    RemedyId.EXPANDABLE_SEGMENTS, ALLOC_CONF, self.alloc_conf_before or "unset", now, literal=False
+                    RemedyId.EXPANDABLE_SEGMENTS,
+                    ALLOC_CONF,
+                    self.alloc_conf_before or "unset",
+                    now,
+                    literal=False,
                 )
             else:
                 self.note(f"{ALLOC_CONF} does not hold {EXPANDABLE} in the trial process")
@@ -202,7 +213,12 @@ class Injections:
         DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]
 
     def _edit_dataloader(
-        self, bound: inspect.BoundArguments, sig: inspect.Signature, r: frozenset[RemedyId], cuda: bool, iterable: type
+        self,
+        bound: inspect.BoundArguments,
+        sig: inspect.Signature,
+        r: frozenset[RemedyId],
+        cuda: bool,
+        iterable: type,
     ) -> None:
         a = bound.arguments
 
@@ -263,7 +279,9 @@ class Injections:
             init = vars(cls)["__init__"]
             params = inspect.signature(init).parameters
             if "fused" in params or "foreach" in params:
-                type.__setattr__(cls, "__init__", self._optimizer_init(cls, init, "fused" in params, "foreach" in params))
+                type.__setattr__(
+                    cls, "__init__", self._optimizer_init(cls, init, "fused" in params, "foreach" in params)
+                )
 
     def _optimizer_init(self, cls: type, orig: Any, has_fused: bool, has_foreach: bool) -> Any:
         sig = inspect.signature(orig)
@@ -329,7 +347,13 @@ class Injections:
                 now = sw.read()
                 if now != sw.value:
                     sw.write()
-                    self.change(remedy, sw.name, now, sw.value, "the script's own setting, overridden at each warm-up step")
+                    self.change(
+                        remedy,
+                        sw.name,
+                        now,
+                        sw.value,
+                        "the script's own setting, overridden at each warm-up step",
+                    )
 
         self._enforcers.append(enforce)
 
@@ -494,7 +518,12 @@ class Injections:
         else:  # torch < 2.2
             module.forward = torch.compile(module.forward)
         self.change(
-            RemedyId.TORCH_COMPILE, name, "eager", "torch.compile (default mode)", self.locate(), literal=False
+            RemedyId.TORCH_COMPILE,
+            name,
+            "eager",
+            "torch.compile (default mode)",
+            self.locate(),
+            literal=False,
         )
 
     # ------------------------------------------------------------------ verdict helpers
@@ -536,9 +565,14 @@ def _tf32_switches(torch: Any) -> list[_Switch]:
             lambda: bool(torch.backends.cuda.matmul.allow_tf32),
             set_matmul,
         ),
-        _Switch("torch.backends.cudnn.allow_tf32", True, lambda: bool(torch.backends.cudnn.allow_tf32), set_cudnn),
         _Switch(
-            "float32_matmul_precision", "high", lambda: str(torch.get_float32_matmul_precision()), set_precision
+            "torch.backends.cudnn.allow_tf32", True, lambda: bool(torch.backends.cudnn.allow_tf32), set_cudnn
+        ),
+        _Switch(
+            "float32_matmul_precision",
+            "high",
+            lambda: str(torch.get_float32_matmul_precision()),
+            set_precision,
         ),
     ]
 
@@ -547,7 +581,9 @@ def _cudnn_benchmark_switch(torch: Any) -> list[_Switch]:
     def write() -> None:
         torch.backends.cudnn.benchmark = True
 
-    return [_Switch("torch.backends.cudnn.benchmark", True, lambda: bool(torch.backends.cudnn.benchmark), write)]
+    return [
+        _Switch("torch.backends.cudnn.benchmark", True, lambda: bool(torch.backends.cudnn.benchmark), write)
+    ]
 
 
 def _outputs_to_fp32(torch: Any, out: Any) -> Any:

@@ -289,9 +289,7 @@ def plan_trials(
             )
             if not applies:
                 reason = "no safe remedy applies to this run"
-            rules = tuple(
-                dict.fromkeys(str(f.get("rule")) for r in applies for f in by_remedy.get(r, []))
-            )
+            rules = tuple(dict.fromkeys(str(f.get("rule")) for r in applies for f in by_remedy.get(r, [])))
         else:
             reason = skip_reason(remedy, environment, num_workers=num_workers, env=env)
         predictions = [p for p in (predicted_speedup(f) for f in fs) if p is not None]

@@ -97,7 +97,11 @@ def attach(findings: Sequence[Finding], verify_doc: Mapping[str, Any]) -> list[F
     table = _rules_remedies()
     out: list[Finding] = []
     for f in findings:
-        mine = [t for t in trials if f.rule in (t.get("findings") or []) or (f.remedy and t.get("remedy") == f.remedy)]
+        mine = [
+            t
+            for t in trials
+            if f.rule in (t.get("findings") or []) or (f.remedy and t.get("remedy") == f.remedy)
+        ]
         if not mine:
             out.append(f)
             continue
@@ -108,7 +112,11 @@ def attach(findings: Sequence[Finding], verify_doc: Mapping[str, Any]) -> list[F
         verified = _verified(main, baseline)
         if others:
             verified["alternatives"] = [
-                {k: t.get(k) for k in ("remedy", "status", "speedup", "low", "high", "trials", "reason") if t.get(k) is not None}
+                {
+                    k: t.get(k)
+                    for k in ("remedy", "status", "speedup", "low", "high", "trials", "reason")
+                    if t.get(k) is not None
+                }
                 for t in others
             ]
         out.append(dataclasses.replace(f, verified=verified))
@@ -137,7 +145,7 @@ def predicted_speedup(f: Finding) -> float | None:
 
 
 def summary_line(f: Finding) -> str | None:
-    """"predicted 2.70x, measured 2.90x (2.80-3.00, 3 trials)" or "verify: failed (reason)"; None
+    """ "predicted 2.70x, measured 2.90x (2.80-3.00, 3 trials)" or "verify: failed (reason)"; None
     when the finding was not verified."""
     v = f.verified
     if not v:

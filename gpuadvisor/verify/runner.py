@@ -173,9 +173,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 class _TrialRunner:
-    def __init__(
-        self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int
-    ) -> None:
+    def __init__(self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int) -> None:
         self.cmd = cmd
         self.options = options
         self.workdir = workdir
@@ -344,7 +342,10 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
         return entry
     methods = {r.get("step_detection") for r in (*oks, *base_ok)}
     if len(methods) > 1:
-        entry.update(status="failed", reason=f"steps were counted differently across trials: {sorted(map(str, methods))}")
+        entry.update(
+            status="failed",
+            reason=f"steps were counted differently across trials: {sorted(map(str, methods))}",
+        )
         return entry
     by_samples = planned.changes_batch
     key = "samples_per_s" if by_samples else "step_time_ms"
@@ -385,7 +386,9 @@ def verify_run(
     out = stream if stream is not None else sys.stderr
     run = Path(run_dir)
     if not rundir.is_run_dir(run):
-        raise UsageError(f"{run} is not a run directory (no manifest.json): verify needs `gpuadvisor profile`'s run")
+        raise UsageError(
+            f"{run} is not a run directory (no manifest.json): verify needs `gpuadvisor profile`'s run"
+        )
     manifest = _read_json(run / rundir.MANIFEST)
     environment = _read_json(run / rundir.ENVIRONMENT)
     if not isinstance(manifest, dict):
@@ -454,7 +457,9 @@ def verify_run(
         shutil.rmtree(workdir, ignore_errors=True)
 
     if budget_hit:
-        notes.append(f"--budget {options.budget_s:g} s reached after {done} of {total} trials: the rest were skipped")
+        notes.append(
+            f"--budget {options.budget_s:g} s reached after {done} of {total} trials: the rest were skipped"
+        )
     if baseline.final is not None:
         for c in configs[1:]:
             if c.final is None:
@@ -527,3 +532,38 @@ def _summary(t: Mapping[str, Any]) -> str:
         return f"{t.get('status')} ({t.get('reason')})"
     unit = "samples/s" if t.get("compared_in") == "samples_per_s" else "step time"
     return f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {t['trials']} trials, {t['verdict']})"
+
+
+def profile_then_verify(
+    outcome: Any,
+    trials: int,
+    only: Sequence[str],
+    budget_s: float | None,
+    *,
+    analyze: bool,
+    quiet: bool,
+    stream: IO[str] | None = None,
+) -> None:
+    """`gpuadvisor profile --verify`: verify the fresh run (when the script succeeded), then analyze it
+    once, so findings.json and report.html carry `verified`. `outcome` is the ProfileOutcome. Never
+    changes profile's exit status: verify's own errors are printed."""
+    from gpuadvisor.capture.runner import _analyze
+    from gpuadvisor.errors import GpuAdvisorError
+
+    out = stream if stream is not None else sys.stderr
+    if outcome.exit_status != 0:
+        out.write(f"gpuadvisor: verify skipped: the script exited with status {outcome.exit_status}\n")
+    else:
+        try:
+            verify_run(
+                outcome.run_dir,
+                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet),
+                stream=out,
+            )
+        except GpuAdvisorError as err:
+            out.write(f"gpuadvisor: verify: error: {err}\n")
+        except KeyboardInterrupt:
+            out.write("gpuadvisor: verify interrupted; what was measured is in verify.json\n")
+    out.flush()
+    if analyze:
+        _analyze(outcome.run_dir, quiet)

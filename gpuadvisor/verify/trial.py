@@ -325,6 +325,17 @@ def _compile_error(exc: BaseException) -> bool:
     return False
 
 
+def _exception_text(exc: BaseException) -> str:
+    """The message's first line; for an error re-raised from a DataLoader worker ("Caught X in
+    DataLoader worker process 0." + the worker's traceback), also the worker's own last line."""
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if "Original Traceback" in str(exc) and len(lines) > 1:
+        return f"{lines[0]} {lines[-1].strip()}"
+    return lines[0]
+
+
 def run_trial(cfg: TrialConfig) -> dict[str, Any]:
     """Install, run the target, and return the result object (never raises for the script's faults)."""
     import torch
@@ -378,10 +389,12 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
             _print_user_traceback(exc)
             if RemedyId.TORCH_COMPILE.value in cfg.remedies and _compile_error(exc):
                 status = "skipped"
-                reason = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                reason = f"torch.compile failed: {type(exc).__name__}: {_exception_text(exc)}"
             else:
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                reason = f"the script raised {type(exc).__name__}: {first} (step {clock.count + 1}, counted by {clock.method or 'none'})"
+                reason = (
+                    f"the script raised {type(exc).__name__}: {_exception_text(exc)} "
+                    f"(step {clock.count + 1}, counted by {clock.method or 'none'})"
+                )
     if not clock.done and reason == "ended":
         needed = cfg.warmup_steps + cfg.steps
         reason = (

@@ -96,7 +96,11 @@ def test_larger_batch_multiplier_from_the_finding() -> None:
         (RemedyId.LARGER_BATCH, {"dataloaders": [{"batch_size": None}]}, "batch_sampler"),
         (RemedyId.FUSED_OPTIMIZER, {"optimizers": [{"fused": True}]}, "already fused"),
         (RemedyId.BF16_AUTOCAST, {"settings": {"autocast": {"used": True}}}, "already runs under"),
-        (RemedyId.BF16_AUTOCAST, {"settings": {"grad_scaler": {"used": True, "enabled": True}}}, "GradScaler"),
+        (
+            RemedyId.BF16_AUTOCAST,
+            {"settings": {"grad_scaler": {"used": True, "enabled": True}}},
+            "GradScaler",
+        ),
         (RemedyId.TF32, {"cuda_available": False}, "needs a CUDA GPU"),
         (
             RemedyId.TF32,
