@@ -311,27 +311,24 @@ class Injections:
         if params is not None and not isinstance(params, (list, tuple)):
             a["params"] = list(params)  # a generator would be used up by a failed first attempt
         fused_before, foreach_before = a.get("fused"), a.get("foreach")
+        attempts: list[tuple[str, dict[str, Any]]] = []
         if has_fused and not fused_before:
-            a["fused"] = True
-            a["foreach"] = None
+            attempts.append(("fused", {"fused": True, "foreach": None}))
+        if has_foreach and not foreach_before and not fused_before:
+            attempts.append(("foreach", {"foreach": True}))  # when fused is refused (device, dtype)
+        if not attempts:
+            self.note(f"{name} at {where} already uses fused={fused_before} foreach={foreach_before}")
+        for flag, values in attempts:
+            saved = {k: a.get(k) for k in values}
+            a.update(values)
             try:
                 orig(*bound.args, **bound.kwargs)
-                self.change(RemedyId.FUSED_OPTIMIZER, f"{name}(fused)", fused_before, True, where)
-                return
             except (RuntimeError, ValueError, TypeError) as err:
-                a["fused"], a["foreach"] = fused_before, foreach_before
-                self.note(f"{name}(fused=True) is not supported here ({err}); trying foreach=True")
-        if has_foreach and not foreach_before and not a.get("fused"):
-            a["foreach"] = True
-            try:
-                orig(*bound.args, **bound.kwargs)
-                self.change(RemedyId.FUSED_OPTIMIZER, f"{name}(foreach)", foreach_before, True, where)
-                return
-            except (RuntimeError, ValueError, TypeError) as err:
-                a["foreach"] = foreach_before
-                self.note(f"{name}(foreach=True) is not supported here ({err})")
-        elif a.get("fused") or foreach_before:
-            self.note(f"{name} at {where} already uses fused={a.get('fused')} foreach={foreach_before}")
+                a.update(saved)
+                self.note(f"{name}({flag}=True) is not supported here ({err})")
+                continue
+            self.change(RemedyId.FUSED_OPTIMIZER, f"{name}({flag})", saved[flag], True, where)
+            return
         orig(*bound.args, **bound.kwargs)
 
     # ------------------------------------------------------------------ global switches

@@ -99,6 +99,15 @@ def test_pin_memory_without_cuda_changes_nothing_and_says_so(
     assert result["status"] == "skipped" and "no CUDA device" in result["reason"]
 
 
+def test_optimizer_without_fused_gets_foreach(tmp_path: Path) -> None:
+    args = [*ARGS[:2], "--optimizer", "rmsprop", "--steps", "12"]
+    (tmp_path / "base").mkdir()
+    base, _ = dump_of(tmp_path / "base", (), args)
+    state, result = dump_of(tmp_path, ("fused_optimizer",), args)
+    assert {k: v for k, v in state.items() if base.get(k) != v} == {"optimizer_foreach": True}
+    assert [c["text"].split(" at ")[0] for c in result["changes"]] == ["RMSprop(foreach)=None -> True"]
+
+
 def test_tf32_overrides_the_scripts_own_setting(tmp_path: Path) -> None:
     args = [*ARGS, "--strict-fp32"]
     state, result = dump_of(tmp_path, ("tf32",), args)

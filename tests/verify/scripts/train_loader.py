@@ -26,7 +26,7 @@ p.add_argument("--loss", choices=["mean", "sum"], default="mean")
 p.add_argument("--lr", type=float, default=0.01)
 p.add_argument("--fail-in-worker", action="store_true")
 p.add_argument("--model", choices=["linear", "conv"], default="linear")
-p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+p.add_argument("--optimizer", choices=["sgd", "adamw", "rmsprop"], default="sgd")
 p.add_argument("--dump", default=None)
 p.add_argument("--dump-step", type=int, default=3)
 p.add_argument("--strict-fp32", action="store_true", help="turn TF32 off, as an FP32 script does")
@@ -82,6 +82,8 @@ loader = DataLoader(SlowDataset(), batch_size=args.batch, shuffle=False, num_wor
 model = ConvNet() if args.model == "conv" else Linear()
 if args.optimizer == "adamw":
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+elif args.optimizer == "rmsprop":  # takes foreach, not fused
+    opt = torch.optim.RMSprop(model.parameters(), lr=args.lr)
 else:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
 step = 0
