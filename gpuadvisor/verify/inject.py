@@ -434,6 +434,11 @@ class Injections:
         orig = cls.__post_init__
         r = self.remedies
 
+        def cuda_available() -> bool:  # TrainingArguments(tf32=True) refuses to run without a GPU
+            import torch
+
+            return bool(torch.cuda.is_available())
+
         @functools.wraps(orig)
         def __post_init__(args: Any, *a: Any, **k: Any) -> Any:
             where = self.locate()
@@ -446,7 +451,7 @@ class Injections:
                     self.change(RemedyId.BF16_AUTOCAST, "TrainingArguments.bf16", False, True, where)
                 else:
                     self.framework_precision = True
-            if RemedyId.TF32 in r and getattr(args, "tf32", None) is not True:
+            if RemedyId.TF32 in r and getattr(args, "tf32", None) is not True and cuda_available():
                 before = getattr(args, "tf32", None)
                 args.tf32 = True
                 self.change(RemedyId.TF32, "TrainingArguments.tf32", before, True, where)

@@ -421,6 +421,14 @@ def verify_run(
         _say(out, options.quiet, f"{c.name}: skipped ({c.reason})")
 
     notes: list[str] = []
+    if len(configs) == 1:
+        why = (
+            "nothing to measure: no finding of this run has a remedy verify can apply without an edit"
+            if not planned
+            else "nothing to measure: every selected remedy was skipped"
+        )
+        notes.append(f"{why} (--only REMEDY forces a trial)")
+        _say(out, options.quiet, notes[-1])
     total = len(configs) * options.trials if len(configs) > 1 else 0
     done = 0
     budget_hit = False

@@ -306,6 +306,9 @@ def _locator() -> Any:
 
     def locate() -> str | None:
         frame = recorder.user_frame(2)
+        # generated code (a dataclass's __init__ is "<string>") is no place to show: its caller is
+        while frame is not None and frame.f_code.co_filename.startswith("<"):
+            frame = frame.f_back
         if frame is None:
             return None
         file, line, _ = recorder.location(frame)

@@ -11,7 +11,7 @@
 # one-command path). Writes OUT/<name>/ (the run directory with verify.json), OUT/<name>.log
 # (everything printed), OUT/<name>.summary.txt (the terminal summary with the "Verify:" lines) and
 # OUT/verify-summary.json (every trial of every workload). VERIFY_BUDGET (default 60), DEADLINE_S and
-# SCRIPT_ARGS (default "--steps 60") are read from the environment. Workloads are skipped once DEADLINE_S
+# SCRIPT_ARGS (default "--steps 60") and VERIFY_ARGS (extra verify options) are read from the environment. Workloads are skipped once DEADLINE_S
 # seconds have passed (default 480), so the whole command stays within the device's 10-minute limit.
 set -u
 OUT_DIR=${1:-${OUT:?give OUT as the first argument or set OUT}}
@@ -21,6 +21,8 @@ WORKLOADS=("$@")
 VERIFY_BUDGET=${VERIFY_BUDGET:-60}
 # the scripts' own arguments (a CPU smoke test of this file: SCRIPT_ARGS="--steps 60 --tiny")
 read -r -a SCRIPT_ARGS <<<"${SCRIPT_ARGS:---steps 60}"
+# extra `gpuadvisor verify` options, e.g. VERIFY_ARGS="--only bf16_autocast --trials 2"
+read -r -a VERIFY_ARGS <<<"${VERIFY_ARGS:-}"
 DEADLINE_S=${DEADLINE_S:-480}
 PY=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
@@ -55,7 +57,7 @@ for name in "${WORKLOADS[@]}"; do
   else
     "$PY" -m gpuadvisor profile -o "$run" --force "$script" "${SCRIPT_ARGS[@]}" >"$log" 2>&1
     echo "profile rc=$?" >>"$log"
-    "$PY" -m gpuadvisor verify "$run" --warmup-steps 5 --steps 15 --budget "$VERIFY_BUDGET" >>"$log" 2>&1
+    "$PY" -m gpuadvisor verify "$run" --warmup-steps 5 --steps 15 --budget "$VERIFY_BUDGET" "${VERIFY_ARGS[@]}" >>"$log" 2>&1
     echo "verify rc=$?" >>"$log"
   fi
   "$PY" -m gpuadvisor analyze "$run" >"$OUT_DIR/$name.summary.txt" 2>>"$log"

@@ -132,3 +132,12 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert r.returncode == 2 and "script not found" in r.stderr
     r = gpuadvisor("verify", str(run), "--trials", "0")
     assert r.returncode == 2
+
+
+def test_nothing_to_measure_says_so(slow_loader_run: Path) -> None:
+    # a CPU-only run has no finding with an injectable remedy (GPU rules are not applicable)
+    r, doc = verify(slow_loader_run)
+    assert r.returncode == 0, r.stderr
+    assert doc["trials"] == [] and doc["baseline"]["status"] == "not_run"
+    assert any(n.startswith("nothing to measure") for n in doc["notes"])
+    assert "verify: nothing to measure" in r.stderr
