@@ -289,6 +289,8 @@ def plan_trials(
             )
             if not applies:
                 reason = "no safe remedy applies to this run"
+            elif len(applies) == 1 and not tokens:
+                reason = f"only {applies[0].value} applies: the same trial as its own"
             rules = tuple(dict.fromkeys(str(f.get("rule")) for r in applies for f in by_remedy.get(r, [])))
         else:
             reason = skip_reason(remedy, environment, num_workers=num_workers, env=env)

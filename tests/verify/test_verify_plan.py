@@ -50,6 +50,14 @@ def test_rule_table_and_all_safe() -> None:
     assert all(t.skip_reason is None for t in trials.values())
 
 
+def test_all_safe_is_not_a_copy_of_one_remedy() -> None:
+    env = {**CUDA_ENV, "optimizers": [{"fused": True}]}
+    trials = plan([finding("GA301"), finding("GA502")], env)
+    assert trials[RemedyId.FUSED_OPTIMIZER].skip_reason == "every optimizer is already fused"
+    reason = trials[RemedyId.ALL_SAFE].skip_reason
+    assert reason is not None and reason.startswith("only dataloader_workers applies")
+
+
 def test_finding_remedy_wins_over_the_table() -> None:
     trials = plan([finding("GA701", remedy="tf32", prediction={"speedup": 3.0})])
     assert list(trials) == [RemedyId.TF32]
