@@ -246,6 +246,11 @@ def analyze(
         from gpuadvisor.stepmodel.predict import group_findings
 
         findings = group_findings(step_model, findings)
+    if run is not None:  # measured remedies (gpuadvisor verify) join their findings
+        from gpuadvisor.verify.results import attach_from_run
+
+        findings, verify_notes = attach_from_run(findings, run.run_dir)
+        extra_notes.extend(verify_notes)
     prediction = _combined_prediction(metrics, findings)
     if progress and time.monotonic() - started > 2.0:
         sys.stderr.write(f"gpuadvisor: analyzed {source_path} in {time.monotonic() - started:.1f} s\n")

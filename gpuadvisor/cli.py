@@ -32,6 +32,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("gpuadvisor.commands.report", "report", "Write the self-contained HTML report of a run or trace."),
     "diff": ("gpuadvisor.commands.diff", "diff", "Compare two runs: step time, per-category time, new/resolved findings."),
     "rules": ("gpuadvisor.commands.rules", "rules", "List the rules, or print one rule's documentation."),
+    "verify": ("gpuadvisor.commands.verify", "verify", "Apply the remedies that need no edit of the script and measure them."),
 }
 
 

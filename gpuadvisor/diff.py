@@ -182,6 +182,9 @@ class FindingChange:
     severity: str  # in `new` when present there, else in `base`
     base_impact: float | None
     new_impact: float | None
+    # What `gpuadvisor verify` measured for the finding in each run (Finding.verified), when it ran.
+    base_verified: Mapping[str, Any] | None = None
+    new_verified: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -193,6 +196,8 @@ class FindingChange:
             "severity": self.severity,
             "base_impact": self.base_impact,
             "new_impact": self.new_impact,
+            "base_verified": None if self.base_verified is None else dict(self.base_verified),
+            "new_verified": None if self.new_verified is None else dict(self.new_verified),
         }
 
 
@@ -369,6 +374,8 @@ def _match_findings(base: Iterable[Finding], new: Iterable[Finding]) -> list[Fin
                 severity=shown.severity.value,
                 base_impact=None if fb is None else fb.impact,
                 new_impact=None if fn is None else fn.impact,
+                base_verified=None if fb is None else fb.verified,
+                new_verified=None if fn is None else fn.verified,
             )
         )
     order = {"new": 0, "resolved": 1, "persisting": 2}

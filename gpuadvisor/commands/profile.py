@@ -118,6 +118,22 @@ from gpuadvisor.errors import GpuAdvisorError
     help="Seconds a rank stopped by the launcher (SIGTERM) may stay blocked before a watchdog thread "
     "exports its trace (torchrun kills it 30 s after SIGTERM).",
 )
+@click.option(
+    "--verify",
+    "verify_after",
+    is_flag=True,
+    help="After the run, measure the findings' injectable remedies (gpuadvisor verify, docs/verify.md).",
+)
+@click.option(
+    "--verify-trials", type=click.IntRange(min=1), default=3, show_default=True, help="verify --trials."
+)
+@click.option("--verify-only", multiple=True, metavar="FINDING_OR_REMEDY", help="verify --only (repeatable).")
+@click.option(
+    "--verify-budget",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=None,
+    help="verify --budget SECONDS.",
+)
 @click.argument("target", metavar="SCRIPT|MODULE")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def profile(
@@ -146,6 +162,10 @@ def profile(
     rdzv_id: str | None,
     standalone: bool,
     term_grace: float,
+    verify_after: bool,
+    verify_trials: int,
+    verify_only: tuple[str, ...],
+    verify_budget: float | None,
     target: str,
     args: tuple[str, ...],
 ) -> None:
@@ -213,7 +233,7 @@ def profile(
             time_step_seconds=time_step_seconds,
             time_fallback_after=time_fallback_after,
             short_run_seconds=short_run_seconds,
-            analyze=analyze,
+            analyze=analyze and not verify_after,  # analyzed once, after verify (findings gain `verified`)
         )
         outcome = run_profile(
             target, list(args), options, module=module, command=["gpuadvisor", *sys.argv[1:]], launch=launch
@@ -221,6 +241,10 @@ def profile(
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {err}", err=True)
         sys.exit(err.exit_code)
+    if verify_after:
+        from gpuadvisor.verify.runner import profile_then_verify
+
+        profile_then_verify(outcome, verify_trials, verify_only, verify_budget, analyze=analyze, quiet=quiet)
     report = outcome.run_dir / "report.html"
     if open_report and report.is_file():
         import webbrowser

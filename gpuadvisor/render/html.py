@@ -589,6 +589,7 @@ def _finding_view(
         "impact_text": f"{f.impact * 100:.1f}% of step time" if f.impact is not None else "not measured",
         "impact_width": 0.0 if f.impact is None else round(max(0.0, min(1.0, f.impact)) * 100, 1),
         "impact_explanation": f.impact_explanation,
+        "verified_text": _verified_text(f),
         "title": f.title,
         "message": f.message,
         "evidence": [_evidence_row(str(k), v) for k, v in evidence.items()]
@@ -604,6 +605,12 @@ def _finding_view(
             for ref in f.references
         ],
     }
+
+
+def _verified_text(f: Finding) -> str | None:
+    from gpuadvisor.verify.results import summary_line
+
+    return summary_line(f)
 
 
 _LONG_VALUE = 160

@@ -118,6 +118,11 @@ def _finding_lines(index: int, f: Finding, *, verbose: bool, style: Style) -> tu
     message, cut = wrap_clipped(f.message, WIDTH, limit, initial_indent=_INDENT, subsequent_indent=_INDENT)
     lines.extend(message)
     shortened |= cut
+    from gpuadvisor.verify.results import summary_line
+
+    verified = summary_line(f)
+    if verified:
+        lines.extend(textwrap.wrap(verified, WIDTH, initial_indent=f"{_INDENT}Verify: ", subsequent_indent=_INDENT))
     rec, cut = wrap_clipped(
         f.recommendation,
         WIDTH,

@@ -1,0 +1,112 @@
+"""`gpuadvisor verify RUN`: a thin click layer over `gpuadvisor.verify.verify_run`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError
+
+
+def verify_options(f: click.decorators.FC) -> click.decorators.FC:
+    """The options `verify` shares with `profile --verify`."""
+    for opt in reversed(
+        (
+            click.option(
+                "--trials",
+                type=click.IntRange(min=1),
+                default=3,
+                show_default=True,
+                help="Trials of the baseline and of each remedy (interleaved).",
+            ),
+            click.option(
+                "--budget",
+                "budget_s",
+                type=click.FloatRange(min=0.0, min_open=True),
+                default=None,
+                metavar="SECONDS",
+                help="Bound on the total wall time: later trials are skipped (and reported so).",
+            ),
+            click.option(
+                "--only",
+                multiple=True,
+                metavar="FINDING_OR_REMEDY",
+                help="Only these findings (rule id, e.g. GA301) or remedies (id, e.g. tf32: forces the "
+                "trial even without a finding). Repeatable.",
+            ),
+            click.option(
+                "--warmup-steps",
+                "verify_warmup_steps",
+                type=click.IntRange(min=1),
+                default=10,
+                show_default=True,
+                help="Steps of each trial left out before timing (compile, autotuning, workers starting).",
+            ),
+            click.option(
+                "--steps",
+                "verify_steps",
+                type=click.IntRange(min=1),
+                default=20,
+                show_default=True,
+                help="Steady-state steps timed in each trial.",
+            ),
+            click.option(
+                "--num-workers",
+                type=click.IntRange(min=1),
+                default=None,
+                help="DataLoader workers of the dataloader_workers remedy [default: min(8, CPUs - 1)].",
+            ),
+        )
+    ):
+        f = opt(f)
+    return f
+
+
+@click.command("verify")
+@click.argument("run", type=click.Path(path_type=Path))
+@verify_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+def verify(
+    run: Path,
+    trials: int,
+    budget_s: float | None,
+    only: tuple[str, ...],
+    verify_warmup_steps: int,
+    verify_steps: int,
+    num_workers: int | None,
+    quiet: bool,
+) -> None:
+    """Apply the remedies of RUN's findings that need no edit of the script, one trial process each,
+    interleaved with baseline trials, and measure the speed-up; write RUN/verify.json.
+
+    \b
+    Exit codes: 0 verify.json written; 1 the baseline (the recorded command) failed;
+    2 usage error; 70 internal error; 74 verify.json could not be written; 130 Ctrl-C.
+    """
+    from gpuadvisor.verify.runner import VerifyOptions, verify_run
+
+    options = VerifyOptions(
+        trials=trials,
+        budget_s=budget_s,
+        only=only,
+        warmup_steps=verify_warmup_steps,
+        steps=verify_steps,
+        num_workers=num_workers,
+        quiet=quiet,
+    )
+    try:
+        outcome = verify_run(run, options)
+    except GpuAdvisorError as err:
+        click.echo(f"gpuadvisor: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as err:  # a bug in gpuadvisor: one line plus the traceback for the bug report
+        import traceback
+
+        traceback.print_exc()
+        click.echo(f"gpuadvisor: internal error: {type(err).__name__}: {err}", err=True)
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(outcome.exit_code)

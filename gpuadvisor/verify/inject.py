@@ -1,0 +1,655 @@
+"""The remedies, applied inside a verify trial's process before the user's script runs.
+
+Each remedy is an injection that changes one documented thing and records what it changed
+(`Change`): a constructor argument (DataLoader, optimizer, a framework's trainer), a global switch
+(TF32, cudnn.benchmark), or the top module (bf16 autocast around its forward, channels_last,
+torch.compile). Imported only by the trial child (`gpuadvisor.verify.trial`), after torch.
+
+The top module is the first module with trainable parameters that user code calls from the main
+thread: a class-level `nn.Module.__call__` wrapper finds it and removes itself at once.
+Global switches are applied before the script runs and applied again at every step boundary until
+the timed region starts, so a script that sets them itself (`allow_tf32 = False`) still gets the
+remedy; the change list says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import inspect
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
+
+__all__ = ["Change", "Injections", "TrialSkip"]
+
+PREFETCH_FACTOR = 4
+
+
+class TrialSkip(SystemExit):
+    """The remedy cannot apply to this script (found out while it runs): stop it, report `skipped`.
+
+    A SystemExit so that `except Exception` in user code lets it through."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(0)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing an injection changed, e.g. `num_workers=0 -> 8 at train.py:31`."""
+
+    remedy: str
+    what: str
+    before: str
+    after: str
+    where: str | None = None
+
+    def text(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        return f"{self.what}={self.before} -> {self.after}{at}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "remedy": self.remedy,
+            "what": self.what,
+            "before": self.before,
+            "after": self.after,
+            "where": self.where,
+            "text": self.text(),
+        }
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+class Injections:
+    """Installs the injections of `remedies` and keeps the changes they made.
+
+    `locate()` returns the user call site (`file:line`) of the code that is running, or None.
+    """
+
+    def __init__(
+        self,
+        remedies: Sequence[str],
+        *,
+        num_workers: int,
+        batch_multiplier: int,
+        alloc_conf_before: str | None,
+        locate: Callable[[], str | None],
+    ) -> None:
+        self.remedies = frozenset(RemedyId(r) for r in remedies)
+        self.num_workers = num_workers
+        self.batch_multiplier = batch_multiplier
+        self.alloc_conf_before = alloc_conf_before
+        self.locate = locate
+        self.changes: list[Change] = []
+        self.notes: list[str] = []
+        self.framework_precision = False  # a framework's own bf16 switch was applied
+        self.user_autocast_entries = 0
+        self.grad_scaler_enabled = False
+        self.top_module: Any = None
+        self.top_listeners: list[Callable[[Any], None]] = []
+        self._enforcers: list[Callable[[], None]] = []
+        self._tls = threading.local()
+        self._pid = os.getpid()
+
+    # ------------------------------------------------------------------ bookkeeping
+    def change(
+        self,
+        remedy: RemedyId,
+        what: str,
+        before: Any,
+        after: Any,
+        where: str | None = None,
+        *,
+        literal: bool = True,
+    ) -> None:
+        """Record a change; `literal` values are shown as Python literals (strings quoted)."""
+        show = _show if literal else str
+        item = Change(remedy.value, what, show(before), show(after), where)
+        if item not in self.changes:
+            self.changes.append(item)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _origin(self) -> bool:
+        return os.getpid() == self._pid
+
+    @contextlib.contextmanager
+    def _outermost(self) -> Any:
+        """Only the outermost of nested patched constructors changes arguments (AdamW -> Adam)."""
+        depth = getattr(self._tls, "depth", 0)
+        self._tls.depth = depth + 1
+        try:
+            yield depth == 0
+        finally:
+            self._tls.depth = depth
+
+    def enforce(self) -> None:
+        """Apply the global switches again (called at step boundaries until the timed region)."""
+        for fn in self._enforcers:
+            fn()
+
+    # ------------------------------------------------------------------ install
+    def install(self) -> None:
+        import torch
+
+        r = self.remedies
+        if r & {RemedyId.DATALOADER_WORKERS, RemedyId.DATALOADER_PIN_MEMORY, RemedyId.LARGER_BATCH}:
+            self._install_dataloader(torch)
+        if RemedyId.FUSED_OPTIMIZER in r:
+            self._install_optimizer(torch)
+        if RemedyId.TF32 in r:
+            self._install_switches(RemedyId.TF32, _tf32_switches(torch))
+        if RemedyId.CUDNN_BENCHMARK in r:
+            self._install_switches(RemedyId.CUDNN_BENCHMARK, _cudnn_benchmark_switch(torch))
+        if RemedyId.EXPANDABLE_SEGMENTS in r:
+            now = os.environ.get(ALLOC_CONF)
+            if now and EXPANDABLE in now:
+                self.change(
+                    RemedyId.EXPANDABLE_SEGMENTS,
+                    ALLOC_CONF,
+                    self.alloc_conf_before or "unset",
+                    now,
+                    literal=False,
+                )
+            else:
+                self.note(f"{ALLOC_CONF} does not hold {EXPANDABLE} in the trial process")
+        if RemedyId.BF16_AUTOCAST in r:
+            self._install_autocast_watch(torch)
+        if r & {RemedyId.BF16_AUTOCAST, RemedyId.TF32}:
+            self._install_framework_switches()
+        # Top-module remedies, in the order they wrap: layout first, precision around it, compile outermost.
+        if RemedyId.CHANNELS_LAST in r:
+            self.top_listeners.append(lambda m: self._channels_last(torch, m))
+        if RemedyId.BF16_AUTOCAST in r:
+            self.top_listeners.append(lambda m: self._autocast(torch, m))
+        if RemedyId.TORCH_COMPILE in r:
+            self.top_listeners.append(lambda m: self._compile(torch, m))
+
+    def needs_top_module(self) -> bool:
+        return bool(self.top_listeners)
+
+    def on_top_module(self, module: Any) -> None:
+        self.top_module = module
+        for listener in self.top_listeners:
+            listener(module)
+
+    # ------------------------------------------------------------------ DataLoader
+    def _install_dataloader(self, torch: Any) -> None:
+        from torch.utils.data import DataLoader, IterableDataset
+
+        orig = DataLoader.__init__
+        sig = inspect.signature(orig)
+        cuda = bool(torch.cuda.is_available())
+        r = self.remedies
+
+        @functools.wraps(orig)
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            with self._outermost() as outer:
+                if not outer or not self._origin():
+                    return orig(loader, *args, **kwargs)
+                try:
+                    bound = sig.bind(loader, *args, **kwargs)
+                except TypeError:
+                    return orig(loader, *args, **kwargs)  # let DataLoader raise its own error
+                self._edit_dataloader(bound, sig, r, cuda, IterableDataset)
+                return orig(*bound.args, **bound.kwargs)
+
+        DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]
+
+    def _edit_dataloader(
+        self,
+        bound: inspect.BoundArguments,
+        sig: inspect.Signature,
+        r: frozenset[RemedyId],
+        cuda: bool,
+        iterable: type,
+    ) -> None:
+        a = bound.arguments
+
+        def get(name: str) -> Any:
+            return a[name] if name in a else sig.parameters[name].default
+
+        where = self.locate()
+        at = f" at {where}" if where else ""
+        if RemedyId.DATALOADER_WORKERS in r:
+            workers = int(get("num_workers") or 0)
+            if isinstance(get("dataset"), iterable):
+                self.note(
+                    f"DataLoader{at}: an IterableDataset yields its whole stream in every worker unless it "
+                    "shards by worker; num_workers not changed"
+                )
+            elif workers < self.num_workers:
+                a["num_workers"] = self.num_workers
+                self.change(RemedyId.DATALOADER_WORKERS, "num_workers", workers, self.num_workers, where)
+                if not get("persistent_workers"):
+                    a["persistent_workers"] = True
+                    self.change(RemedyId.DATALOADER_WORKERS, "persistent_workers", False, True, where)
+                prefetch = get("prefetch_factor")
+                if prefetch is None or prefetch < PREFETCH_FACTOR:
+                    a["prefetch_factor"] = PREFETCH_FACTOR
+                    self.change(
+                        RemedyId.DATALOADER_WORKERS, "prefetch_factor", prefetch or 2, PREFETCH_FACTOR, where
+                    )
+                if cuda and not get("pin_memory"):
+                    # Workers hand batches over in shared memory; pinning lets the copy to the GPU be async.
+                    a["pin_memory"] = True
+                    self.change(RemedyId.DATALOADER_WORKERS, "pin_memory", False, True, where)
+            else:
+                self.note(f"DataLoader{at} already has num_workers={workers}")
+        if RemedyId.DATALOADER_PIN_MEMORY in r:
+            if not cuda:
+                self.note(f"DataLoader{at}: no CUDA device, pin_memory not changed")
+            elif not get("pin_memory"):
+                a["pin_memory"] = True
+                self.change(RemedyId.DATALOADER_PIN_MEMORY, "pin_memory", False, True, where)
+        if RemedyId.LARGER_BATCH in r:
+            size = get("batch_size")
+            if get("batch_sampler") is not None or size is None:
+                self.note(f"DataLoader{at} takes a batch_sampler: batch size not changed")
+            else:
+                a["batch_size"] = int(size) * self.batch_multiplier
+                self.change(RemedyId.LARGER_BATCH, "batch_size", size, a["batch_size"], where)
+
+    # ------------------------------------------------------------------ optimizer
+    def _install_optimizer(self, torch: Any) -> None:
+        seen: set[Any] = set()
+        for name in dir(torch.optim):
+            cls: Any = getattr(torch.optim, name)
+            if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)) or cls in seen:
+                continue
+            seen.add(cls)
+            if "__init__" not in vars(cls):
+                continue
+            init = vars(cls)["__init__"]
+            params = inspect.signature(init).parameters
+            if "fused" in params or "foreach" in params:
+                type.__setattr__(
+                    cls, "__init__", self._optimizer_init(cls, init, "fused" in params, "foreach" in params)
+                )
+
+    def _optimizer_init(self, cls: type, orig: Any, has_fused: bool, has_foreach: bool) -> Any:
+        sig = inspect.signature(orig)
+
+        @functools.wraps(orig)
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            with self._outermost() as outer:
+                if not outer or not self._origin():
+                    orig(opt, *args, **kwargs)
+                    return
+                try:
+                    bound = sig.bind(opt, *args, **kwargs)
+                except TypeError:
+                    orig(opt, *args, **kwargs)
+                    return
+                self._fuse(cls, orig, bound, has_fused, has_foreach)
+
+        return __init__
+
+    def _fuse(
+        self, cls: type, orig: Any, bound: inspect.BoundArguments, has_fused: bool, has_foreach: bool
+    ) -> None:
+        a = bound.arguments
+        where = self.locate()
+        name = cls.__name__
+        params = a.get("params")
+        if params is not None and not isinstance(params, (list, tuple)):
+            a["params"] = list(params)  # a generator would be used up by a failed first attempt
+        fused_before, foreach_before = a.get("fused"), a.get("foreach")
+        attempts: list[tuple[str, dict[str, Any]]] = []
+        if has_fused and not fused_before:
+            attempts.append(("fused", {"fused": True, "foreach": None}))
+        if has_foreach and not foreach_before and not fused_before:
+            attempts.append(("foreach", {"foreach": True}))  # when fused is refused (device, dtype)
+        if not attempts:
+            self.note(f"{name} at {where} already uses fused={fused_before} foreach={foreach_before}")
+        for flag, values in attempts:
+            saved = {k: a.get(k) for k in values}
+            a.update(values)
+            try:
+                orig(*bound.args, **bound.kwargs)
+            except (RuntimeError, ValueError, TypeError) as err:
+                a.update(saved)
+                self.note(f"{name}({flag}=True) is not supported here ({err})")
+                continue
+            self.change(RemedyId.FUSED_OPTIMIZER, f"{name}({flag})", saved[flag], True, where)
+            return
+        orig(*bound.args, **bound.kwargs)
+
+    # ------------------------------------------------------------------ global switches
+    def _install_switches(self, remedy: RemedyId, switches: list[_Switch]) -> None:
+        before = [sw.read() for sw in switches]  # first: one switch may move another (allow_tf32)
+        for sw, value in zip(switches, before, strict=True):
+            if value != sw.value:
+                sw.write()
+                self.change(remedy, sw.name, value, sw.value)
+
+        def enforce() -> None:
+            for sw in switches:
+                now = sw.read()
+                if now != sw.value:
+                    sw.write()
+                    self.change(
+                        remedy,
+                        sw.name,
+                        now,
+                        sw.value,
+                        "the script's own setting, overridden at each warm-up step",
+                    )
+
+        self._enforcers.append(enforce)
+
+    # ------------------------------------------------------------------ precision
+    def _install_autocast_watch(self, torch: Any) -> None:
+        from torch.amp import autocast_mode
+
+        orig_enter = autocast_mode.autocast.__enter__
+
+        @functools.wraps(orig_enter)
+        def __enter__(ac: Any) -> Any:
+            if not getattr(self._tls, "ours", False) and getattr(ac, "_enabled", True):
+                self.user_autocast_entries += 1
+            return orig_enter(ac)  # type: ignore[no-untyped-call]
+
+        autocast_mode.autocast.__enter__ = __enter__  # type: ignore[method-assign,assignment]
+        scaler_init = torch.amp.GradScaler.__init__
+
+        @functools.wraps(scaler_init)
+        def scaler(s: Any, *args: Any, **kwargs: Any) -> None:
+            scaler_init(s, *args, **kwargs)
+            if getattr(s, "_enabled", False):
+                self.grad_scaler_enabled = True
+
+        torch.amp.GradScaler.__init__ = scaler  # type: ignore[method-assign]
+
+    def _autocast(self, torch: Any, module: Any) -> None:
+        if self.framework_precision:
+            return  # the framework's own switch does it
+        param = next((p for p in module.parameters()), None)
+        device = param.device.type if param is not None else None
+        if device not in ("cuda", "cpu"):
+            self.note(f"bf16 autocast: parameters on {device}, not injected")
+            return
+        forward = module.forward
+        tls = self._tls
+
+        @functools.wraps(forward)
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            tls.ours = True
+            try:
+                ctx = torch.autocast(device_type=device, dtype=torch.bfloat16)
+                ctx.__enter__()
+            finally:
+                tls.ours = False
+            try:
+                out = forward(*args, **kwargs)
+            finally:
+                ctx.__exit__(None, None, None)
+            return _outputs_to_fp32(torch, out)
+
+        module.forward = autocast_forward
+        self.change(
+            RemedyId.BF16_AUTOCAST,
+            f"{type(module).__name__}.forward",
+            "float32",
+            f"autocast({device}, bfloat16) with float32 outputs",
+            self.locate(),
+            literal=False,
+        )
+
+    def _install_framework_switches(self) -> None:
+        patches: dict[str, Callable[[types.ModuleType], None]] = {
+            "transformers.training_args": self._patch_hf_training_args,
+            "lightning.pytorch.trainer.trainer": self._patch_lightning_trainer,
+            "pytorch_lightning.trainer.trainer": self._patch_lightning_trainer,
+        }
+        for name, patch in list(patches.items()):
+            module = sys.modules.get(name)
+            if module is not None:
+                patch(module)
+                del patches[name]
+        if patches:
+            sys.meta_path.insert(0, _PostImportPatcher(patches))
+
+    def _patch_hf_training_args(self, module: types.ModuleType) -> None:
+        cls = getattr(module, "TrainingArguments", None)
+        if cls is None or not hasattr(cls, "__post_init__"):
+            self.note("transformers.TrainingArguments not found: no framework switch")
+            return
+        orig = cls.__post_init__
+        r = self.remedies
+
+        def cuda_available() -> bool:  # TrainingArguments(tf32=True) refuses to run without a GPU
+            import torch
+
+            return bool(torch.cuda.is_available())
+
+        @functools.wraps(orig)
+        def __post_init__(args: Any, *a: Any, **k: Any) -> Any:
+            where = self.locate()
+            if RemedyId.BF16_AUTOCAST in r:
+                if getattr(args, "fp16", False):
+                    self.note(f"TrainingArguments at {where} already sets fp16=True")
+                elif not getattr(args, "bf16", False):
+                    args.bf16 = True
+                    self.framework_precision = True
+                    self.change(RemedyId.BF16_AUTOCAST, "TrainingArguments.bf16", False, True, where)
+                else:
+                    self.framework_precision = True
+            if RemedyId.TF32 in r and getattr(args, "tf32", None) is not True and cuda_available():
+                before = getattr(args, "tf32", None)
+                args.tf32 = True
+                self.change(RemedyId.TF32, "TrainingArguments.tf32", before, True, where)
+            return orig(args, *a, **k)
+
+        cls.__post_init__ = __post_init__
+
+    def _patch_lightning_trainer(self, module: types.ModuleType) -> None:
+        cls = getattr(module, "Trainer", None)
+        if cls is None or RemedyId.BF16_AUTOCAST not in self.remedies:
+            return
+        orig = cls.__init__
+        sig = inspect.signature(orig)
+
+        @functools.wraps(orig)
+        def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                bound = sig.bind(trainer, *args, **kwargs)
+            except TypeError:
+                return orig(trainer, *args, **kwargs)  # type: ignore[no-any-return]
+            before = bound.arguments.get("precision", sig.parameters["precision"].default)
+            if before in (None, 32, "32", "32-true"):
+                bound.arguments["precision"] = "bf16-mixed"
+                self.framework_precision = True
+                self.change(RemedyId.BF16_AUTOCAST, "Trainer.precision", before, "bf16-mixed", self.locate())
+            else:
+                self.note(f"Lightning Trainer already sets precision={before!r}")
+            return orig(*bound.args, **bound.kwargs)  # type: ignore[no-any-return]
+
+        cls.__init__ = __init__
+
+    # ------------------------------------------------------------------ layout, compile
+    def _channels_last(self, torch: Any, module: Any) -> None:
+        if not any(isinstance(m, torch.nn.Conv2d) for m in module.modules()):
+            self.note(f"{type(module).__name__} has no Conv2d: channels_last not applied")
+            return
+        module.to(memory_format=torch.channels_last)
+        forward = module.forward
+        fmt = torch.channels_last
+
+        def convert(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.dim() == 4 and x.is_floating_point():
+                return x.contiguous(memory_format=fmt)
+            return x
+
+        @functools.wraps(forward)
+        def channels_last_forward(*args: Any, **kwargs: Any) -> Any:
+            return forward(*(convert(x) for x in args), **{k: convert(v) for k, v in kwargs.items()})
+
+        module.forward = channels_last_forward
+        self.change(
+            RemedyId.CHANNELS_LAST,
+            f"{type(module).__name__} and its 4-D inputs memory_format",
+            "contiguous",
+            "channels_last",
+            self.locate(),
+            literal=False,
+        )
+
+    def _compile(self, torch: Any, module: Any) -> None:
+        if type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None):
+            raise TrialSkip(f"{type(module).__name__} is already compiled by the script")
+        name = type(module).__name__
+        if hasattr(module, "compile"):
+            module.compile()  # in place: the module object, its parameters and state_dict keys stay
+        else:  # torch < 2.2
+            module.forward = torch.compile(module.forward)
+        self.change(
+            RemedyId.TORCH_COMPILE,
+            name,
+            "eager",
+            "torch.compile (default mode)",
+            self.locate(),
+            literal=False,
+        )
+
+    # ------------------------------------------------------------------ verdict helpers
+    def runtime_skip_reason(self) -> str | None:
+        """Why the remedy turned out not to apply (after the script ran), else None."""
+        if RemedyId.BF16_AUTOCAST in self.remedies and not self.framework_precision:
+            if self.user_autocast_entries:
+                return "the script enters torch.autocast itself"
+            if self.grad_scaler_enabled:
+                return "the script uses a GradScaler (fp16 mixed precision)"
+        if not self.changes:
+            why = "; ".join(self.notes)
+            return "nothing to change" + (f": {why}" if why else "")
+        return None
+
+
+@dataclass(frozen=True)
+class _Switch:
+    name: str
+    value: Any
+    read: Callable[[], Any]
+    write: Callable[[], None]
+
+
+def _tf32_switches(torch: Any) -> list[_Switch]:
+    def set_matmul() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    def set_cudnn() -> None:
+        torch.backends.cudnn.allow_tf32 = True
+
+    def set_precision() -> None:
+        torch.set_float32_matmul_precision("high")
+
+    return [
+        _Switch(
+            "torch.backends.cuda.matmul.allow_tf32",
+            True,
+            lambda: bool(torch.backends.cuda.matmul.allow_tf32),
+            set_matmul,
+        ),
+        _Switch(
+            "torch.backends.cudnn.allow_tf32", True, lambda: bool(torch.backends.cudnn.allow_tf32), set_cudnn
+        ),
+        _Switch(
+            "float32_matmul_precision",
+            "high",
+            lambda: str(torch.get_float32_matmul_precision()),
+            set_precision,
+        ),
+    ]
+
+
+def _cudnn_benchmark_switch(torch: Any) -> list[_Switch]:
+    def write() -> None:
+        torch.backends.cudnn.benchmark = True
+
+    return [
+        _Switch("torch.backends.cudnn.benchmark", True, lambda: bool(torch.backends.cudnn.benchmark), write)
+    ]
+
+
+def _outputs_to_fp32(torch: Any, out: Any) -> Any:
+    """bf16 tensors in the top module's output back to float32, so a loss computed outside the module
+    runs in float32 as it would under autocast (Accelerate's `convert_outputs_to_fp32` does the same)."""
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype == torch.bfloat16 else out
+    if isinstance(out, tuple):
+        items = [_outputs_to_fp32(torch, v) for v in out]
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
+    if isinstance(out, list):
+        return type(out)(_outputs_to_fp32(torch, v) for v in out)
+    if isinstance(out, dict):
+        try:
+            for key in list(out.keys()):
+                out[key] = _outputs_to_fp32(torch, out[key])
+        except (TypeError, KeyError):
+            return out
+        return out
+    return out
+
+
+class _PostImportPatcher(importlib.abc.MetaPathFinder):
+    """Runs a patch on a module right after it is first imported (framework constructors)."""
+
+    def __init__(self, patches: dict[str, Callable[[types.ModuleType], None]]) -> None:
+        self.patches = patches
+        self._busy: set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        patch = self.patches.get(fullname)
+        if patch is None or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        spec = None
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PatchingLoader(spec.loader, patch)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, patch: Callable[[types.ModuleType], None]) -> None:
+        self.inner = inner
+        self.patch = patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        module: types.ModuleType | None = self.inner.create_module(spec)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.inner.exec_module(module)
+        self.patch(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, ... of the real loader
+        return getattr(self.inner, name)

@@ -1,0 +1,166 @@
+"""RUN/verify.json: its format, and how its measurements join the findings (`Finding.verified`).
+
+Imported by the analysis (no torch, no pandas): `attach()` gives each finding whose remedy was
+measured a `verified` object next to its `prediction`; `summary_line()` is the sentence the terminal
+summary and the HTML report show ("predicted 2.7x, measured 2.9x (2.8-3.0, 3 trials)").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuadvisor.model import Finding
+
+__all__ = [
+    "VERIFY_FILE",
+    "VERIFY_SCHEMA_VERSION",
+    "attach",
+    "attach_from_run",
+    "load_verify",
+    "noise_band_text",
+    "summary_line",
+]
+
+VERIFY_FILE = "verify.json"
+VERIFY_SCHEMA_VERSION = 1
+
+# The keys of a verify.json trial copied into Finding.verified.
+_VERIFIED_KEYS = (
+    "status",
+    "remedy",
+    "speedup",
+    "low",
+    "high",
+    "trials",
+    "verdict",
+    "compared_in",
+    "step_time_ms",
+    "samples_per_s",
+    "change",
+    "reason",
+    "note",
+    "changes_numerics",
+    "changes_batch",
+)
+
+
+def noise_band_text() -> str:
+    """How `low`..`high` are defined (written into verify.json)."""
+    return (
+        "speedup = median(baseline step time) / median(remedy step time) (samples/s: remedy / baseline); "
+        "low..high = the range of all baseline/remedy ratios, min(baseline)/max(remedy) .. "
+        "max(baseline)/min(remedy); verdict 'faster' only when low > 1 (every remedy trial beat every "
+        "baseline trial: by chance 1 in C(2n, n) under no effect, 5% for 3 + 3 trials) and the speed-up "
+        "is >= 1.02 ('negligible' below)"
+    )
+
+
+def load_verify(run_dir: str | Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(RUN/verify.json, None), (None, None) when absent, (None, why) when unreadable."""
+    path = Path(run_dir) / VERIFY_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as err:
+        return None, f"{VERIFY_FILE} is unreadable ({err}); measured speed-ups not shown"
+    if not isinstance(doc, dict) or not isinstance(doc.get("trials"), list):
+        return None, f"{VERIFY_FILE} has no trials list; measured speed-ups not shown"
+    return doc, None
+
+
+def _rules_remedies() -> Mapping[str, Sequence[str]]:
+    from gpuadvisor.verify.plan import RULE_REMEDIES
+
+    return {rule: [r.value for r in remedies] for rule, remedies in RULE_REMEDIES.items()}
+
+
+def _verified(trial: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: trial.get(k) for k in _VERIFIED_KEYS if trial.get(k) is not None}
+    out["baseline_step_time_ms"] = baseline.get("step_time_ms")
+    if baseline.get("samples_per_s") is not None:
+        out["baseline_samples_per_s"] = baseline.get("samples_per_s")
+    return out
+
+
+def attach(findings: Sequence[Finding], verify_doc: Mapping[str, Any]) -> list[Finding]:
+    """Each finding with a measured remedy gains `verified`: the trial of its own remedy
+    (`Finding.remedy`), else of the rule's remedies in the order of the rule -> remedy table, else
+    any trial run for its rule. Other trials for the same finding are listed under `alternatives`."""
+    trials = [t for t in verify_doc.get("trials", []) if isinstance(t, Mapping)]
+    baseline = verify_doc.get("baseline") if isinstance(verify_doc.get("baseline"), Mapping) else {}
+    assert isinstance(baseline, Mapping)
+    table = _rules_remedies()
+    out: list[Finding] = []
+    for f in findings:
+        mine = [
+            t
+            for t in trials
+            if f.rule in (t.get("findings") or []) or (f.remedy and t.get("remedy") == f.remedy)
+        ]
+        if not mine:
+            out.append(f)
+            continue
+        preferred = [f.remedy] if f.remedy else list(table.get(f.rule, ()))
+        rank = {r: i for i, r in enumerate(preferred)}
+        mine.sort(key=lambda t: (rank.get(str(t.get("remedy")), len(rank)), str(t.get("remedy"))))
+        main, others = mine[0], mine[1:]
+        verified = _verified(main, baseline)
+        if others:
+            verified["alternatives"] = [
+                {
+                    k: t.get(k)
+                    for k in ("remedy", "status", "speedup", "low", "high", "trials", "reason")
+                    if t.get(k) is not None
+                }
+                for t in others
+            ]
+        out.append(dataclasses.replace(f, verified=verified))
+    return out
+
+
+def attach_from_run(findings: Sequence[Finding], run_dir: str | Path) -> tuple[list[Finding], list[str]]:
+    """attach() with RUN/verify.json when the run has one; (findings unchanged, [note]) when unreadable."""
+    doc, problem = load_verify(run_dir)
+    if doc is None:
+        return list(findings), [problem] if problem else []
+    return attach(findings, doc), []
+
+
+def _x(value: Any) -> str:
+    return f"{float(value):.2f}x" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
+def predicted_speedup(f: Finding) -> float | None:
+    """The replay's prediction, else 1 / (1 - impact) (the Amdahl bound the impact states)."""
+    if f.prediction and isinstance(f.prediction.get("speedup"), (int, float)):
+        return float(f.prediction["speedup"])
+    if f.impact is not None and 0 < f.impact < 1:
+        return 1.0 / (1.0 - f.impact)
+    return None
+
+
+def summary_line(f: Finding) -> str | None:
+    """ "predicted 2.70x, measured 2.90x (2.80-3.00, 3 trials)" or "verify: failed (reason)"; None
+    when the finding was not verified."""
+    v = f.verified
+    if not v:
+        return None
+    remedy = v.get("remedy", "?")
+    status = v.get("status")
+    if status != "ok":
+        return f"verify {remedy}: {status} ({v.get('reason') or 'no reason given'})"
+    predicted = predicted_speedup(f)
+    head = f"predicted {_x(predicted)}, " if predicted is not None else ""
+    unit = " in samples/s" if v.get("compared_in") == "samples_per_s" else ""
+    trials = v.get("trials")
+    band = f"{float(v.get('low', 0)):.2f}-{float(v.get('high', 0)):.2f}"
+    text = f"{head}measured {_x(v.get('speedup'))}{unit} ({band}, {trials} trial{'s' if trials != 1 else ''})"
+    verdict = v.get("verdict")
+    if verdict and verdict != "faster":
+        text += f", {str(verdict).replace('_', ' ')}"
+    return f"{text} [{remedy}]"

@@ -1,0 +1,577 @@
+"""`gpuadvisor verify RUN`: plan the trials, run them interleaved with baseline trials, write verify.json.
+
+Does not import torch (the trial children do). The run directory is read, never written, except for
+RUN/verify.json (atomically). Trial children run in their own session with their output in a
+temporary folder; a child still alive after its time limit is killed with its process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpuadvisor import __version__, rundir
+from gpuadvisor.errors import InputError, OutputLostError, UsageError
+from gpuadvisor.remedies import REMEDIES, RemedyId
+from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE, PlannedTrial, default_num_workers, plan_trials
+from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
+from gpuadvisor.verify.stats import compare
+
+__all__ = ["VerifyOptions", "VerifyOutcome", "verify_run"]
+
+BASELINE = "baseline"
+TRIAL_TIMEOUT_S = 600.0  # one trial process, whatever the budget
+EXIT_GRACE_S = 30.0  # after the result is written, the script's shutdown (workers, atexit) may take this
+LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    trials: int = 3
+    budget_s: float | None = None
+    only: tuple[str, ...] = ()
+    warmup_steps: int = 10
+    steps: int = 20
+    num_workers: int | None = None  # None: default_num_workers()
+    quiet: bool = False
+
+    def validate(self) -> None:
+        if self.trials < 1:
+            raise UsageError(f"--trials must be >= 1 (got {self.trials})")
+        if self.warmup_steps < 1:
+            raise UsageError(f"--warmup-steps must be >= 1 (got {self.warmup_steps})")
+        if self.steps < 1:
+            raise UsageError(f"--steps must be >= 1 (got {self.steps})")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise UsageError(f"--budget must be > 0 seconds (got {self.budget_s})")
+        if self.num_workers is not None and self.num_workers < 1:
+            raise UsageError(f"--num-workers must be >= 1 (got {self.num_workers})")
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    path: Path
+    document: dict[str, Any]
+    exit_code: int  # 0: verify.json written; 1: the baseline itself failed
+
+
+@dataclass
+class _Config:
+    """A configuration of the trial child: the baseline, or one planned remedy."""
+
+    name: str
+    applies: tuple[str, ...]
+    planned: PlannedTrial | None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    final: str | None = None  # "failed"/"skipped" once decided: no more trials of it
+    reason: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise InputError(f"cannot read {path}: {err}") from None
+
+
+def _findings_of(run_dir: Path) -> list[dict[str, Any]]:
+    """RUN/findings.json's findings, else a fresh analysis of the run."""
+    doc = _read_json(run_dir / rundir.FINDINGS)
+    if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
+        return [f for f in doc["findings"] if isinstance(f, dict)]
+    from gpuadvisor.analysis import analyze
+
+    return [f.to_dict() for f in analyze(run_dir).findings]
+
+
+@dataclass(frozen=True)
+class RecordedCommand:
+    """What the run recorded about how the script was started (manifest.json)."""
+
+    kind: str
+    target: str
+    args: tuple[str, ...]
+    cwd: Path
+    python: str
+
+    def script_path(self) -> Path:
+        p = Path(self.target)
+        return p if p.is_absolute() else self.cwd / p
+
+
+def recorded_command(manifest: Mapping[str, Any]) -> RecordedCommand:
+    """The recorded command, validated as `gpuadvisor profile` validates it (UsageError otherwise)."""
+    from gpuadvisor.capture.runner import validate_module, validate_script
+
+    if manifest.get("distributed") or len(manifest.get("ranks") or []) > 1:
+        raise UsageError("verify re-runs single-process scripts; this run was launched with torchrun")
+    target = manifest.get("target")
+    if not isinstance(target, dict) or not target.get("path_or_name"):
+        raise UsageError("the run's manifest.json does not record the command (no target)")
+    argv = [str(a) for a in (target.get("argv") or [])]
+    cwd = Path(str(manifest.get("cwd") or "."))
+    if not cwd.is_dir():
+        raise UsageError(f"the run's working directory {cwd} does not exist here")
+    recorded_python = str(manifest.get("python") or "")
+    python = recorded_python if recorded_python and os.access(recorded_python, os.X_OK) else sys.executable
+    cmd = RecordedCommand(
+        kind=str(target.get("kind") or "script"),
+        target=str(target["path_or_name"]),
+        args=tuple(argv[1:]),
+        cwd=cwd,
+        python=python,
+    )
+    if cmd.kind == "module":
+        saved = os.getcwd()
+        os.chdir(cwd)  # `python -m` resolves from the recorded cwd
+        try:
+            validate_module(cmd.target)
+        finally:
+            os.chdir(saved)
+    else:
+        validate_script(str(cmd.script_path()))
+    return cmd
+
+
+# ---------------------------------------------------------------------------------------------- trials
+
+
+def _say(stream: IO[str], quiet: bool, msg: str) -> None:
+    if quiet:
+        return
+    stream.write(f"verify: {msg}\n")
+    stream.flush()
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if not ln.startswith("USDT:")][-lines:]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class _TrialRunner:
+    def __init__(self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int) -> None:
+        self.cmd = cmd
+        self.options = options
+        self.workdir = workdir
+        self.num_workers = num_workers
+        self.index = 0
+
+    def run(self, config: _Config, timeout_s: float) -> dict[str, Any]:
+        self.index += 1
+        tag = f"{self.index:03d}-{config.name}"
+        result_path = self.workdir / f"{tag}.result.json"
+        log_path = self.workdir / f"{tag}.log"
+        from gpuadvisor.verify.trial import TrialConfig
+
+        planned = config.planned
+        env, alloc_before = trial_environment(config.applies, os.environ)
+        trial_cfg = TrialConfig(
+            target={"kind": self.cmd.kind, "path_or_name": self.cmd.target, "argv": list(self.cmd.args)},
+            result=str(result_path),
+            remedies=config.applies,
+            warmup_steps=self.options.warmup_steps,
+            steps=self.options.steps,
+            num_workers=self.num_workers,
+            batch_multiplier=(planned.batch_multiplier if planned and planned.batch_multiplier else 1),
+            alloc_conf_before=alloc_before,
+        )
+        cfg_path = self.workdir / f"{tag}.config.json"
+        cfg_path.write_text(json.dumps(trial_cfg.to_json()), encoding="utf-8")
+        argv = [
+            self.cmd.python,
+            *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+            "-m",
+            "gpuadvisor.verify.trial",
+            str(cfg_path),
+        ]
+        started = time.monotonic()
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.cmd.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                returncode = self._wait(proc, result_path, timeout_s)
+            except BaseException:
+                _kill_group(proc)
+                proc.wait()
+                raise
+            finally:
+                _kill_group(proc)  # DataLoader workers or other processes the script left behind
+        wall = time.monotonic() - started
+        result = _read_json(result_path) if result_path.is_file() else None
+        if not isinstance(result, dict):
+            what = "timed out" if returncode is None else f"ended with status {returncode}"
+            result = {
+                "status": "failed",
+                "reason": f"the trial process {what} before it reported a result",
+            }
+        result["wall_s"] = round(wall, 3)
+        if result.get("status") != "ok":
+            result["log_tail"] = _tail(log_path)
+        return result
+
+    @staticmethod
+    def _wait(proc: subprocess.Popen[bytes], result_path: Path, timeout_s: float) -> int | None:
+        deadline = time.monotonic() + timeout_s
+        reported_at: float | None = None
+        while True:
+            try:
+                return proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if reported_at is None and result_path.is_file():
+                reported_at = now
+            if now > deadline or (reported_at is not None and now - reported_at > EXIT_GRACE_S):
+                _kill_group(proc)
+                proc.wait()
+                return None if reported_at is None else 0
+
+
+def trial_environment(applies: Sequence[str], base: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """The trial child's environment: the parent's own, plus the allocator setting of
+    expandable_segments (appended to an existing PYTORCH_CUDA_ALLOC_CONF). Also returns the value
+    the setting had before, for the change record."""
+    env = dict(base)
+    before = env.get(ALLOC_CONF)
+    if RemedyId.EXPANDABLE_SEGMENTS.value in applies:
+        env[ALLOC_CONF] = f"{before},{EXPANDABLE}" if before else EXPANDABLE
+    return env, before
+
+
+def _progress_text(result: Mapping[str, Any]) -> str:
+    status = result.get("status")
+    if status == "ok":
+        parts = [f"{result.get('step_time_ms', 0):.1f} ms/step"]
+        if result.get("samples_per_s"):
+            parts.append(f"{result['samples_per_s']:.0f} samples/s")
+        return ", ".join(parts)
+    return f"{status}: {result.get('reason')}"
+
+
+def _values(results: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    out = []
+    for r in results:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out.append(float(v))
+    return out
+
+
+def _median(values: Sequence[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+def _r(value: float | None, nd: int = 3) -> float | None:
+    return None if value is None else round(value, nd)
+
+
+def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
+    planned = config.planned
+    assert planned is not None
+    spec = REMEDIES[planned.remedy]
+    oks = [r for r in config.results if r.get("status") == "ok"]
+    changes: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for r in config.results:
+        for c in r.get("changes") or []:
+            if c not in changes:
+                changes.append(c)
+        for n in r.get("notes") or []:
+            if n not in notes:
+                notes.append(n)
+    entry: dict[str, Any] = {
+        "remedy": planned.remedy.value,
+        "title": spec.title,
+        "applies": list(config.applies),
+        "finding": planned.findings[0] if planned.findings else None,
+        "findings": list(planned.findings),
+        "category": planned.category,
+        "forced": planned.forced,
+        "change": "; ".join(c["text"] for c in changes) if changes else None,
+        "changes": changes,
+        "changes_numerics": planned.changes_numerics,
+        "changes_batch": planned.changes_batch,
+        "predicted_speedup": _r(planned.predicted_speedup),
+        "trials": len(oks),
+    }
+    if notes:
+        entry["notes"] = notes
+    if config.final is not None:
+        entry["status"] = config.final
+        entry["reason"] = config.reason
+        failed = [r for r in config.results if r.get("status") != "ok"]
+        if failed and failed[-1].get("log_tail"):
+            entry["log_tail"] = failed[-1]["log_tail"]
+        return entry
+    base_ok = [r for r in baseline.results if r.get("status") == "ok"]
+    if not oks:
+        entry.update(status="skipped", reason=config.reason or "no trial ran (budget)")
+        return entry
+    methods = {r.get("step_detection") for r in (*oks, *base_ok)}
+    if len(methods) > 1:
+        entry.update(
+            status="failed",
+            reason=f"steps were counted differently across trials: {sorted(map(str, methods))}",
+        )
+        return entry
+    by_samples = planned.changes_batch
+    key = "samples_per_s" if by_samples else "step_time_ms"
+    base_values, trial_values = _values(base_ok, key), _values(oks, key)
+    if not base_values or len(trial_values) != len(oks):
+        entry.update(status="failed", reason=f"{key} was not measured (no DataLoader batches counted)")
+        return entry
+    cmp = compare(base_values, trial_values, higher_is_better=by_samples)
+    entry.update(
+        status="ok",
+        compared_in=key,
+        speedup=_r(cmp.speedup),
+        low=_r(cmp.low),
+        high=_r(cmp.high),
+        verdict=cmp.verdict.value,
+        chance_of_separation=_r(cmp.chance, 4),
+        step_time_ms=_r(_median(_values(oks, "step_time_ms"))),
+        samples_per_s=_r(_median(_values(oks, "samples_per_s"))),
+        step_times_ms=[_r(v) for v in _values(oks, "step_time_ms")],
+        samples_per_s_trials=[_r(v) for v in _values(oks, "samples_per_s")],
+    )
+    if by_samples and planned.batch_multiplier:
+        entry["note"] = (
+            f"the batch is {planned.batch_multiplier}x larger: compared in samples/s; the learning rate "
+            f"needs scaling (linear rule: x{planned.batch_multiplier}, with warm-up) and accuracy re-checking"
+        )
+    elif planned.changes_numerics:
+        entry["note"] = "lower-precision math: re-check accuracy (loss curve) before keeping it"
+    return entry
+
+
+def verify_run(
+    run_dir: str | os.PathLike[str], options: VerifyOptions | None = None, *, stream: IO[str] | None = None
+) -> VerifyOutcome:
+    """Measure the injectable remedies of a run's findings; write and return RUN/verify.json."""
+    options = options or VerifyOptions()
+    options.validate()
+    out = stream if stream is not None else sys.stderr
+    run = Path(run_dir)
+    if not rundir.is_run_dir(run):
+        raise UsageError(
+            f"{run} is not a run directory (no manifest.json): verify needs `gpuadvisor profile`'s run"
+        )
+    manifest = _read_json(run / rundir.MANIFEST)
+    environment = _read_json(run / rundir.ENVIRONMENT)
+    if not isinstance(manifest, dict):
+        raise InputError(f"{run / rundir.MANIFEST} is not a JSON object")
+    environment = environment if isinstance(environment, dict) else {}
+    cmd = recorded_command(manifest)
+    num_workers = options.num_workers or default_num_workers()
+    planned = plan_trials(_findings_of(run), environment, only=options.only, num_workers=num_workers)
+
+    started_wall = time.time()
+    started = time.monotonic()
+    baseline = _Config(BASELINE, (), None)
+    configs = [baseline]
+    skipped_upfront: list[_Config] = []
+    for p in planned:
+        c = _Config(p.remedy.value, tuple(r.value for r in p.applies), p)
+        if p.skip_reason is not None:
+            c.final, c.reason = "skipped", p.skip_reason
+            skipped_upfront.append(c)
+        else:
+            configs.append(c)
+    names = ", ".join(c.name for c in configs[1:]) or "none"
+    _say(
+        out,
+        options.quiet,
+        f"{run}: baseline + {len(configs) - 1} remedies ({names}) x {options.trials} trials, interleaved; "
+        f"{options.warmup_steps} warm-up + {options.steps} timed steps each",
+    )
+    for c in skipped_upfront:
+        _say(out, options.quiet, f"{c.name}: skipped ({c.reason})")
+
+    notes: list[str] = []
+    if len(configs) == 1:
+        why = (
+            "nothing to measure: no finding of this run has a remedy verify can apply without an edit"
+            if not planned
+            else "nothing to measure: every selected remedy was skipped"
+        )
+        notes.append(f"{why} (--only REMEDY forces a trial)")
+        _say(out, options.quiet, notes[-1])
+    total = len(configs) * options.trials if len(configs) > 1 else 0
+    done = 0
+    budget_hit = False
+    interrupted = False
+    workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-verify-"))
+    runner = _TrialRunner(cmd, options, workdir, num_workers)
+    try:
+        for _round in range(options.trials if len(configs) > 1 else 0):
+            for c in configs:
+                if c.final is not None:
+                    continue
+                if options.budget_s is not None and done > 0:
+                    # Start a trial only if one as long as the longest so far still fits; a trial
+                    # that started runs to its end (the budget may be passed by at most one trial).
+                    left = options.budget_s - (time.monotonic() - started)
+                    longest = max(float(r.get("wall_s", 0.0)) for cc in configs for r in cc.results)
+                    if longest > left:
+                        budget_hit = True
+                        break
+                done += 1
+                result = runner.run(c, TRIAL_TIMEOUT_S)
+                c.results.append(result)
+                _say(out, options.quiet, f"trial {done}/{total} {c.name} ... {_progress_text(result)}")
+                if result.get("status") != "ok":
+                    c.final, c.reason = str(result.get("status")), str(result.get("reason"))
+                    if c is baseline:
+                        break
+            if budget_hit or baseline.final is not None:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        notes.append("interrupted (Ctrl-C): the remaining trials were not run")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    if budget_hit:
+        notes.append(
+            f"--budget {options.budget_s:g} s reached after {done} of {total} trials: the rest were skipped"
+        )
+    if baseline.final is not None:
+        for c in configs[1:]:
+            if c.final is None:
+                c.final, c.reason = "skipped", f"the baseline failed: {baseline.reason}"
+
+    base_ok = [r for r in baseline.results if r.get("status") == "ok"]
+    trials = [_trial_entry(c, baseline) for c in [*configs[1:], *skipped_upfront]]
+    order = {p.remedy.value: i for i, p in enumerate(planned)}
+    trials.sort(key=lambda t: order.get(t["remedy"], len(order)))
+    cuda = any(r.get("cuda") for r in baseline.results)
+    baseline_entry: dict[str, Any] = {
+        "status": baseline.final or ("ok" if base_ok else "not_run"),
+        "step_time_ms": _r(_median(_values(base_ok, "step_time_ms"))),
+        "samples_per_s": _r(_median(_values(base_ok, "samples_per_s"))),
+        "trials": len(base_ok),
+        "step_times_ms": [_r(v) for v in _values(base_ok, "step_time_ms")],
+        "samples_per_s_trials": [_r(v) for v in _values(base_ok, "samples_per_s")],
+        "step_detection": base_ok[0].get("step_detection") if base_ok else None,
+    }
+    if baseline.final is not None:
+        baseline_entry["reason"] = baseline.reason
+        if baseline.results and baseline.results[-1].get("log_tail"):
+            baseline_entry["log_tail"] = baseline.results[-1]["log_tail"]
+    document: dict[str, Any] = {
+        "schema_version": VERIFY_SCHEMA_VERSION,
+        "tool": {"name": "gpuadvisor", "version": __version__},
+        "run": str(run),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started_wall)),
+        "command": {
+            "python": cmd.python,
+            "kind": cmd.kind,
+            "target": cmd.target,
+            "args": list(cmd.args),
+            "cwd": str(cmd.cwd),
+        },
+        "settings": {
+            "trials": options.trials,
+            "warmup_steps": options.warmup_steps,
+            "steps": options.steps,
+            "budget_s": options.budget_s,
+            "only": list(options.only),
+            "num_workers": num_workers,
+            "order": "interleaved: baseline, then each remedy, repeated",
+        },
+        "cuda": cuda,
+        "torch": base_ok[0].get("torch") if base_ok else None,
+        "noise_band": noise_band_text(),
+        "baseline": baseline_entry,
+        "trials": trials,
+        "wall_s": round(time.monotonic() - started, 3),
+        "notes": notes,
+    }
+    path = run / VERIFY_FILE
+    from gpuadvisor.capture._io import write_json_atomic
+
+    try:
+        write_json_atomic(path, document)
+    except OSError as err:
+        raise OutputLostError(f"cannot write {path}: {err.strerror or err}") from None
+    for t in trials:
+        _say(out, options.quiet, f"{t['remedy']}: {_summary(t)}")
+    _say(out, options.quiet, f"wrote {path}")
+    if interrupted:
+        raise KeyboardInterrupt
+    return VerifyOutcome(path=path, document=document, exit_code=1 if baseline.final is not None else 0)
+
+
+def _summary(t: Mapping[str, Any]) -> str:
+    if t.get("status") != "ok":
+        return f"{t.get('status')} ({t.get('reason')})"
+    unit = "samples/s" if t.get("compared_in") == "samples_per_s" else "step time"
+    return f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {t['trials']} trials, {t['verdict']})"
+
+
+def profile_then_verify(
+    outcome: Any,
+    trials: int,
+    only: Sequence[str],
+    budget_s: float | None,
+    *,
+    analyze: bool,
+    quiet: bool,
+    stream: IO[str] | None = None,
+) -> None:
+    """`gpuadvisor profile --verify`: verify the fresh run (when the script succeeded), then analyze it
+    once, so findings.json and report.html carry `verified`. `outcome` is the ProfileOutcome. Never
+    changes profile's exit status: verify's own errors are printed."""
+    from gpuadvisor.capture.runner import _analyze
+    from gpuadvisor.errors import GpuAdvisorError
+
+    out = stream if stream is not None else sys.stderr
+    if outcome.exit_status != 0:
+        out.write(f"gpuadvisor: verify skipped: the script exited with status {outcome.exit_status}\n")
+    else:
+        try:
+            verify_run(
+                outcome.run_dir,
+                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet),
+                stream=out,
+            )
+        except GpuAdvisorError as err:
+            out.write(f"gpuadvisor: verify: error: {err}\n")
+        except KeyboardInterrupt:
+            out.write("gpuadvisor: verify interrupted; what was measured is in verify.json\n")
+    out.flush()
+    if analyze:
+        _analyze(outcome.run_dir, quiet)

@@ -1,0 +1,450 @@
+"""One verify trial: `python -m gpuadvisor.verify.trial CONFIG.json`.
+
+Runs the recorded script the way `python SCRIPT ARGS` would (gpuadvisor.capture.execfile, as the
+capture's child does) with no profiler, after installing the remedy's injections (none for a baseline
+trial). Steps are counted as the capture counts them: the first optimizer that steps (global step
+hook), else DataLoader batches (a second batch before any optimizer step), else calls of the top
+module (the first module with trainable parameters that the script calls). Higher-priority evidence
+restarts the count. The first `warmup_steps` steps are skipped (compilation, cudnn autotuning,
+DataLoader workers starting); the next `steps` are timed on the host clock between two device
+synchronizations (none per step). At the end of the timed region the parameters the optimizers hold
+are checked for NaN/Inf, the result is written to the result file, and the script is stopped (a
+SystemExit at that step boundary, as `gpuadvisor profile` stops a script after its window).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TrialComplete", "TrialConfig", "run_trial"]
+
+
+class TrialComplete(SystemExit):
+    """Raised at the step boundary that ends the timed region (a SystemExit: `except Exception` in the
+    script lets it through)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+class _TrialAbort(SystemExit):
+    """An error in gpuadvisor's own trial machinery: the trial is failed, never measured wrongly."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(0)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """What the parent hands the trial child (JSON)."""
+
+    target: dict[str, Any]  # {"kind": "script"|"module", "path_or_name": str, "argv": [args]}
+    result: str  # where the child writes its result (JSON)
+    remedies: tuple[str, ...] = ()
+    warmup_steps: int = 10
+    steps: int = 20
+    num_workers: int = 1
+    batch_multiplier: int = 4
+    alloc_conf_before: str | None = None
+    forward_fallback_calls: int = 3  # top-module calls without optimizer step or batch -> count calls
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialConfig:
+        data = dict(data)
+        data["remedies"] = tuple(data.get("remedies") or ())
+        return cls(**data)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["remedies"] = list(self.remedies)
+        return out
+
+
+_PRIORITY = {"optimizer_step_hook": 3, "dataloader": 2, "forward": 1}
+
+
+def _batch_size(batch: Any, depth: int = 0) -> int | None:
+    """Samples in a DataLoader batch: the first dimension of its first tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth > 3:
+        return None
+    if isinstance(batch, dict):
+        items: Any = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        n = _batch_size(item, depth + 1)
+        if n is not None:
+            return n
+    return None
+
+
+class StepClock:
+    """Counts steps, times the steady-state region, checks the parameters, stops the script."""
+
+    def __init__(self, cfg: TrialConfig, injections: Any) -> None:
+        self.cfg = cfg
+        self.injections = injections
+        self.pid = os.getpid()
+        self.method: str | None = None
+        self.switches: list[str] = []
+        self.count = 0
+        self.dl_calls = 0
+        self.forward_calls = 0
+        self.opt_steps = 0
+        self.primary: Any = None
+        self.optimizers: list[Any] = []
+        self.region_start: float | None = None
+        self.samples: int | None = None
+        self.stop_pending = False
+        self.done = False
+        self.measure: dict[str, Any] = {}
+        self.error: str | None = None
+
+    # ------------------------------------------------------------------ signals from the hooks
+    def _ours(self) -> bool:
+        return os.getpid() == self.pid and not self.done
+
+    def _guard(self) -> None:
+        if self.stop_pending and threading.current_thread() is threading.main_thread():
+            self.stop_pending = False
+            raise TrialComplete()
+
+    def on_optimizer_step(self, opt: Any) -> None:
+        if not self._ours():
+            return
+        if self.primary is None:
+            self.primary = opt
+        if all(o is not opt for o in self.optimizers):
+            self.optimizers.append(opt)
+        if opt is not self.primary:
+            return
+        self.opt_steps += 1
+        if self.method != "optimizer_step_hook":
+            self._switch("optimizer_step_hook")
+        self._boundary()
+
+    def on_batch_request(self) -> None:
+        if not self._ours():
+            return
+        self.dl_calls += 1
+        if self.dl_calls == 1:
+            return  # the first batch starts step 0
+        if self.method in (None, "forward") and self.opt_steps == 0:
+            self._switch("dataloader")
+        if self.method == "dataloader":
+            self._boundary()
+
+    def on_batch(self, batch: Any) -> None:
+        if self._ours() and self.region_start is not None and self.samples is not None:
+            n = _batch_size(batch)
+            self.samples = None if n is None else self.samples + n
+
+    def on_forward(self) -> None:
+        if not self._ours():
+            return
+        self.forward_calls += 1
+        if (
+            self.method is None
+            and self.forward_calls >= self.cfg.forward_fallback_calls
+            and self.dl_calls == 0
+            and self.opt_steps == 0
+        ):
+            self._switch("forward")
+        elif self.method == "forward":
+            self._boundary()
+
+    # ------------------------------------------------------------------ the region
+    def _switch(self, method: str) -> None:
+        if self.method is not None and _PRIORITY[method] <= _PRIORITY[self.method]:
+            return
+        self.switches.append(method)
+        self.method = method
+        self.count = 0
+        self.region_start = None
+
+    def _boundary(self) -> None:
+        self._guard()
+        self.count += 1
+        c = self.count
+        warmup, steps = self.cfg.warmup_steps, self.cfg.steps
+        try:
+            if c <= warmup:
+                self.injections.enforce()
+            if c == warmup:
+                _synchronize()
+                self.samples = 0
+                self.region_start = time.perf_counter()
+            elif c == warmup + steps and self.region_start is not None:
+                _synchronize()
+                elapsed = time.perf_counter() - self.region_start
+                self._finish(elapsed)
+        except (TrialComplete, _TrialAbort):
+            raise
+        except Exception as err:  # our own bug: fail the trial rather than measure wrongly
+            self.done = True
+            raise _TrialAbort(f"gpuadvisor verify internal error: {type(err).__name__}: {err}") from err
+        if self.done:
+            if threading.current_thread() is threading.main_thread():
+                raise TrialComplete()
+            self.stop_pending = True
+
+    def _finish(self, elapsed: float) -> None:
+        steps = self.cfg.steps
+        nonfinite, checked = self._check_params()
+        self.measure = {
+            "elapsed_s": round(elapsed, 6),
+            "steps_timed": steps,
+            "step_time_ms": round(1000.0 * elapsed / steps, 6),
+            "samples": self.samples,
+            "samples_per_s": round(self.samples / elapsed, 3) if self.samples and elapsed > 0 else None,
+            "params_checked": checked,
+            "nonfinite_params": nonfinite,
+        }
+        self.done = True
+
+    def _params(self) -> list[Any]:
+        params: dict[int, Any] = {}
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                for p in group.get("params", []):
+                    params[id(p)] = p
+        top = self.injections.top_module
+        if not params and top is not None:
+            for p in top.parameters():
+                params[id(p)] = p
+        return list(params.values())
+
+    def _check_params(self) -> tuple[int, int]:
+        import torch
+
+        bad = 0
+        params = self._params()
+        with torch.no_grad():
+            for p in params:
+                if not bool(torch.isfinite(p).all()):
+                    bad += 1
+        return bad, len(params)
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        torch.cuda.synchronize()
+
+
+def _install_step_hooks(clock: StepClock, injections: Any) -> None:
+    """Optimizer step hook, DataLoader iterator hook, and the top-module finder."""
+    import functools
+
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.utils.data import dataloader as dlmod
+
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: clock.on_optimizer_step(opt))
+
+    orig_next = dlmod._BaseDataLoaderIter.__next__
+
+    @functools.wraps(orig_next)
+    def __next__(it: Any) -> Any:
+        clock.on_batch_request()
+        batch = orig_next(it)
+        clock.on_batch(batch)
+        return batch
+
+    dlmod._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
+
+    module_cls: Any = torch.nn.Module
+    orig_call = module_cls.__call__
+    main = threading.main_thread()
+    pid = os.getpid()
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+
+    def count_forward(module: Any, args: Any) -> None:
+        clock.on_forward()
+
+    pre_hook = disable(count_forward) if disable is not None else count_forward
+
+    def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            threading.current_thread() is main
+            and os.getpid() == pid
+            and any(p.requires_grad for p in module.parameters())
+        ):
+            module_cls.__call__ = orig_call  # found: remove this wrapper before anything else runs
+            module.register_forward_pre_hook(pre_hook)
+            injections.on_top_module(module)
+        return orig_call(module, *args, **kwargs)
+
+    module_cls.__call__ = __call__
+
+
+def _locator() -> Any:
+    """`file:line` of the user code that is running (torch, gpuadvisor and the stdlib are skipped)."""
+    from gpuadvisor.capture.hooks import Recorder
+
+    def noop(*args: Any) -> None:
+        return None
+
+    recorder = Recorder(log=noop, on_optimizer_step=noop, on_dataloader_next=noop, on_user_profiler=noop)
+
+    def locate() -> str | None:
+        frame = recorder.user_frame(2)
+        # generated code (a dataclass's __init__ is "<string>") is no place to show: its caller is
+        while frame is not None and frame.f_code.co_filename.startswith("<"):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        file, line, _ = recorder.location(frame)
+        return f"{file}:{line}"
+
+    return locate
+
+
+def _compile_error(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _exception_text(exc: BaseException) -> str:
+    """The message's first line; for an error re-raised from a DataLoader worker ("Caught X in
+    DataLoader worker process 0." + the worker's traceback), also the worker's own last line."""
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if "Original Traceback" in str(exc) and len(lines) > 1:
+        return f"{lines[0]} {lines[-1].strip()}"
+    return lines[0]
+
+
+def run_trial(cfg: TrialConfig) -> dict[str, Any]:
+    """Install, run the target, and return the result object (never raises for the script's faults)."""
+    import torch
+
+    from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
+    from gpuadvisor.capture.execfile import run_module, run_script
+    from gpuadvisor.remedies import RemedyId
+    from gpuadvisor.verify.inject import Injections, TrialSkip
+
+    injections = Injections(
+        cfg.remedies,
+        num_workers=cfg.num_workers,
+        batch_multiplier=cfg.batch_multiplier,
+        alloc_conf_before=cfg.alloc_conf_before,
+        locate=_locator(),
+    )
+    clock = StepClock(cfg, injections)
+    result: dict[str, Any] = {
+        "pid": os.getpid(),
+        "torch": torch.__version__,
+        "cuda": bool(torch.cuda.is_available()),
+        "remedies": list(cfg.remedies),
+    }
+    status, reason = "failed", None
+    try:
+        injections.install()
+        _install_step_hooks(clock, injections)
+    except Exception as err:
+        reason = f"gpuadvisor verify could not install the remedy: {type(err).__name__}: {err}"
+        traceback.print_exc()
+    else:
+        target = cfg.target
+        try:
+            if target["kind"] == "module":
+                run_module(target["path_or_name"], list(target["argv"]))
+            else:
+                run_script(target["path_or_name"], list(target["argv"]))
+            reason = "ended"
+        except TrialComplete:
+            status = "ok"
+        except TrialSkip as exc:
+            status, reason = "skipped", exc.reason
+        except _TrialAbort as exc:
+            reason = exc.reason
+        except SystemExit as exc:
+            code = _system_exit_status(exc.code)
+            reason = "ended" if code == 0 else f"the script exited with status {code}"
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        except BaseException as exc:
+            _print_user_traceback(exc)
+            if RemedyId.TORCH_COMPILE.value in cfg.remedies and _compile_error(exc):
+                status = "skipped"
+                reason = f"torch.compile failed: {type(exc).__name__}: {_exception_text(exc)}"
+            else:
+                reason = (
+                    f"the script raised {type(exc).__name__}: {_exception_text(exc)} "
+                    f"(step {clock.count + 1}, counted by {clock.method or 'none'})"
+                )
+    if not clock.done and reason == "ended":
+        needed = cfg.warmup_steps + cfg.steps
+        reason = (
+            f"the script ended after {clock.count} steps (counted by {clock.method or 'none'}); the trial "
+            f"needs {cfg.warmup_steps} warm-up + {cfg.steps} timed steps = {needed}"
+        )
+    if status == "ok" and cfg.remedies:
+        skip = injections.runtime_skip_reason()
+        if skip is not None:
+            status, reason = "skipped", skip
+    if status == "ok" and clock.measure.get("nonfinite_params"):
+        status = "failed"
+        reason = (
+            f"{clock.measure['nonfinite_params']} of {clock.measure['params_checked']} parameter tensors "
+            f"hold NaN/Inf after {cfg.warmup_steps + cfg.steps} steps"
+        )
+    result.update(clock.measure)
+    result.update(
+        status=status,
+        reason=reason if status != "ok" else None,
+        step_detection=clock.method,
+        method_switches=clock.switches,
+        steps_counted=clock.count,
+        changes=[c.to_dict() for c in injections.changes],
+        notes=list(injections.notes),
+    )
+    return result
+
+
+def main() -> None:
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        cfg = TrialConfig.from_json(json.load(fh))
+    result = run_trial(cfg)
+    from gpuadvisor.capture._io import write_json_atomic
+
+    write_json_atomic(Path(cfg.result), result)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception as err:  # a closed stream: nothing to flush, the result is written
+            del err
+    # Exit 0 whatever the script did: the result file carries the outcome.
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    # Run from the importable module: the script's module replaces sys.modules["__main__"].
+    import gpuadvisor.verify.trial as _trial
+
+    _trial.main()
