@@ -19,6 +19,7 @@ rules still run.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import importlib
@@ -26,9 +27,11 @@ import importlib.util
 import inspect
 import math
 import re
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -536,6 +539,36 @@ def _kind_reason(req: Requirement, kind: TraceKind) -> str | None:
 ContextFactory = Callable[[Mapping[str, float]], RuleContext]
 
 
+class _ContainedExit(Exception):
+    """A SystemExit/KeyboardInterrupt/GeneratorExit a rule raised itself, carried as an ordinary error."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+@contextlib.contextmanager
+def _real_interrupts() -> Iterator[Callable[[], bool]]:
+    """Tell the user's Ctrl-C (SIGINT delivered) from a KeyboardInterrupt a rule raises itself. Only
+    in the main thread with Python's default SIGINT handler; elsewhere every KeyboardInterrupt counts
+    as the user's."""
+    seen = {"sigint": False}
+    swapped = False
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            seen["sigint"] = True
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
+        swapped = True
+    try:
+        yield (lambda: seen["sigint"]) if swapped else (lambda: True)
+    finally:
+        if swapped:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _internal_error_finding(rule: type[Rule], err: BaseException) -> Finding:
     frames = traceback.extract_tb(err.__traceback__)
     where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
@@ -581,12 +614,20 @@ def run_rules(
             )
             continue
         try:
-            produced = list(rule().check(ctx))
+            with _real_interrupts() as interrupted:
+                try:
+                    produced = list(rule().check(ctx))
+                except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+                    if isinstance(exc, KeyboardInterrupt) and interrupted():
+                        raise  # the user's Ctrl-C: the CLI exits 130
+                    # a rule that calls sys.exit() or raises KeyboardInterrupt itself must not end the
+                    # analysis (a CI gate would pass on empty output): it is that rule's internal error
+                    raise _ContainedExit(exc) from exc
             for item in produced:
                 if not isinstance(item, Finding):
                     raise TypeError(f"check() yielded {type(item).__name__}, not Finding")
         except Exception as err:
-            finding = _internal_error_finding(rule, err)
+            finding = _internal_error_finding(rule, err.exc if isinstance(err, _ContainedExit) else err)
             findings.append(finding)
             statuses.append(RuleStatus(rule.id, rule.name, "error", finding.message))
             continue

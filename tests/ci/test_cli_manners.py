@@ -421,3 +421,62 @@ def test_analyze_format_github_cli(item_trace: Path) -> None:
     res = CliRunner().invoke(cli, ["analyze", str(item_trace), "--format", "github", "--fail-on", "high"])
     assert res.exit_code == 1
     assert _annotations(res.output)[0][0] == "error" and "GA201" in res.output
+
+
+_EXITING_RULE = '''
+import sys
+from gpuadvisor.rules_api import Category, Rule
+
+
+class {cls}(Rule):
+    """A plugin rule that {what}.
+
+    Why it matters
+    --------------
+    Tests that one rule cannot end the analysis.
+
+    How it is detected
+    ------------------
+    It is not.
+
+    How to fix
+    ----------
+    Nothing.
+    """
+
+    id = "{rid}"
+    name = "{name}"
+    category = Category.CAPTURE
+
+    def check(self, ctx):
+        {body}
+        return []
+'''
+
+
+@pytest.mark.parametrize("fmt", ["text", "sarif"])
+def test_a_rule_that_exits_or_raises_keyboardinterrupt_is_contained(
+    item_trace: Path, tmp_path: Path, fmt: str
+) -> None:
+    """RELIABILITY (issue 12): `sys.exit(0)` or a KeyboardInterrupt raised inside a plugin rule's check()
+    becomes that rule's internal error; the other rules' findings and the --fail-on gate stay right."""
+    rules = tmp_path / "plugins"
+    rules.mkdir()
+    (rules / "exits.py").write_text(
+        _EXITING_RULE.format(cls="Exits", what="calls sys.exit(0)", rid="XE001", name="exits", body="sys.exit(0)")
+    )
+    (rules / "kbd.py").write_text(
+        _EXITING_RULE.format(
+            cls="Kbd", what="raises KeyboardInterrupt", rid="XE002", name="kbd", body="raise KeyboardInterrupt"
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "analyze", str(item_trace), "--rules", str(rules),
+         "--fail-on", "high", "--format", fmt],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.returncode == 1, proc.stderr  # GA201 is high on this trace: the gate fails as it should
+    assert "GA201" in proc.stdout
+    if fmt == "text":
+        assert "XE001" in proc.stdout and "SystemExit" in proc.stdout
+        assert "XE002" in proc.stdout and "KeyboardInterrupt" in proc.stdout
