@@ -641,6 +641,8 @@ class Manifest:
     messages: tuple[str, ...] = ()
     distributed: Distributed | None = None
     ranks: tuple[RankEntry, ...] | None = None
+    # indices into target.argv whose credentials were masked (gpuadvisor.redact); () when none were
+    argv_redacted: tuple[int, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -665,16 +667,26 @@ class Manifest:
         nvml: NvmlInfo,
         started_unix_s: float,
         distributed: Distributed | None = None,
+        redact: bool = True,
     ) -> Manifest:
-        """The manifest written before the script starts (a parent killed outright still leaves it)."""
+        """The manifest written before the script starts (a parent killed outright still leaves it).
+        With `redact`, credentials in the command line are masked (gpuadvisor.redact)."""
         import os
         import sys
 
         from gpuadvisor import __version__
 
+        masked: tuple[int, ...] = ()
+        if redact:
+            from gpuadvisor.redact import redact_argv
+
+            command, _ = redact_argv(command)
+            argv, masked = redact_argv(target.argv)
+            target = replace(target, argv=tuple(argv))
         return cls(
             tool_version=__version__,
             command=tuple(command),
+            argv_redacted=masked,
             target=target,
             cwd=os.getcwd(),
             python=sys.executable,
@@ -740,6 +752,8 @@ class Manifest:
             degraded=self.degraded_strings,
             messages=list(self.messages),
         )
+        if self.argv_redacted:
+            out["argv_redacted"] = list(self.argv_redacted)
         if self.distributed is not None:
             out["distributed"] = self.distributed.to_json()
         if self.ranks is not None:
@@ -758,6 +772,7 @@ class Manifest:
             tool_name=_str(tool.get("name")) or "gpuadvisor",
             tool_version=_str(tool.get("version")),
             command=_strs(d.get("command")),
+            argv_redacted=_indices(d.get("argv_redacted")),
             target=Target.from_json(d.get("target")),
             cwd=_str(d.get("cwd")),
             python=_str(d.get("python")),
@@ -784,13 +799,19 @@ class Manifest:
 _KNOWN_KEYS: dict[type, frozenset[str]] = {}
 
 
+def _indices(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(i for i in value if isinstance(i, int) and not isinstance(i, bool) and i >= 0)
+
+
 def _known_keys(cls: type) -> frozenset[str]:
     """The JSON keys a class writes itself (everything else read is kept in `extra`)."""
     keys = _KNOWN_KEYS.get(cls)
     if keys is None:
         keys = frozenset(cls().to_json())
         if cls is Manifest:
-            keys |= {"distributed", "ranks"}  # written only when present
+            keys |= {"distributed", "ranks", "argv_redacted"}  # written only when present
         _KNOWN_KEYS[cls] = keys
     return keys
 

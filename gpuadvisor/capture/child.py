@@ -123,6 +123,10 @@ def main() -> None:
     _unblock_signals()
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg: dict[str, Any] = json.load(fh)
+    # It holds the real command line (credentials too): gone as soon as it is read, so that a parent
+    # killed outright leaves nothing of it behind.
+    with contextlib.suppress(OSError):
+        os.unlink(sys.argv[1])
     run_child(cfg)
 
 

@@ -27,7 +27,8 @@ class ProfileOptions:
     NVML samples; quiet: no progress lines; time_step_seconds / time_fallback_after: steps by time;
     short_run_seconds: how long the first steps are recorded speculatively so that a script that ends
     before the window is still captured (0: never); term_timeout: seconds between a forwarded SIGTERM
-    and SIGKILL; analyze: analyze the run at the end.
+    and SIGKILL; analyze: analyze the run at the end; redact: mask credentials of the command line in
+    everything written (gpuadvisor.redact).
     """
 
     out: str | None = None
@@ -44,6 +45,7 @@ class ProfileOptions:
     short_run_seconds: float = 2.0
     term_timeout: float = 20.0
     analyze: bool = True
+    redact: bool = True
 
     def validate(self) -> ProfileOptions:
         """Raise `UsageError` for a value the capture cannot use; return self."""

@@ -203,6 +203,7 @@ def _base_manifest(ns: argparse.Namespace, opts: ProfileOptions, command: list[s
         ),
         started_unix_s=started,
         distributed=Distributed(launcher="external"),
+        redact=opts.redact,
     )
 
 

@@ -316,6 +316,7 @@ def run_profile(
         nvml=NvmlInfo(interval_s=opts.nvml_interval),
         started_unix_s=time.time(),
         distributed=launch.describe() if launch is not None else None,
+        redact=opts.redact,
     )
     write_manifest(run_dir, manifest)  # a parent killed outright still leaves one
 
@@ -326,6 +327,8 @@ def run_profile(
     )
     cfg["target"] = {"kind": target_rec.kind.value, "path_or_name": target, "argv": args}
     write_json_atomic(run_dir / CONFIG_FILE, cfg)
+    with contextlib.suppress(OSError):  # it holds the real command line: owner only
+        os.chmod(run_dir / CONFIG_FILE, 0o600)
 
     from gpuadvisor.capture.nvml import NvmlSampler
 

@@ -87,6 +87,14 @@ from gpuadvisor.errors import GpuAdvisorError
     help="Open RUN/report.html in a web browser when the run is analyzed.",
 )
 @click.option(
+    "--redact/--no-redact",
+    "redact",
+    default=True,
+    show_default=True,
+    help="Mask credentials in the recorded command line (--api-key VALUE, --password=..., sk-/ghp_/hf_ "
+    "tokens, URL passwords) in manifest.json, the report and the logs.",
+)
+@click.option(
     "--analyze/--no-analyze",
     "analyze",
     default=True,
@@ -162,6 +170,7 @@ def profile(
     rdzv_id: str | None,
     standalone: bool,
     term_grace: float,
+    redact: bool,
     verify_after: bool,
     verify_trials: int,
     verify_only: tuple[str, ...],
@@ -234,6 +243,7 @@ def profile(
             time_fallback_after=time_fallback_after,
             short_run_seconds=short_run_seconds,
             analyze=analyze and not verify_after,  # analyzed once, after verify (findings gain `verified`)
+            redact=redact,
         )
         outcome = run_profile(
             target, list(args), options, module=module, command=["gpuadvisor", *sys.argv[1:]], launch=launch
@@ -244,7 +254,9 @@ def profile(
     if verify_after:
         from gpuadvisor.verify.runner import profile_then_verify
 
-        profile_then_verify(outcome, verify_trials, verify_only, verify_budget, analyze=analyze, quiet=quiet)
+        profile_then_verify(
+            outcome, verify_trials, verify_only, verify_budget, analyze=analyze, quiet=quiet, argv=[target, *args]
+        )
     report = outcome.run_dir / "report.html"
     if open_report and report.is_file():
         import webbrowser

@@ -115,8 +115,10 @@ class RecordedCommand:
         return p if p.is_absolute() else self.cwd / p
 
 
-def recorded_command(manifest: Mapping[str, Any]) -> RecordedCommand:
-    """The recorded command, validated as `gpuadvisor profile` validates it (UsageError otherwise)."""
+def recorded_command(manifest: Mapping[str, Any], argv: Sequence[str] | None = None) -> RecordedCommand:
+    """The recorded command, validated as `gpuadvisor profile` validates it (UsageError otherwise).
+    `argv`: the script's real sys.argv when the caller has it (`profile --verify`); the manifest's
+    has its credentials masked (`argv_redacted`) and cannot be re-run as recorded."""
     from gpuadvisor.capture.runner import validate_module, validate_script
 
     if manifest.get("distributed") or len(manifest.get("ranks") or []) > 1:
@@ -124,7 +126,13 @@ def recorded_command(manifest: Mapping[str, Any]) -> RecordedCommand:
     target = manifest.get("target")
     if not isinstance(target, dict) or not target.get("path_or_name"):
         raise UsageError("the run's manifest.json does not record the command (no target)")
-    argv = [str(a) for a in (target.get("argv") or [])]
+    if argv is None and manifest.get("argv_redacted"):
+        raise UsageError(
+            "the recorded command line had credentials masked (manifest.json argv_redacted): verify cannot "
+            "re-run it as recorded; use `gpuadvisor profile --verify ...` (it verifies with the real "
+            "command) or record with `profile --no-redact`"
+        )
+    argv = [str(a) for a in (argv if argv is not None else (target.get("argv") or []))]
     cwd = Path(str(manifest.get("cwd") or "."))
     if not cwd.is_dir():
         raise UsageError(f"the run's working directory {cwd} does not exist here")
@@ -378,9 +386,14 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
 
 
 def verify_run(
-    run_dir: str | os.PathLike[str], options: VerifyOptions | None = None, *, stream: IO[str] | None = None
+    run_dir: str | os.PathLike[str],
+    options: VerifyOptions | None = None,
+    *,
+    stream: IO[str] | None = None,
+    argv: Sequence[str] | None = None,
 ) -> VerifyOutcome:
-    """Measure the injectable remedies of a run's findings; write and return RUN/verify.json."""
+    """Measure the injectable remedies of a run's findings; write and return RUN/verify.json. `argv`:
+    the script's real sys.argv (see recorded_command)."""
     options = options or VerifyOptions()
     options.validate()
     out = stream if stream is not None else sys.stderr
@@ -394,7 +407,7 @@ def verify_run(
     if not isinstance(manifest, dict):
         raise InputError(f"{run / rundir.MANIFEST} is not a JSON object")
     environment = environment if isinstance(environment, dict) else {}
-    cmd = recorded_command(manifest)
+    cmd = recorded_command(manifest, argv)
     num_workers = options.num_workers or default_num_workers()
     planned = plan_trials(_findings_of(run), environment, only=options.only, num_workers=num_workers)
 
@@ -551,6 +564,7 @@ def profile_then_verify(
     analyze: bool,
     quiet: bool,
     stream: IO[str] | None = None,
+    argv: Sequence[str] | None = None,
 ) -> None:
     """`gpuadvisor profile --verify`: verify the fresh run (when the script succeeded), then analyze it
     once, so findings.json and report.html carry `verified`. `outcome` is the ProfileOutcome. Never
@@ -567,6 +581,7 @@ def profile_then_verify(
                 outcome.run_dir,
                 VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet),
                 stream=out,
+                argv=argv,
             )
         except GpuAdvisorError as err:
             out.write(f"gpuadvisor: verify: error: {err}\n")

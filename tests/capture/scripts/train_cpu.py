@@ -13,7 +13,7 @@ p.add_argument("--fail-at", type=int, default=-1)
 p.add_argument("--exit-code", default=None)
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--ready-file", default=None)
-args = p.parse_args()
+args, _unknown = p.parse_known_args()  # other arguments (e.g. credentials in a redaction test) are ignored
 
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
