@@ -50,6 +50,9 @@ class ExitReason(str, enum.Enum):
     SYS_EXIT = "sys_exit"
     SIGNAL = "signal"
     KILLED = "killed"
+    # the process ended without python's shutdown (os._exit(), a C extension calling exit()): nothing
+    # after that point was flushed
+    ABRUPT_EXIT = "abrupt_exit"
     NOT_STARTED = "not_started"
     RUNNING = "running"  # ranks[] only: a rank still running when another rank merged the manifest
 

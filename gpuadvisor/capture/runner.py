@@ -406,8 +406,19 @@ def run_profile(
                 Degraded.KILLED,
                 f"the training process ended (status {returncode}) before gpuadvisor could start in it.",
             )
+        elif state.exit_reason is None:
+            # The child hands over its exit reason when it finishes; without one it ended abruptly
+            # (os._exit(), a C extension calling exit()) and nothing it had not written is kept.
+            reason = ExitReason.ABRUPT_EXIT
+            manifest = manifest.with_degraded(
+                Degraded.KILLED,
+                f"the training process exited abruptly (status {returncode}, e.g. os._exit()) at step "
+                f"{state.steps_seen}: python's shutdown did not run; only what gpuadvisor had written is kept.",
+            )
+            if state.capture.state is not CaptureState.COMPLETE:
+                manifest = manifest.with_degraded(Degraded.TRACE_NOT_EXPORTED)
         else:
-            reason = state.exit_reason or ExitReason.COMPLETED
+            reason = state.exit_reason
 
     manifest = _with_sampler(manifest, sampler)
     if exit_status_for(returncode, manifest.degraded_strings) != exit_status:

@@ -28,3 +28,18 @@ def test_shutdown_work_of_the_script_survives_the_fast_exit(tmp_path: Path, stat
         assert fh.read() == "gzip line\n"  # the trailer was written: the file was closed
     assert (files / "atexit.txt").read_text() == "atexit ran\n"
     assert (files / "thread.txt").read_text() == "thread finished\n"  # non-daemon thread joined
+
+
+def test_os_exit_inside_the_window_is_recorded_as_abrupt(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): os._exit(7) while recording: exit status 7, `abrupt_exit`, the trace
+    said lost, never `completed`."""
+    run = tmp_path / "run"
+    r = run_profile_cli(
+        "-o", str(run), "--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "5", "--no-analyze",
+        str(SCRIPTS / "abrupt_exit.py"),
+    )
+    assert r.returncode == 7, r.stderr
+    m = manifest(run)
+    assert m["exit_reason"] == "abrupt_exit" and m["exit_status"] == 7
+    assert "child_killed" in m["degraded"] and "trace_not_exported" in m["degraded"]
+    assert any("exited abruptly" in msg and "os._exit" in msg for msg in m["messages"])
