@@ -647,8 +647,10 @@ class CaptureSession:
             # Step c carries the export; the REFERENCE_STEPS_AFTER after it run as under plain python
             # (profiler detached, CUPTI finalized, wrappers removed): the analysis's unprofiled
             # reference (gpuadvisor.metrics.host_step_durations). Then the script is stopped.
-            # Not for time-based steps: they are seconds of wall time, not the script's steps.
-            extra = 0 if self.method is StepDetection.TIME else REFERENCE_STEPS_AFTER
+            # Not for time-based steps (seconds of wall time, not the script's steps), nor when no step
+            # hook stays installed after the window (an overhead experiment): no boundary would come.
+            no_steps_after = self.method is StepDetection.TIME or Suspect.STEP_TIMER in self.off
+            extra = 0 if no_steps_after else REFERENCE_STEPS_AFTER
             if extra:
                 self._stop_at_step = c + 1 + extra
             else:
