@@ -33,6 +33,20 @@ if TYPE_CHECKING:
     from gpuadvisor.capture.hooks import Recorder
 
 
+
+def spec_from_other_finders(
+    me: object, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+) -> importlib.machinery.ModuleSpec | None:
+    """The spec the import system would find without the meta-path finder `me` (which wraps it)."""
+    for finder in sys.meta_path:
+        if finder is me or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
 class Framework(str, enum.Enum):
     HF_TRAINER = "hf_trainer"
     HF_ACCELERATE = "hf_accelerate"
@@ -105,13 +119,7 @@ class _WatchFinder(importlib.abc.MetaPathFinder):
             return None
         self._busy.on = True
         try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
+            spec = spec_from_other_finders(self, fullname, path, target)
         finally:
             self._busy.on = False
         loader = spec.loader if spec is not None else None

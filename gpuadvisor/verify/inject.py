@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuadvisor.capture.frameworks import spec_from_other_finders
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
 
@@ -622,14 +623,8 @@ class _PostImportPatcher(importlib.abc.MetaPathFinder):
         if patch is None or fullname in self._busy:
             return None
         self._busy.add(fullname)
-        spec = None
         try:
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
+            spec = spec_from_other_finders(self, fullname, path, target)
         finally:
             self._busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
