@@ -111,6 +111,8 @@ def _load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: invalid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply to read") from None
     return dict(data)
 
 

@@ -110,6 +110,12 @@ def test_invalid_toml_and_missing_explicit(tmp_path: Path) -> None:
         load_config(start=tmp_path)
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(explicit=tmp_path / "missing.toml")
+    # RELIABILITY (issue 12): an array nested 3000 deep is a clear exit-2 error, not a RecursionError
+    deep = tmp_path / "deep"
+    write(deep / "pyproject.toml", "[tool.gpuadvisor]\nx = " + "[" * 3000 + "]" * 3000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply") as info:
+        load_config(start=deep)
+    assert info.value.exit_code == EXIT_USAGE
 
 
 def test_cli_overrides_pyproject(tmp_path: Path) -> None:
