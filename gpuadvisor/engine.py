@@ -389,6 +389,15 @@ def _has_rows(table: Any) -> bool:
         return False
 
 
+# the NVML readings the rules use; rows where all of them are empty are not samples
+_NVML_READINGS = ("util_gpu_pct", "mem_used_bytes", "power_w", "temp_c", "sm_clock_mhz", "throttle_reasons")
+
+
+def _nvml_usable(table: Any) -> bool:
+    """NVML samples with at least one reading (a sampler whose every counter was empty has none)."""
+    return any(_column_has_values(table, c) for c in _NVML_READINGS)
+
+
 def _column_has_values(table: Any, column: str) -> bool:
     if not _has_rows(table) or column not in getattr(table, "columns", ()):
         return False
@@ -424,7 +433,7 @@ def available_requirements(
     if _column_has_values(cpu_ops, "flops"):
         have.add(Requirement.FLOPS)
     if run is not None:
-        if _has_rows(getattr(run, "nvml", None)):
+        if _nvml_usable(getattr(run, "nvml", None)):
             have.add(Requirement.NVML)
         env = getattr(run, "environment", None) or {}
         if env.get("settings") or env.get("dataloaders") or env.get("optimizers") or env.get("gpus"):

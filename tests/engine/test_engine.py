@@ -301,7 +301,7 @@ def test_available_requirements_from_tables(tmp_path: Path) -> None:
     run_dir.mkdir()
     (run_dir / "callsites.json").write_text("{}")
     run = SimpleNamespace(
-        nvml=pd.DataFrame({"t_unix_s": [1.0]}),
+        nvml=pd.DataFrame({"t_unix_s": [1.0, 1.1], "sm_clock_mhz": [None, 1980.0]}),
         environment={"settings": {"cudnn_benchmark": False}},
         callsites=[],
         run_dir=run_dir,
@@ -316,6 +316,9 @@ def test_available_requirements_from_tables(tmp_path: Path) -> None:
         Requirement.SETTINGS,
         Requirement.CALLSITES,
     }
+    # RELIABILITY (issue 12): samples whose every reading is empty (a fake or broken NVML) are no samples
+    run.nvml = pd.DataFrame({"t_unix_s": [1.0, 1.1], "sm_clock_mhz": [None, None], "power_w": [None, None]})
+    assert Requirement.NVML not in engine.available_requirements(trace, run)  # type: ignore[arg-type]
     trace.step_source = "whole_trace"
     trace.kernels = pd.DataFrame({"ts": []})
     have = engine.available_requirements(trace, None, ranks=2)  # type: ignore[arg-type]
