@@ -77,6 +77,18 @@ def rank_file_name(name: str, rank: int) -> str:
 
 # Step end times kept for the profiler-overhead estimate (enough for any capture window; bounded).
 MAX_STEP_TIMES = 20_000
+
+
+def _in_backward() -> bool:
+    """True inside the autograd engine's backward pass (a hook running in it)."""
+    try:
+        import torch
+
+        return bool(torch._C._current_graph_task_id() != -1)
+    except Exception:
+        return False
+
+
 # steps timed after the window (without --full) as the unprofiled reference of the analysis
 REFERENCE_STEPS_AFTER = 5
 
@@ -196,6 +208,8 @@ class CaptureSession:
         self._wrappers_off_since: int | None = None
         self._wrappers_off_steps = 0
         self.profiler_used = False  # a torch.profiler was created in this process (the exit path reads it)
+        self._deferred_boundaries = 0  # optimizer steps taken inside backward, not yet made boundaries
+        self._deferral_logged = False
         self._lock = threading.RLock()
         self._timer: threading.Thread | None = None
         self._timer_stop = threading.Event()
@@ -372,7 +386,7 @@ class CaptureSession:
         if self.state is WindowState.DONE:
             if self.method is StepDetection.OPTIMIZER_STEP_HOOK and opt is self._primary_optimizer:
                 self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
-                self._boundary()
+                self._optimizer_boundary()
             return
         if not self.is_origin():
             return  # a forked worker running our hooks: its calls are not the run's steps
@@ -386,11 +400,31 @@ class CaptureSession:
         if self.method is not method and self._may_switch(method):
             self._switch_method(method, "optimizer.step() was seen")
         if self.method is method:
+            self._optimizer_boundary()
+
+    def _optimizer_boundary(self) -> None:
+        """An optimizer step ended a step. Stepped from inside the backward pass (per-parameter
+        optimizers in `register_post_accumulate_grad_hook`, the "optimizer step in backward" recipe),
+        the profiler must not be started, stopped or stepped there (the engine restores its own
+        thread-local profiler state after the hook; the stop crashed): the boundary is taken at the
+        next safe point, the model's next call or DataLoader batch."""
+        if _in_backward():
+            self._deferred_boundaries += 1
+            if not self._deferral_logged:
+                self._deferral_logged = True
+                self.log("optimizer steps inside the backward pass: step boundaries are taken at the model's next call")
+            return
+        self._boundary()
+
+    def _flush_deferred(self) -> None:
+        while self._deferred_boundaries > 0 and self.method is StepDetection.OPTIMIZER_STEP_HOOK:
+            self._deferred_boundaries -= 1
             self._boundary()
 
     def _on_forward(self) -> None:
         """A call of the top module (`capture.forward`): the first starts step 0, each later one ends
         a step."""
+        self._flush_deferred()
         if self.state is WindowState.DONE:
             if self.method is StepDetection.MODULE_FORWARD:
                 self.counts[StepDetection.MODULE_FORWARD] += 1
@@ -414,6 +448,7 @@ class CaptureSession:
             self._boundary()
 
     def _on_dataloader_next(self) -> None:
+        self._flush_deferred()
         if self.state is WindowState.DONE:
             if self.method is StepDetection.DATALOADER:
                 self.counts[StepDetection.DATALOADER] += 1
@@ -681,18 +716,23 @@ class CaptureSession:
             return
         self._callsite_steps = self.steps_seen
         self.recorder.recording_callsites = False
+        # optimizer steps taken inside backward become boundaries at the model's next call: keep it
+        deferring = method is StepDetection.OPTIMIZER_STEP_HOOK and self._deferral_logged
         if self.tracker is not None:
-            self.tracker.stop(keep_step_hook=keep_steps and method is StepDetection.MODULE_FORWARD)
+            self.tracker.stop(keep_step_hook=keep_steps and (method is StepDetection.MODULE_FORWARD or deferring))
         if self.frameworks is not None:
             self.frameworks.uninstall()
-        self.recorder.uninstall(keep=lambda owner, attr, group: keep_steps and self._is_step_hook(attr, group, method))
+        self.recorder.uninstall(
+            keep=lambda owner, attr, group: keep_steps and self._is_step_hook(attr, group, method, deferring)
+        )
         left = self.recorder.installed()
         self.log(f"after the window: wrappers left installed: {', '.join(left) if left else 'none'}")
 
     @staticmethod
-    def _is_step_hook(attr: str, group: Suspect, method: StepDetection | None) -> bool:
+    def _is_step_hook(attr: str, group: Suspect, method: StepDetection | None, deferring: bool = False) -> bool:
         if method is StepDetection.OPTIMIZER_STEP_HOOK:
-            return attr == "<hook>" and group is Suspect.STEP_TIMER
+            # steps taken inside backward become boundaries at the model's next call: keep that hook too
+            return attr == "<hook>" and (group is Suspect.STEP_TIMER or (deferring and group is Suspect.MODULE_HOOKS))
         if method is StepDetection.MODULE_FORWARD:
             return attr == "<hook>" and group is Suspect.MODULE_HOOKS
         if method is StepDetection.DATALOADER:

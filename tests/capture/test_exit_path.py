@@ -4,6 +4,7 @@ are skipped (libkineto can crash there once a profiler ran: pytorch #195837), th
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,25 @@ def test_os_exit_inside_the_window_is_recorded_as_abrupt(tmp_path: Path) -> None
     assert m["exit_reason"] == "abrupt_exit" and m["exit_status"] == 7
     assert "child_killed" in m["degraded"] and "trace_not_exported" in m["degraded"]
     assert any("exited abruptly" in msg and "os._exit" in msg for msg in m["messages"])
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_optimizer_step_in_backward_is_captured(tmp_path: Path, full: bool) -> None:
+    """RELIABILITY (issue 12): per-parameter optimizers stepped inside backward (the PyTorch tutorial):
+    the profiler is never started or stopped inside the backward pass (it crashed there); the steps
+    are taken at the model's next call, and the window is recorded in full."""
+    run = tmp_path / "run"
+    r = run_profile_cli(
+        "-o", str(run), "--skip-steps", "4", "--warmup-steps", "1", "--active-steps", "3", "--no-analyze",
+        *(["--full"] if full else []), str(SCRIPTS / "optim_in_backward.py"), "40",
+    )
+    assert r.returncode == 0, r.stderr
+    m = manifest(run)
+    assert m["step_detection"] == "optimizer_step_hook"
+    assert m["capture"]["state"] == "complete" and "user_profiler_conflict" not in m["degraded"]
+    assert m["exit_reason"] == ("completed" if full else "stopped_after_window")
+    assert ("done" in r.stdout) is full
+    with gzip.open(run / "trace" / "rank0.json.gz", "rt") as fh:
+        names = [e.get("name", "") for e in json.load(fh)["traceEvents"]]
+    assert sorted(n for n in names if n.startswith("ProfilerStep#")) == ["ProfilerStep#5", "ProfilerStep#6", "ProfilerStep#7"]
+    assert any("Optimizer.step" in n for n in names)
