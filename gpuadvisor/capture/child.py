@@ -203,10 +203,12 @@ def run_child(
     except _Terminated:
         reason, sig = ExitReason.SIGNAL, signal.SIGTERM
     except BaseException as exc:
-        if not session.is_origin():
-            raise
         _print_user_traceback(exc)
         status, reason = 1, ExitReason.EXCEPTION
+        if not session.is_origin():
+            # A fork of the training process whose code raised: exit 1 as python would, through the
+            # fork's exit path below (a normal interpreter exit hung in libkineto's destructors there).
+            _exit_now(status)
         session.failed_at_step = session.steps_seen
         session.failed_at_unix_s = time.time()
         session.degrade(

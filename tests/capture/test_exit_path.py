@@ -66,3 +66,19 @@ def test_optimizer_step_in_backward_is_captured(tmp_path: Path, full: bool) -> N
         names = [e.get("name", "") for e in json.load(fh)["traceEvents"]]
     assert sorted(n for n in names if n.startswith("ProfilerStep#")) == ["ProfilerStep#5", "ProfilerStep#6", "ProfilerStep#7"]
     assert any("Optimizer.step" in n for n in names)
+
+
+def test_a_forked_child_that_raises_exits_1_and_the_run_goes_on(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): a fork inside the window whose code raises: the child prints the user's
+    traceback (no gpuadvisor frames) and exits 1 as under python, instead of hanging at exit in
+    libkineto's destructors; the parent's capture completes."""
+    run = tmp_path / "run"
+    r = run_profile_cli(
+        "-o", str(run), "--full", "--skip-steps", "10", "--warmup-steps", "2", "--active-steps", "5",
+        "--no-analyze", str(SCRIPTS / "fork_raises.py"), timeout=90,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "child status 1" in r.stdout and "done" in r.stdout
+    assert "RuntimeError: child fails" in r.stderr and "gpuadvisor/capture" not in r.stderr
+    m = manifest(run)
+    assert m["exit_reason"] == "completed" and m["capture"]["state"] == "complete"
