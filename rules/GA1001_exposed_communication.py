@@ -92,7 +92,9 @@ class ExposedCommunication(Rule):
         # The straggler verdict GA1002 reports (the same function, the default thresholds): when there is
         # one, the other ranks' NCCL kernels spin while they wait for it and that wait is GA1002's; the
         # straggler's own exposed time is the communication cost proper.
-        verdict = mr.straggler_verdict(cr) if cr is not None else None
+        verdict = mr.straggler_verdict(cr, unprofiled_step_us=mr.unprofiled_step_us(ctx)) if cr is not None else None
+        if verdict is not None and verdict.profiler_induced:
+            verdict = None  # GA1002 says the lateness is the profiler's: no straggler to set apart
         by_rank = {r.rank: r for r in ranks}
         median_share = float(np.median(list(share.values())))
         if verdict is not None and verdict.rank in by_rank:

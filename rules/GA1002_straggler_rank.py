@@ -7,7 +7,16 @@ from typing import ClassVar
 
 from gpuadvisor import multirank as mr
 from gpuadvisor.rulekit.hostside import fmt_ms, fmt_pct
-from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.rules_api import (
+    Category,
+    Finding,
+    Location,
+    Requirement,
+    Rule,
+    RuleContext,
+    Severity,
+    Threshold,
+)
 
 _WHY = {
     "data_wait": "it waits longer for its input batches (DataLoader __next__)",
@@ -34,6 +43,12 @@ class StragglerRank(Rule):
     the wait for it. The rank that is last most often is the straggler; how late it is = the others'
     median collective time minus its own, averaged over the steps. Its data wait and compute time are
     compared with the other ranks' to say why. Impact = lateness / median step time.
+
+    The capture times every step outside the profiler too (the ranks step in lockstep, so rank 0's
+    unprofiled step is the job's). When the profiled step exceeds that by at least the lateness, the
+    profiler's own overhead on that rank can explain it (seen on 2x H200: 7-16 ms per step, only inside
+    the window, following one physical GPU): the finding is then info, "profiler-induced", with the
+    numbers, and no gain is claimed. A raw trace has no unprofiled steps: the verdict stands unchecked.
 
     How to fix
     ----------
@@ -76,6 +91,7 @@ class StragglerRank(Rule):
             cr,
             min_consistency=ctx.threshold("min_consistency"),
             min_late_fraction=ctx.threshold("min_impact"),
+            unprofiled_step_us=mr.unprofiled_step_us(ctx),
         )
         if verdict is None:
             return
@@ -83,6 +99,42 @@ class StragglerRank(Rule):
         step_us = verdict.step_us
         impact = verdict.late_fraction
         detail = s.cause_detail
+        if verdict.profiler_induced:
+            overhead = verdict.profiler_overhead_us or 0.0
+            yield self.finding(
+                impact=None,
+                title=(
+                    f"Rank {s.rank} is late {fmt_ms(s.late_us_per_step)} per step inside the profiled window "
+                    "only: the profiler's own overhead explains it"
+                ),
+                message=(
+                    f"Inside the window rank {s.rank} was last at the collectives in {s.steps_last} of "
+                    f"{s.steps_compared} steps, {fmt_ms(s.late_us_per_step)} per step late. Without the profiler "
+                    f"the job's step is {fmt_ms(verdict.unprofiled_step_us or 0.0)} ({fmt_ms(overhead)} less than the "
+                    f"{fmt_ms(step_us)} profiled step), and a rank that late would make every step at least the "
+                    "lateness plus the other ranks' own compute: outside the window rank "
+                    f"{s.rank} can be late by at most {fmt_ms(verdict.late_outside_us or 0.0)}, within the timing "
+                    "noise. The profiler's cost on that rank (its GPU, its CPU) made it late. No straggler is shown."
+                ),
+                evidence={
+                    "straggler_rank": s.rank,
+                    "late_ms_per_step": s.late_us_per_step / 1000,
+                    "profiled_step_ms": step_us / 1000,
+                    "unprofiled_step_ms": (verdict.unprofiled_step_us or 0.0) / 1000,
+                    "profiler_overhead_ms_per_step": overhead / 1000,
+                    "max_late_ms_per_step_outside_window": (verdict.late_outside_us or 0.0) / 1000,
+                    "steps_last": s.steps_last,
+                    "steps_compared": s.steps_compared,
+                },
+                recommendation=(
+                    "Nothing to fix from this run. If you suspect a real straggler, compare the ranks' step "
+                    "times without the profiler (e.g. time each rank's steps with torch.cuda.Event), or record "
+                    "again with a shorter window (--active-steps 3) to lower the profiler's cost."
+                ),
+                locations=[Location(function=f"rank {s.rank}", detail={"rank": s.rank, "cause": "profiler"})],
+                severity=Severity.INFO,
+            )
+            return
         if s.cause == "data_wait":
             rec = (
                 f"Rank {s.rank} waits {fmt_ms(detail['data_wait'])} per step longer for data than the others: "
@@ -102,8 +154,20 @@ class StragglerRank(Rule):
                 "contention (pin each rank's threads: OMP_NUM_THREADS, torchrun --nproc-per-node), or a slower "
                 "GPU or link on its host."
             )
+        late_us = s.late_us_per_step
+        bounded = ""
+        if verdict.late_outside_us is not None and verdict.unprofiled_step_us and verdict.late_outside_us < late_us:
+            # inside the window the profiler's cost on that rank inflates the lateness; the unprofiled
+            # steps bound what it can be without the profiler
+            late_us = verdict.late_outside_us
+            impact = late_us / verdict.unprofiled_step_us
+            bounded = (
+                f" Without the profiler the job's step is {fmt_ms(verdict.unprofiled_step_us)}: there rank "
+                f"{s.rank} can be late by at most {fmt_ms(late_us)} ({fmt_pct(impact)} of that step); the rest of "
+                "the lateness in the window is the profiler's cost on it."
+            )
         rec += (
-            f" Expected gain: up to {fmt_ms(s.late_us_per_step)} per step ({fmt_pct(impact)}), the time the "
+            f" Expected gain: up to {fmt_ms(late_us)} per step ({fmt_pct(impact)}), the time the "
             "other ranks wait for it."
         )
         per_rank = {
@@ -119,15 +183,18 @@ class StragglerRank(Rule):
         }
         yield self.finding(
             impact=impact,
-            title=f"Rank {s.rank} is a straggler: the others wait {fmt_ms(s.late_us_per_step)} per step for it",
+            title=f"Rank {s.rank} is a straggler: the others wait up to {fmt_ms(late_us)} per step for it",
             message=(
                 f"In {s.steps_last} of {s.steps_compared} steps compared, rank {s.rank} spent the least time "
                 f"inside collectives: the other ranks waited there {fmt_ms(s.late_us_per_step)} per step on "
-                f"average ({fmt_pct(impact)} of the {fmt_ms(step_us)} step, the median over ranks). Why: {_WHY[s.cause]}."
+                f"average ({fmt_pct(verdict.late_fraction)} of the {fmt_ms(step_us)} step, the median over ranks). "
+                f"Why: {_WHY[s.cause]}.{bounded}"
             ),
             evidence={
                 "straggler_rank": s.rank,
-                "late_ms_per_step": s.late_us_per_step / 1000,
+                "late_ms_per_step": late_us / 1000,
+                "late_ms_per_step_in_window": s.late_us_per_step / 1000,
+                "unprofiled_step_ms": None if verdict.unprofiled_step_us is None else verdict.unprofiled_step_us / 1000,
                 "cause": s.cause,
                 "extra_ms_per_step": {k: v / 1000 for k, v in sorted(detail.items())},
                 "steps_last": s.steps_last,
@@ -142,3 +209,4 @@ class StragglerRank(Rule):
                 "collective time), divided by the median step time over ranks."
             ),
         )
+

@@ -157,7 +157,12 @@ def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     top = result.findings[0]
     assert top.rule == "GA1002" and top.severity.value == "high", [f.rule for f in result.findings]
     assert top.evidence["straggler_rank"] == 1
-    # The planted lateness is far larger than in the fixed run (see sample_runs/ddp_straggler-fixed/README.md).
+    # Inside the window rank 1 is 254 ms late; the unprofiled steps (80 ms) bound it to 71 ms without the
+    # profiler: 89% of the step, where the fix measured 9.86x (90% recovered).
+    assert top.evidence["late_ms_per_step"] < top.evidence["late_ms_per_step_in_window"]
+    assert top.impact == pytest.approx(0.89, abs=0.02)
+    # The fixed run's lateness (7 ms, inside the window only) is the profiler's: info, no gain claimed
+    # (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
     fixed = [f for f in _result("ddp_straggler-fixed").findings if f.rule == "GA1002"]
-    late_fixed = fixed[0].evidence["late_ms_per_step"] if fixed else 0.0
-    assert top.evidence["late_ms_per_step"] > 10 * late_fixed
+    assert len(fixed) == 1 and fixed[0].severity.value == "info" and fixed[0].impact is None
+    assert fixed[0].evidence["max_late_ms_per_step_outside_window"] < 1.0

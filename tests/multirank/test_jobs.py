@@ -200,10 +200,19 @@ def test_verdict_takes_unprofiled_step_time_as_evidence(tmp_path: Path) -> None:
     v = mr.straggler_verdict(cr)
     assert v is not None and v.rank == 1 and v.late_fraction >= mr.STRAGGLER_MIN_LATE_FRACTION
     late = v.straggler.late_us_per_step
+    assert not v.profiler_induced and v.late_outside_us is None  # a raw trace: unchecked
     # outside the profiler the step was shorter by more than the lateness: the profiler can explain it
-    assert mr.straggler_verdict(cr, unprofiled_step_us=v.step_us - 1.5 * late) is None
+    induced = mr.straggler_verdict(cr, unprofiled_step_us=v.step_us - 1.5 * late)
+    assert induced is not None and induced.profiler_induced
     kept = mr.straggler_verdict(cr, unprofiled_step_us=v.step_us - 0.2 * late)
-    assert kept is not None and kept.unprofiled_step_us == pytest.approx(v.step_us - 0.2 * late)
+    assert kept is not None and not kept.profiler_induced
+    assert kept.unprofiled_step_us == pytest.approx(v.step_us - 0.2 * late)
+    # the unprofiled step bounds the lateness outside the window: step - the other rank's compute
+    compute0 = cr.ranks[0].median("compute_us") or 0.0
+    assert kept.late_outside_us == pytest.approx(min(late, v.step_us - 0.2 * late - compute0))
+    # an unprofiled step barely longer than the others' compute leaves no room for a straggler
+    tight = mr.straggler_verdict(cr, unprofiled_step_us=compute0 + 0.01 * v.step_us)
+    assert tight is not None and tight.profiler_induced and (tight.late_outside_us or 0) < 0.1 * v.step_us
     stricter = mr.straggler_verdict(cr, min_late_fraction=0.9)
     assert stricter is None
     assert dataclasses.is_dataclass(v)
