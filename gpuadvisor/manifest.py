@@ -560,6 +560,9 @@ class RankEntry:
     environment: str | None = None
     callsites: str | None = None
     degraded: tuple[str, ...] = ()
+    # this rank's host-timed step medians outside and inside the window (gpuadvisor.metrics.host_step_durations)
+    unprofiled_step_ms: float | None = None
+    profiled_step_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -583,6 +586,8 @@ class RankEntry:
             "environment": self.environment,
             "callsites": self.callsites,
             "degraded": list(self.degraded),
+            "unprofiled_step_ms": self.unprofiled_step_ms,
+            "profiled_step_ms": self.profiled_step_ms,
         }
 
     @classmethod
@@ -609,6 +614,8 @@ class RankEntry:
             environment=_str(d.get("environment")),
             callsites=_str(d.get("callsites")),
             degraded=_strs(d.get("degraded")),
+            unprofiled_step_ms=_float(d.get("unprofiled_step_ms")),
+            profiled_step_ms=_float(d.get("profiled_step_ms")),
         )
 
 

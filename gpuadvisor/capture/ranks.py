@@ -66,6 +66,7 @@ def rank_entry(
     )
     if state is None:
         return files
+    unprofiled, profiled = _step_medians(state)
     return replace(
         files,
         local_rank=state.local_rank,
@@ -85,6 +86,21 @@ def rank_entry(
         first_recorded_step=state.capture.first_recorded_step,
         last_recorded_step=state.capture.last_recorded_step,
         degraded=tuple(state.degraded_strings),
+        unprofiled_step_ms=unprofiled,
+        profiled_step_ms=profiled,
+    )
+
+
+def _step_medians(state: ChildState) -> tuple[float | None, float | None]:
+    """The rank's own unprofiled and profiled step medians (ms), from its step boundary times."""
+    import statistics
+
+    from gpuadvisor.metrics import host_step_durations
+
+    outside, inside = host_step_durations(state.capture)
+    return (
+        round(statistics.median(outside), 4) if outside else None,
+        round(statistics.median(inside), 4) if inside else None,
     )
 
 

@@ -42,6 +42,8 @@ def test_launcher_two_ranks_one_run_directory(tmp_path: Path) -> None:
     assert all(r["exit_status"] == 0 and r["capture_state"] == "complete" for r in m["ranks"])
     # the same step numbers on every rank
     assert {(r["first_recorded_step"], r["last_recorded_step"]) for r in m["ranks"]} == {(3, 5)}
+    # every rank's own step times outside and inside the window (issue 16)
+    assert all(r["unprofiled_step_ms"] > 0 and r["profiled_step_ms"] > 0 for r in m["ranks"]), m["ranks"]
     assert m["distributed"]["world_size"] == 2 and m["distributed"]["failed_rank"] is None
     # rank 0 keeps the classic names, rank 1 its own
     assert (run / "environment.json").is_file() and (run / "environment.rank1.json").is_file()
