@@ -113,8 +113,10 @@ class StragglerRank(Rule):
                     f"the job's step is {fmt_ms(verdict.unprofiled_step_us or 0.0)} ({fmt_ms(overhead)} less than the "
                     f"{fmt_ms(step_us)} profiled step), and a rank that late would make every step at least the "
                     "lateness plus the other ranks' own compute: outside the window rank "
-                    f"{s.rank} can be late by at most {fmt_ms(verdict.late_outside_us or 0.0)}, within the timing "
-                    "noise. The profiler's cost on that rank (its GPU, its CPU) made it late. No straggler is shown."
+                    f"{s.rank} can be late by at most {fmt_ms(verdict.late_outside_us or 0.0)}, less than half the "
+                    "step, the share a healthy job's host overhead and timing noise can leave. The lateness in the "
+                    "window is the profiler's cost on that rank (its GPU, its CPU); a straggler of at most that "
+                    "size outside it cannot be told from this run."
                 ),
                 evidence={
                     "straggler_rank": s.rank,
