@@ -131,3 +131,30 @@ def test_existing_launcher_wraps_each_rank(tmp_path: Path) -> None:
     # a second run into the same directory is refused without --force (exit 2 from every rank)
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert again.returncode != 0 and "use --force" in again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["always", "profiled"])
+def test_a_rank_slowed_only_while_profiled_is_not_called_a_straggler(tmp_path: Path, when: str) -> None:
+    """Issue 16 on the CPU with gloo ranks: rank 1 sleeps 30 ms per step always (a real straggler:
+    GA1002 high, rank 1) or only while its profiler records (GA1002 info, profiler-induced: the
+    unprofiled steps after the window have no room for it)."""
+    run = tmp_path / "run"
+    res = run_profile_cli(
+        "--nproc-per-node", "2", "-q", "--skip-steps", "6", "--warmup-steps", "1", "--active-steps", "4",
+        "-o", str(run), DDP, "--steps", "40", "--slow-rank", "1", "--slow-ms", "30", "--slow-when", when,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    ana = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "analyze", str(run), "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert ana.returncode == 0, ana.stderr[-2000:]
+    (ga1002,) = [f for f in json.loads(ana.stdout)["findings"] if f["rule"] == "GA1002"]
+    assert ga1002["evidence"]["straggler_rank"] == 1
+    if when == "always":
+        assert ga1002["severity"] == "high" and ga1002["impact"] > 0.3
+    else:
+        assert ga1002["severity"] == "info" and ga1002["impact"] is None
+        assert "profiled window only" in ga1002["title"]

@@ -3,11 +3,15 @@
 Run under torchrun (RANK/WORLD_SIZE/MASTER_* set by the launcher). Options:
   --steps N                  optimizer steps (default 30)
   --fail-rank R --fail-step S   rank R raises RuntimeError at the start of step S (S steps done)
+  --slow-rank R --slow-ms M [--slow-when always|profiled]
+                             rank R sleeps M ms before each forward: always, or only while a
+                             torch.profiler is recording in its process (a lateness the profiler makes)
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 import torch.distributed as dist
@@ -18,6 +22,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-step", type=int, default=-1)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--slow-when", choices=("always", "profiled"), default="always")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -31,6 +38,8 @@ def main() -> None:
     for step in range(args.steps):
         if rank == args.fail_rank and step == args.fail_step:
             raise RuntimeError(f"planted failure on rank {rank} at step {step}")
+        if rank == args.slow_rank and (args.slow_when == "always" or torch.autograd._profiler_enabled()):
+            time.sleep(args.slow_ms / 1000)
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
