@@ -140,3 +140,6 @@ class Capture:
         write_manifest(self.run_dir, record)
         with contextlib.suppress(OSError):
             (self.run_dir / STATE_FILE).unlink()
+        from gpuadvisor.capture.runner import release_out_dir
+
+        release_out_dir(self.run_dir)

@@ -181,11 +181,61 @@ def default_out_dir(target: str, module: bool, now: float | None = None) -> Path
     return Path("gpuadvisor-runs") / f"{stem}-{stamp}"
 
 
+LOCK_FILE = ".gpuadvisor.lock"
+_LOCKS: dict[Path, Any] = {}
+
+
+def _lock_out_dir(out: Path) -> None:
+    """An exclusive lock on `out` for this run (flock on OUT/.gpuadvisor.lock, held until the run ends):
+    a second `gpuadvisor profile` into the same folder is refused instead of interleaving its files."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fh = open(out / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the whole run
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip()
+        fh.close()
+        raise UsageError(
+            f"another gpuadvisor run is writing to {out}" + (f" (pid {holder})" if holder else "")
+            + ": wait for it to end or choose another -o"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    _LOCKS[out.resolve()] = fh
+
+
+def release_out_dir(out: Path) -> None:
+    """End this process's lock on `out` (taken by prepare_out_dir) and remove the lock file."""
+    fh = _LOCKS.pop(out.resolve(), None)
+    if fh is None:
+        return
+    with contextlib.suppress(OSError):
+        (out / LOCK_FILE).unlink()
+    with contextlib.suppress(OSError):
+        fh.close()
+
+
 def prepare_out_dir(out: Path, force: bool) -> None:
-    """Create `out`; refuse an existing run (or any non-empty folder) without `force`; check it is writable."""
+    """Create and lock `out`; refuse an existing run (or any non-empty folder) without `force`; check
+    it is writable."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"output path exists and is not a directory: {out}")
-    if out.is_dir() and any(out.iterdir()):
+    if hasattr(os, "fork"):  # POSIX: flock
+        _lock_out_dir(out)
+    try:
+        _clear_out_dir(out, force)
+    except BaseException:
+        release_out_dir(out)
+        raise
+
+
+def _clear_out_dir(out: Path, force: bool) -> None:
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         if not force:
             what = "a previous run" if rundir.is_run_dir(out) else "a non-empty directory"
             raise UsageError(f"output directory {out} already holds {what}; use --force to overwrite it")
@@ -294,6 +344,24 @@ def run_profile(
     (once per node), and the manifest lists the ranks; the exit status is the failing rank's own
     (else torchrun's).
     """
+    held = set(_LOCKS)
+    try:
+        return _run_profile(target, args, options, module=module, command=command, launch=launch, **option_kwargs)
+    finally:
+        for out in set(_LOCKS) - held:
+            release_out_dir(out)
+
+
+def _run_profile(
+    target: str,
+    args: list[str] | tuple[str, ...],
+    options: ProfileOptions | None,
+    *,
+    module: bool,
+    command: list[str] | None,
+    launch: LaunchOptions | None,
+    **option_kwargs: Any,
+) -> ProfileOutcome:
     opts = ProfileOptions.from_kwargs(options, **option_kwargs).validate()
     args = list(args)
     if launch is not None:

@@ -342,3 +342,34 @@ def test_dataloader_workers_with_script_dataset(tmp_path: Path, ctx: str) -> Non
     env = json.loads((out / "environment.json").read_text())
     assert env["dataloaders"][0]["num_workers"] == 4
     assert env["dataloaders"][0]["multiprocessing_context"] == ctx
+
+
+def test_two_runs_into_one_directory_the_second_is_refused(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): a second `profile --force` into a folder another run is writing gets a
+    usage error (exit 2) naming the holder, and the first run's files are untouched; the lock file is
+    gone when the first run ends."""
+    import subprocess
+    import time
+
+    from capture_helpers import profile_cmd
+
+    out = tmp_path / "run"
+    ready = tmp_path / "ready"
+    first = subprocess.Popen(
+        profile_cmd("-o", str(out), "--full", "--no-analyze", "-q", str(SCRIPTS / "train_cpu.py"),
+                    "--steps", "20", "--sleep", "0.1", "--ready-file", str(ready)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        assert ready.exists(), "the first run never reached step 6"
+        second = run_profile_cli("-o", str(out), "--force", "--no-analyze", str(SCRIPTS / "train_cpu.py"))
+        assert second.returncode == 2, second.stderr
+        assert "another gpuadvisor run is writing to" in second.stderr and f"pid {first.pid}" in second.stderr
+    finally:
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert manifest(out)["exit_reason"] == "completed" and manifest(out)["steps_seen"] == 20
+    assert not (out / ".gpuadvisor.lock").exists()
