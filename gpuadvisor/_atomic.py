@@ -14,6 +14,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     Raises OSError; callers turn it into their typed error."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a leftover or a planted symbolic link is replaced, never written through
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -917,6 +917,13 @@ class CaptureSession:
         final = rundir.trace_path(self.out, self.rank)
         tmp_json = final.with_name(f".{final.name}.json.tmp")
         tmp_gz = final.with_name(f".{final.name}.tmp")
+        # torch writes through its own `<path>.tmp` first (disk full left it behind)
+        temporaries = (tmp_json, tmp_gz, tmp_json.with_name(tmp_json.name + ".tmp"))
+        for p in temporaries:
+            # a file or a symbolic link already there (left over, or planted) is replaced, never
+            # written through: the trace must not land outside the run directory
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
         try:
             prof.export_chrome_trace(str(tmp_json))
             self._gzip_with_dist_info(tmp_json, tmp_gz)
@@ -932,7 +939,7 @@ class CaptureSession:
             )
             self.degrade(Degraded.TRACE_NOT_EXPORTED, "")
         finally:
-            for p in (tmp_json, tmp_gz):
+            for p in temporaries:
                 with contextlib.suppress(OSError):
                     p.unlink()
             del prof

@@ -373,3 +373,20 @@ def test_two_runs_into_one_directory_the_second_is_refused(tmp_path: Path) -> No
     assert first.returncode == 0, err
     assert manifest(out)["exit_reason"] == "completed" and manifest(out)["steps_seen"] == 20
     assert not (out / ".gpuadvisor.lock").exists()
+
+
+def test_a_symlink_at_the_trace_temporary_path_is_not_written_through(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): with --force into a run directory where trace/.rank0.json.gz.tmp is a
+    symbolic link to a file elsewhere, the export replaces the link; the file it pointed to is untouched."""
+    out = tmp_path / "run"
+    (out / "trace").mkdir(parents=True)
+    (out / "manifest.json").write_text("{}")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    for name in (".rank0.json.gz.tmp", ".rank0.json.gz.json.tmp"):
+        (out / "trace" / name).symlink_to(victim)
+    r = run_profile_cli("-o", str(out), "--force", *FAST, str(SCRIPTS / "train_cpu.py"), "--steps", "12")
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "keep me"
+    assert manifest(out)["capture"]["state"] == "complete" and (out / "trace" / "rank0.json.gz").is_file()
+    assert not list((out / "trace").glob(".*.tmp"))
