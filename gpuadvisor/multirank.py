@@ -603,9 +603,12 @@ def straggler_verdict(
         others = sorted(v for r in cr.ranks if r.rank != s.rank and (v := r.median("compute_us")))
         compute_others = others[len(others) // 2] if others else 0.0
         late_outside = max(0.0, min(s.late_us_per_step, unprofiled_step_us - compute_others))
-        induced = (
-            step_us - unprofiled_step_us >= s.late_us_per_step
-            or late_outside < STRAGGLER_MIN_UNEXPLAINED * unprofiled_step_us
+        # The share cut applies to host-side lateness only, which the profiler inflates (its per-op
+        # cost); more GPU compute or a longer wait for DataLoader workers (unprofiled processes) on the
+        # late rank is not the profiler's doing.
+        host_side = s.cause not in ("compute", "data_wait")
+        induced = step_us - unprofiled_step_us >= s.late_us_per_step or (
+            host_side and late_outside < STRAGGLER_MIN_UNEXPLAINED * unprofiled_step_us
         )
     return StragglerVerdict(
         straggler=s,
