@@ -209,6 +209,15 @@ def _lock_out_dir(out: Path) -> None:
     _LOCKS[out.resolve()] = fh
 
 
+def _remove_stray_temporaries(run_dir: Path) -> None:
+    """Temporary files a killed training process left (a third Ctrl-C kills it mid-write): its native
+    stderr capture, half-written trace temporaries. The child has ended: nothing writes them now."""
+    for pattern in (".stderr.*.tmp", f"{rundir.TRACE_DIR}/.*.tmp", ".*.json.*.tmp"):
+        for f in run_dir.glob(pattern):
+            with contextlib.suppress(OSError):
+                f.unlink()
+
+
 def release_out_dir(out: Path) -> None:
     """End this process's lock on `out` (taken by prepare_out_dir) and remove the lock file."""
     fh = _LOCKS.pop(out.resolve(), None)
@@ -507,6 +516,7 @@ def _run_profile(
     for name in (CONFIG_FILE, STATE_FILE):
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
+    _remove_stray_temporaries(run_dir)
     if opts.analyze:
         _analyze(run_dir, opts.quiet)
     if not opts.quiet:
@@ -604,6 +614,7 @@ def _finish_distributed(
     for name in stale:
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
+    _remove_stray_temporaries(run_dir)
     if analyze:
         _analyze(run_dir, quiet)
     if not quiet:

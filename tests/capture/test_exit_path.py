@@ -82,3 +82,16 @@ def test_a_forked_child_that_raises_exits_1_and_the_run_goes_on(tmp_path: Path) 
     assert "RuntimeError: child fails" in r.stderr and "gpuadvisor/capture" not in r.stderr
     m = manifest(run)
     assert m["exit_reason"] == "completed" and m["capture"]["state"] == "complete"
+
+
+def test_stray_temporaries_are_removed_when_the_run_ends(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): temporaries a killed child leaves (a third Ctrl-C: its native stderr
+    capture, a half-written trace) are removed by the parent once the child has ended."""
+    run = tmp_path / "run"
+    r = run_profile_cli(
+        "-o", str(run), "--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "2", "--no-analyze",
+        str(SCRIPTS / "leaves_temporaries.py"), str(run),
+    )
+    assert r.returncode == 0, r.stderr
+    assert not list(run.glob(".*.tmp")) and not list((run / "trace").glob(".*.tmp"))
+    assert (run / "trace" / "rank0.json.gz").is_file()
