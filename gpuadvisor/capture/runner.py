@@ -291,6 +291,7 @@ class _SignalRelay:
         self.interrupts = 0
         self.terms = 0
         self.kill_deadline: float | None = None
+        self.escalated = False  # killed (SIGKILL) because it outlived the SIGTERM timeout
 
     def __enter__(self) -> _SignalRelay:
         if self.active:
@@ -326,6 +327,7 @@ class _SignalRelay:
                 if self.kill_deadline is None:
                     self.kill_deadline = time.monotonic() + term_timeout
         if self.kill_deadline is not None and time.monotonic() > self.kill_deadline and proc.poll() is None:
+            self.escalated = True
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
@@ -498,9 +500,27 @@ def _run_profile(
             reason = state.exit_reason
 
     manifest = _with_sampler(manifest, sampler)
-    if exit_status_for(returncode, manifest.degraded_strings) != exit_status:
-        exit_status = exit_status_for(returncode, manifest.degraded_strings)
+    if exit_status == 0 and exit_status_for(returncode, manifest.degraded_strings) == EXIT_OUTPUT_LOST:
+        exit_status = EXIT_OUTPUT_LOST
         manifest = manifest.with_message("exit status 74: the script succeeded but some outputs could not be written.")
+    if relay.terms:
+        # A SIGTERM (a scheduler, `kill`) reached the run: say so, and never report success after it,
+        # also when the script ignored it and ran on, or was killed when it did not exit in time.
+        if relay.escalated:
+            manifest = manifest.with_degraded(
+                Degraded.INTERRUPTED,
+                f"the run got SIGTERM and the script did not exit within {opts.term_timeout:g} s "
+                "(--term-timeout): it was killed (SIGKILL); only what it had written is kept.",
+            )
+        elif reason is not ExitReason.SIGNAL:
+            manifest = manifest.with_degraded(
+                Degraded.INTERRUPTED,
+                f"the run got SIGTERM; the script caught or ignored it and ended with status {exit_status}.",
+            )
+        if exit_status == 0 or relay.escalated:
+            exit_status = 128 + signal.SIGTERM
+            if reason is not ExitReason.KILLED:
+                reason, sig = ExitReason.SIGNAL, signal.SIGTERM
 
     manifest = dataclasses.replace(
         manifest,

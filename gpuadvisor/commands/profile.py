@@ -119,6 +119,13 @@ from gpuadvisor.errors import GpuAdvisorError
 @click.option("--rdzv-id", type=str, default=None, help="torchrun --rdzv-id.")
 @click.option("--standalone", is_flag=True, help="torchrun --standalone (single node, local rendezvous).")
 @click.option(
+    "--term-timeout",
+    type=click.FloatRange(min=0.0),
+    default=20.0,
+    show_default=True,
+    help="Seconds the script may take to exit after a SIGTERM forwarded to it before it is killed (SIGKILL).",
+)
+@click.option(
     "--term-grace",
     type=click.FloatRange(min=0.0),
     default=5.0,
@@ -169,6 +176,7 @@ def profile(
     rdzv_endpoint: str | None,
     rdzv_id: str | None,
     standalone: bool,
+    term_timeout: float,
     term_grace: float,
     redact: bool,
     verify_after: bool,
@@ -242,6 +250,7 @@ def profile(
             time_step_seconds=time_step_seconds,
             time_fallback_after=time_fallback_after,
             short_run_seconds=short_run_seconds,
+            term_timeout=term_timeout,
             analyze=analyze and not verify_after,  # analyzed once, after verify (findings gain `verified`)
             redact=redact,
         )

@@ -99,3 +99,27 @@ def test_second_ctrl_c_skips_export_keeps_manifest(tmp_path: Path, sig: int) -> 
     assert proc.returncode == 130
     m = manifest(out)
     assert m["exit_reason"] == "signal" and "interrupted" in m["degraded"]
+
+
+def test_sigterm_to_a_script_that_ignores_it_is_recorded_and_never_exits_0(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): the script ignores SIGTERM; after --term-timeout it is killed, the
+    manifest says so, and the exit status is 143 (a scheduler's SIGTERM never reads as success)."""
+    out = tmp_path / "run"
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen(
+        profile_cmd("-o", str(out), "-q", "--full", "--no-analyze", "--term-timeout", "2",
+                    "--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "3",
+                    str(SCRIPTS / "ignores_sigterm.py"), str(ready)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "script never reached step 6"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # to the parent only, as a scheduler would
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    m = manifest(out)
+    assert m["exit_status"] == 143 and "interrupted" in m["degraded"]
+    assert any("did not exit within 2 s" in msg and "SIGKILL" in msg for msg in m["messages"]), m["messages"]
