@@ -119,8 +119,27 @@ def _exit_now(status: int, origin: bool = False) -> None:
     os._exit(status)
 
 
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the supervising `gpuadvisor profile` process dies (even by SIGKILL), so
+    the training process flushes what it captured and ends instead of running on as an orphan."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main() -> None:
     _unblock_signals()
+    _die_with_parent()
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg: dict[str, Any] = json.load(fh)
     # It holds the real command line (credentials too): gone as soon as it is read, so that a parent

@@ -123,3 +123,24 @@ def test_sigterm_to_a_script_that_ignores_it_is_recorded_and_never_exits_0(tmp_p
     m = manifest(out)
     assert m["exit_status"] == 143 and "interrupted" in m["degraded"]
     assert any("did not exit within 2 s" in msg and "SIGKILL" in msg for msg in m["messages"]), m["messages"]
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_parent_sigkill_does_not_leave_the_script_running(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12): `gpuadvisor profile` killed outright (SIGKILL): the training process gets
+    SIGTERM from the kernel (PR_SET_PDEATHSIG), flushes and ends, instead of running on as an orphan."""
+    proc, out = _start(tmp_path)
+    child = json.loads((out / ".child_state.json").read_text())["pid"]
+    proc.kill()
+    proc.communicate(timeout=60)
+    # the script alone would run ~20 s more (400 steps of 50 ms): it must end well before that
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the training process outlived its parent by 10 s")
