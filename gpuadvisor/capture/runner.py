@@ -538,7 +538,7 @@ def _run_profile(
             (run_dir / name).unlink()
     _remove_stray_temporaries(run_dir)
     if opts.analyze:
-        _analyze(run_dir, opts.quiet)
+        manifest, exit_status = _analyze_and_account(run_dir, manifest, exit_status, opts.quiet)
     if not opts.quiet:
         sys.stderr.write(f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n")
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
@@ -636,7 +636,7 @@ def _finish_distributed(
             (run_dir / name).unlink()
     _remove_stray_temporaries(run_dir)
     if analyze:
-        _analyze(run_dir, quiet)
+        manifest, exit_status = _analyze_and_account(run_dir, manifest, exit_status, quiet)
     if not quiet:
         failed = manifest.distributed.failed_rank if manifest.distributed is not None else None
         why = f", rank {failed} failed" if failed is not None else ""
@@ -667,20 +667,43 @@ def _add_driver(run_dir: Path, driver: str | None) -> None:
             write_json_atomic(env_path, env)
 
 
-def _analyze(run_dir: Path, quiet: bool) -> None:
-    """Hand the run to the analysis when it is installed; never fail the profile because of it."""
+def _analyze(run_dir: Path, quiet: bool) -> str | None:
+    """Hand the run to the analysis when it is installed; never fail the profile because of it.
+    Returns what could not be written (findings.json / report.html on a full disk), else None."""
     log = run_dir / rundir.LOG
     try:
         from gpuadvisor.analysis import analyze_run_and_write
     except ImportError as err:
         _append_log(log, f"analysis not available: {err}")
-        return
+        return None
     try:
         analyze_run_and_write(run_dir)
+    except OSError as err:
+        lost = [n for n in (rundir.FINDINGS, rundir.REPORT) if not (run_dir / n).is_file()]
+        what = " and ".join(lost) or "the analysis outputs"
+        _append_log(log, f"analysis outputs not written: {err}")
+        if not quiet:
+            sys.stderr.write(f"gpuadvisor: {what} could not be written ({err.strerror or err}); the run is kept\n")
+        return f"{what} could not be written ({err.strerror or err})"
     except Exception as err:
         _append_log(log, f"analysis failed: {type(err).__name__}: {err}")
         if not quiet:
             sys.stderr.write(f"gpuadvisor: analysis failed ({type(err).__name__}: {err}); the run is kept\n")
+    return None
+
+
+def _analyze_and_account(run_dir: Path, manifest: Manifest, exit_status: int, quiet: bool) -> tuple[Manifest, int]:
+    """Analyze; when its outputs could not be written, the manifest says so and a successful run
+    exits 74 (no output of a run is lost silently)."""
+    lost = _analyze(run_dir, quiet)
+    if lost is None:
+        return manifest, exit_status
+    status = EXIT_OUTPUT_LOST if exit_status == 0 else exit_status
+    manifest = dataclasses.replace(manifest.with_degraded(Degraded.OUTPUT_INCOMPLETE, lost + "."), exit_status=status)
+    if status != exit_status:
+        manifest = manifest.with_message("exit status 74: the script succeeded but some outputs could not be written.")
+    write_manifest(run_dir, manifest)
+    return manifest, status
 
 
 def _append_log(path: Path, msg: str) -> None:

@@ -95,3 +95,27 @@ def test_stray_temporaries_are_removed_when_the_run_ends(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     assert not list(run.glob(".*.tmp")) and not list((run / "trace").glob(".*.tmp"))
     assert (run / "trace" / "rank0.json.gz").is_file()
+
+
+def test_a_report_lost_to_a_full_disk_exits_74(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RELIABILITY (issue 12): the script succeeded but report.html could not be written (ENOSPC,
+    simulated): exit 74, and the manifest says what was lost (it used to exit 0)."""
+    import errno
+
+    import gpuadvisor.render.html as html
+    from gpuadvisor.capture.runner import run_profile
+
+    def full_disk(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(html, "write_report", full_disk)
+    run = tmp_path / "run"
+    outcome = run_profile(
+        str(SCRIPTS / "train_cpu.py"), ["--steps", "12"], out=str(run), skip_steps=2, warmup_steps=1,
+        active_steps=2, quiet=True,
+    )
+    assert outcome.exit_status == 74
+    m = manifest(run)
+    assert "output_incomplete" in m["degraded"] and m["exit_status"] == 74
+    assert any("report.html could not be written" in msg for msg in m["messages"]), m["messages"]
+    assert (run / "findings.json").is_file() and not (run / "report.html").exists()
