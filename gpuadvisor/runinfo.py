@@ -136,6 +136,32 @@ def _is_trace_name(path: Path) -> bool:
     return path.name.endswith(TRACE_SUFFIXES)
 
 
+CHILD_STATE_FILE = ".child_state.json"  # gpuadvisor.capture.session.STATE_FILE (not imported: no torch)
+
+
+def _completed_manifest(run_dir: Path, manifest: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """A manifest the parent never finished (it was killed: the placeholder written before the script
+    started) is completed from the training process's own hand-over file when there is one, and the
+    run is said to be cut off, so that no reader sees "0 steps" beside a trace of 9."""
+    if manifest.get("ended_unix_s") is not None or manifest.get("exit_reason") not in (None, "not_started"):
+        return manifest
+    state = _read_json(run_dir / CHILD_STATE_FILE, [])
+    if not state:
+        return manifest
+    from gpuadvisor.manifest import ChildState, Manifest
+
+    merged = Manifest.from_json(manifest).with_child(ChildState.from_json(state))
+    note = (
+        "the run was cut off: gpuadvisor profile ended (killed?) before it finished this run directory; "
+        "what the training process handed over is used"
+    )
+    notes.append(note)
+    out = merged.with_message(note).to_json()
+    if merged.exit_reason.value == "not_started" and state.get("exit_reason"):
+        out["exit_reason"] = state["exit_reason"]
+    return out
+
+
 def load_run_info(run_dir: Path) -> RunInfo:
     """Read manifest.json, environment.json, callsites.json and nvml.csv.gz of a run directory.
 
@@ -145,7 +171,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run directory")
     notes: list[str] = []
-    manifest = _read_json(run_dir / rundir.MANIFEST, notes)
+    manifest = _completed_manifest(run_dir, _read_json(run_dir / rundir.MANIFEST, notes), notes)
     environment = _read_json(run_dir / rundir.ENVIRONMENT, notes)
     cs = _read_json(run_dir / rundir.CALLSITES, notes)
     callsites_raw = cs.get("callsites")

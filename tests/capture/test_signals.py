@@ -144,3 +144,10 @@ def test_parent_sigkill_does_not_leave_the_script_running(tmp_path: Path) -> Non
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the training process outlived its parent by 10 s")
+    # the parent never finished manifest.json: a reader completes it from the child's hand-over and
+    # says the run was cut off, instead of "0 steps" beside a trace
+    from gpuadvisor.runinfo import load_run_info
+
+    info = load_run_info(out)
+    assert any("cut off" in n for n in info.notes), info.notes
+    assert info.record.steps_seen >= 6 and info.record.exit_reason.value == "signal"
