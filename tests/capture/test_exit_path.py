@@ -119,3 +119,31 @@ def test_a_report_lost_to_a_full_disk_exits_74(tmp_path: Path, monkeypatch: pyte
     assert "output_incomplete" in m["degraded"] and m["exit_status"] == 74
     assert any("report.html could not be written" in msg for msg in m["messages"]), m["messages"]
     assert (run / "findings.json").is_file() and not (run / "report.html").exists()
+
+
+def test_a_real_small_filesystem_loses_the_report_and_says_so(tmp_path: Path) -> None:
+    """RELIABILITY (issue 12) on a real 200 KB tmpfs as -o (root only; skipped elsewhere): the trace,
+    manifest and findings fit, report.html does not: exit 74, `output_incomplete`, no temporaries left."""
+    import os
+    import subprocess
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    try:
+        run = small / "run"
+        r = run_profile_cli(
+            "-o", str(run), "--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "3",
+            str(SCRIPTS / "train_cpu.py"), "--steps", "12",
+        )
+        assert r.returncode == 74, r.stderr
+        m = manifest(run)
+        assert m["exit_status"] == 74 and "output_incomplete" in m["degraded"]
+        assert any("report.html could not be written" in msg for msg in m["messages"])
+        assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)
