@@ -676,15 +676,18 @@ def _analyze(run_dir: Path, quiet: bool) -> str | None:
     except ImportError as err:
         _append_log(log, f"analysis not available: {err}")
         return None
+    from gpuadvisor.errors import OutputLostError
+
     try:
         analyze_run_and_write(run_dir)
-    except OSError as err:
+    except (OSError, OutputLostError) as err:
         lost = [n for n in (rundir.FINDINGS, rundir.REPORT) if not (run_dir / n).is_file()]
         what = " and ".join(lost) or "the analysis outputs"
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         _append_log(log, f"analysis outputs not written: {err}")
         if not quiet:
-            sys.stderr.write(f"gpuadvisor: {what} could not be written ({err.strerror or err}); the run is kept\n")
-        return f"{what} could not be written ({err.strerror or err})"
+            sys.stderr.write(f"gpuadvisor: {what} could not be written ({why}); the run is kept\n")
+        return f"{what} could not be written ({why})"
     except Exception as err:
         _append_log(log, f"analysis failed: {type(err).__name__}: {err}")
         if not quiet:
