@@ -15,6 +15,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 import weakref
 from collections.abc import Callable
@@ -32,6 +33,36 @@ def _default_is_device_tensor(t: Any) -> bool:
 # Which tensors count as "on the device". Tests on a CPU-only machine swap this for a synthetic
 # predicate to exercise the recording machinery; in real runs it is `tensor.is_cuda`.
 is_device_tensor: Callable[[Any], bool] = _default_is_device_tensor
+
+
+def batch_ready(it: Any) -> bool | None:
+    """For a DataLoader iterator with worker processes: has a worker already delivered the next batch
+    (True: `__next__` only takes it over from the queue), or will `__next__` wait for one (False)?
+    None for a single-process iterator or one whose internals this torch does not have.
+
+    Reads what `_MultiProcessingDataLoaderIter._next_data` reads first: the out-of-order cache
+    (`_task_info[_rcvd_idx]` holding the data) and the result queue (`_data_queue`: the workers'
+    multiprocessing queue, or the pin-memory thread's queue)."""
+    if not getattr(it, "_num_workers", 0):
+        return None
+    info = getattr(it, "_task_info", None)
+    queue = getattr(it, "_data_queue", None)
+    rcvd = getattr(it, "_rcvd_idx", None)
+    if not isinstance(info, dict) or queue is None or not hasattr(queue, "empty") or not isinstance(rcvd, int):
+        return None
+    if rcvd == 0:
+        return None  # the epoch's first batch also waits for the workers to start: not counted
+    entry = info.get(rcvd)
+    if isinstance(entry, tuple) and len(entry) == 2:
+        return True
+    return not queue.empty()
+
+
+def record_next_time(rec: dict[str, Any], ready: bool, seconds: float) -> None:
+    """Count one timed worker-loader `__next__` in its DataLoader record."""
+    kind = "ready" if ready else "waited"
+    rec[f"batches_{kind}"] = int(rec.get(f"batches_{kind}", 0)) + 1
+    rec[f"next_{kind}_s"] = float(rec.get(f"next_{kind}_s", 0.0)) + seconds
 
 
 def _internal_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -426,8 +457,15 @@ class Recorder:
                         if rec is not None:
                             rec["iterations"] += 1
                         self._on_dataloader_next()
+                        ready = batch_ready(it) if rec is not None else None
                     except Exception as err:
                         self._failed("dataloader next", err)
+                        ready = None
+                    if ready is not None and rec is not None:
+                        t0 = time.perf_counter()
+                        out = orig(it)
+                        record_next_time(rec, ready, time.perf_counter() - t0)
+                        return out
                 return orig(it)
 
             return __next__
@@ -467,6 +505,12 @@ class Recorder:
             "sampler_type": type(loader.sampler).__name__,
             "collate_fn": getattr(collate, "__name__", type(collate).__name__),
             "iterations": 0,
+            # worker loaders: __next__ calls that found a batch already delivered by a worker
+            # (the main process only takes it over) and those that waited for the workers
+            "batches_ready": 0,
+            "batches_waited": 0,
+            "next_ready_s": 0.0,
+            "next_waited_s": 0.0,
         }
         self.dataloaders.append(rec)
         self._dl_records[loader] = rec

@@ -18,6 +18,7 @@ Everything is vectorized; only gaps that overlap a wait on the device are visite
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -495,6 +496,45 @@ def optimizer_spans(trace: TraceModel) -> Spans:
 
 def dataloader_spans(trace: TraceModel) -> Spans:
     return host_spans(trace, _DATALOADER_RE)
+
+
+# the longest hand-off of one batch from a worker process taken from a raw trace (profiled: the main
+# process receives each tensor's shared memory from the worker, ~0.3 ms a tensor); a shorter wait in
+# the window is taken as the hand-off, and what every batch waits beyond it as waiting for the workers
+HANDOFF_CAP_US = 2000.0
+# timed worker-loader batches the capture must have seen to use its own measurement
+MIN_TIMED_BATCHES = 3
+
+
+def data_handoff_fraction(data: Spans, window: StepWindow, environment: Mapping[str, Any]) -> float | None:
+    """The share of the DataLoader wait that is the hand-off of ready batches (StepModel.data_handoff_fraction).
+
+    With the capture's measurement (environment `dataloaders`: `__next__` calls that found the batch
+    already delivered by a worker, and their time): the ready batches' mean `__next__` time is the
+    hand-off of every batch; its share of all the `__next__` time. From a raw trace whose iterator
+    runs workers (`_MultiProcessingDataLoaderIter`): the shortest wait in the window (at most
+    HANDOFF_CAP_US) is the hand-off, the rest of every wait is waiting for the workers. A
+    single-process loader: 0."""
+    import numpy as np
+
+    loaders = [d for d in environment.get("dataloaders") or [] if isinstance(d, Mapping)]
+    if loaders:
+        main = max(loaders, key=lambda d: int(d.get("iterations") or 0))
+        if not main.get("num_workers"):
+            return 0.0
+        ready, waited = int(main.get("batches_ready") or 0), int(main.get("batches_waited") or 0)
+        t_ready, t_waited = float(main.get("next_ready_s") or 0.0), float(main.get("next_waited_s") or 0.0)
+        if ready + waited >= MIN_TIMED_BATCHES and t_ready + t_waited > 0:
+            per_batch = t_ready / ready if ready else 0.0
+            return float(min(1.0, per_batch * (ready + waited) / (t_ready + t_waited)))
+    if data.count == 0 or not any("_MultiProcessingDataLoaderIter" in n for n in data.names):
+        return 0.0
+    inside = window.step_index(data.starts) >= 0 if window.count else np.zeros(data.count, dtype=bool)
+    dur = (data.ends - data.starts)[inside]
+    if len(dur) == 0 or float(dur.sum()) <= 0:
+        return 0.0
+    handoff = min(float(dur.min()), HANDOFF_CAP_US)
+    return float(min(1.0, handoff * len(dur) / float(dur.sum())))
 
 
 _BACKWARD_ENGINE_PREFIX = "autograd::engine::evaluate_function"

@@ -178,6 +178,19 @@ class StepModel:
                 return str(g.get("name"))
         return None
 
+    @property
+    def data_handoff_fraction(self) -> float:
+        """The share of the DataLoader wait that is the hand-off of a batch already prepared by a
+        worker process (the main process receiving it), not waiting for the workers: more workers do
+        not shorten it, and a larger batch does not lengthen it much. 0 for a single-process loader
+        (the wait is the loading itself) or when the trace has no DataLoader wait; see
+        gpuadvisor.stepmodel.build.data_handoff_fraction."""
+        if "handoff" not in self._scalars:
+            env = self.run.environment if self.run is not None else {}
+            self._scalars["handoff"] = b.data_handoff_fraction(self.data_spans, self.window, env)
+        value = self._scalars["handoff"]
+        return float(value) if value is not None else 0.0
+
     # ---- replay --------------------------------------------------------------------------------
 
     @property
