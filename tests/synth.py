@@ -505,3 +505,53 @@ def write_ranks(folder: Path, traces: Sequence[SyntheticTrace]) -> Path:
         info = st.top.get("distributedInfo") or {}
         st.write(folder / f"rank{info.get('rank', traces.index(st))}.json.gz")
     return folder
+
+
+BACKWARD_TID = 4321
+
+
+def training_loop(
+    n: int = 6, *, prep_us: float = 2000.0, nonzero: bool = False, engine: bool = True, batch_bytes: int = 0
+) -> SyntheticTrace:
+    """SYNTHETIC host-bound training steps shaped like a real eager loop (the autograd bookkeeping as
+    Kineto records it). Each step: `prep_us` of batch preparation in Python (one CPU op that carries the
+    sequence number autograd will give the next node, as real ops before the model do), a forward of 20
+    ops launching 5 us kernels every 30 us, a backward of 20 autograd-engine functions on the backward
+    thread (same sequence numbers), and a 100 us optimizer step. With `nonzero`, forward op 10 waits
+    for a data-dependent size (`aten::nonzero`'s device-to-host copy of the count). With `batch_bytes`,
+    the prepared batch is copied to the device (pinned, 20 us) just before the forward."""
+    st = SyntheticTrace()
+    period = prep_us + 1400.0
+    seq = 1000
+    for i in range(n):
+        t0 = i * period
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=period, gpu_dur=period)
+        st.add_cpu_op("aten::lift_fresh", t0 + 50.0, 5.0, seq=seq)  # batch building: not the model
+        fwd0 = t0 + prep_us
+        if batch_bytes:
+            st.add_copy("HtoD", "Pinned", batch_bytes, ts=fwd0 - 20.0, dur=20.0, launch_ts=fwd0 - 30.0)
+        seqs = list(range(seq, seq + 20))
+        for j, s in enumerate(seqs):
+            ts = fwd0 + 30.0 * j
+            if nonzero and j == 10:
+                st.add_cpu_op("aten::nonzero", ts, 25.0, seq=s)
+                st.add_sync(ts + 2.0, 20.0, name="cudaStreamSynchronize")
+                continue
+            st.add_kernel(
+                K_ELEMENTWISE, ts=ts + 8.0, dur=5.0, launch_ts=ts + 2.0, launch_dur=4.0,
+                op="aten::mul", op_ts=ts, op_dur=8.0, op_seq=s,
+            )
+        bwd0 = fwd0 + 620.0
+        for j, s in enumerate(reversed(seqs)):
+            ts = bwd0 + 30.0 * j
+            if engine:
+                st.add_cpu_op(
+                    "autograd::engine::evaluate_function: MulBackward0", ts, 20.0, seq=s, tid=BACKWARD_TID
+                )
+            st.add_kernel(
+                K_ELEMENTWISE, ts=ts + 10.0, dur=5.0, launch_ts=ts + 3.0, launch_dur=4.0,
+                op="MulBackward0", op_ts=ts + 1.0, op_dur=12.0, op_seq=s, launch_tid=BACKWARD_TID,
+            )
+        st.add_optimizer_step(bwd0 + 620.0, 100.0)
+        seq += 20
+    return st

@@ -162,15 +162,17 @@ def group_remedies(ctx: RuleContext) -> list[tuple[RemedyId, dict[str, Any]]]:
     """Every copy remedy this run calls for, in the order a user would apply them."""
     model = ctx.model
     out: list[tuple[RemedyId, dict[str, Any]]] = []
-    htod = window_copies(model, BATCH_COPY_BYTES, ("HtoD",))
+    from gpuadvisor.stepmodel.predict import DEFAULT_MIN_COPY_BYTES
+
+    htod = window_copies(model, DEFAULT_MIN_COPY_BYTES, ("HtoD",))
     if len(htod) == 0:
         return out
     rows, factor = narrowable_copies(model, BATCH_COPY_BYTES)
     if rows:
         out.append((RemedyId.UINT8_INPUTS, {"rows": tuple(sorted(rows)), "factor": factor}))
     if (htod["src_kind"].astype(str) == "Pageable").any():
-        out.append((RemedyId.PINNED_ASYNC_COPIES, {"min_bytes": BATCH_COPY_BYTES}))
-    out.append((RemedyId.PREFETCH_COPIES, {"min_bytes": BATCH_COPY_BYTES}))
+        out.append((RemedyId.PINNED_ASYNC_COPIES, {"min_bytes": DEFAULT_MIN_COPY_BYTES}))
+    out.append((RemedyId.PREFETCH_COPIES, {"min_bytes": DEFAULT_MIN_COPY_BYTES}))
     return out
 
 

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import Prediction, StepModel
     from gpuadvisor.stepmodel.replay import Program
 
-DEFAULT_MIN_COPY_BYTES = 1 << 20
+# copies smaller than this are latency-bound: pinning or prefetching them gains little (GA101/GA102's
+# `min_copy_bytes` default)
+DEFAULT_MIN_COPY_BYTES = 64 * 1024
 
 
 def _freeze(value: Any) -> Any:
@@ -62,6 +64,9 @@ def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Ma
         mask = np.array([int(x) in rows for x in program.op_row.tolist()], dtype=bool)
         return t.narrow_copies(program, mask, float(p.get("factor", 0.25)))
     if r is RemedyId.DATALOADER_WORKERS:
+        if p.get("loop_preparation"):
+            mask = t.loop_preparation_mask(model, program)
+            return t.loop_preparation_to_workers(model, program, int(p.get("workers", 8)), mask)
         return t.faster_data(model, program, int(p.get("workers", 8)), int(p.get("current_workers", 0)))
     if r is RemedyId.LARGER_BATCH:
         return t.larger_batch(model, program, float(p.get("multiplier", 2.0)))

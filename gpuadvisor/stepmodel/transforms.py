@@ -211,15 +211,21 @@ def faster_data(
     model: StepModel, program: Program, workers: int, current_workers: int, c: Constants | None = None
 ) -> Program:
     """DataLoader workers prepare batches in parallel: the host's wait per step shrinks to a hand-off,
-    while the workers' throughput bounds the step from below."""
+    while the workers' throughput bounds the step from below. A loader that already runs workers
+    keeps the hand-off the run shows (StepModel.data_handoff_fraction: receiving a batch a worker has
+    ready); only the time spent waiting for the workers goes."""
     c = c or CONSTANTS
     steps = max(1, program.steps)
     data_total = float(program.gap_data.sum()) + program.tail_data
     if data_total <= 0:
         return program
     per_step = data_total / steps
-    target = min(per_step, c.dataloader_handoff_us)
-    factor = target / per_step
+    if current_workers > 0:
+        factor = model.data_handoff_fraction
+        if factor >= 1.0 - 1e-9:
+            program.notes.append("the DataLoader wait is the hand-off of batches the workers already had ready")
+    else:
+        factor = min(per_step, c.dataloader_handoff_us) / per_step
     program.gap_data = program.gap_data * factor
     program.tail_data = program.tail_data * factor
     if current_workers <= 0:
@@ -228,6 +234,83 @@ def faster_data(
     else:
         measured = model.window.median_step_us
         program.min_period_us = measured * current_workers / max(workers, current_workers)
+    return program
+
+
+# A stretch of host work in the training loop (outside the model's forward/backward, the optimizer,
+# the DataLoader and scalar reads) at least this long, followed by the batch's copy to the device
+# before the model runs, is preparing that batch on the host (a few launches' dispatch is well under it)
+LOOP_PREPARATION_MIN_US = 500.0
+# the copy that ends it moves at least this much (a batch, not a scalar)
+LOOP_PREPARATION_MIN_COPY_BYTES = 16 * 1024
+# events after a stretch searched for the batch's copy
+_LOOP_PREPARATION_LOOKAHEAD = 32
+
+
+def loop_work_us(program: Program) -> Any:
+    """Per host event, the host work before it that ran in the training loop itself: outside the
+    model's forward/backward, the optimizer, the DataLoader and scalar reads (zeros when the trace
+    cannot tell the model's region apart)."""
+    import numpy as np
+
+    if not model_region_known(program):
+        return np.zeros(program.n_events)
+    loop = program.gap_other - program.gap_model - program.gap_read
+    loop = np.where(program.ev_in_optimizer | program.ev_in_data | program.ev_in_model, 0.0, loop)
+    return np.clip(loop, 0.0, None)
+
+
+def loop_preparation_mask(
+    model: StepModel,
+    program: Program,
+    min_us: float = LOOP_PREPARATION_MIN_US,
+    min_bytes: float = LOOP_PREPARATION_MIN_COPY_BYTES,
+) -> Any:
+    """Host events preceded by batch preparation in the loop: a loop-side stretch of at least `min_us`
+    (loop_work_us) followed, before the model's next host event, by a launch that copies at least
+    `min_bytes` from host to device (the prepared batch going to the GPU)."""
+    import numpy as np
+
+    loop = loop_work_us(program)
+    mask = np.zeros(program.n_events, dtype=bool)
+    candidates = np.flatnonzero(loop >= min_us)
+    if len(candidates) == 0 or program.n_ops == 0:
+        return mask
+    kind = _op_column(model, program, "kind")
+    direction = _op_column(model, program, "direction").astype(str)
+    nbytes = np.nan_to_num(_op_column(model, program, "bytes").astype(np.float64), nan=0.0)
+    big_htod = (kind == "copy") & (direction == "HtoD") & (nbytes >= min_bytes)
+    in_model = program.ev_in_model
+    for i in candidates.tolist():
+        for j in range(i, min(program.n_events, i + _LOOP_PREPARATION_LOOKAHEAD)):
+            if j > i and in_model[j]:
+                break
+            n = int(program.ev_ops_count[j])
+            if n and big_htod[int(program.ev_ops_start[j]) : int(program.ev_ops_start[j]) + n].any():
+                mask[i] = True
+                break
+    return mask
+
+
+def loop_preparation_to_workers(
+    model: StepModel, program: Program, workers: int, mask: Any, c: Constants | None = None
+) -> Program:
+    """The batch preparation the loop does itself (`mask`: loop_preparation_mask) moves into a Dataset
+    run by DataLoader workers: that host work leaves the loop, which takes over a ready batch instead
+    (the hand-off of a worker-made batch, per step); the workers' throughput bounds the step from below
+    (one process prepared a batch in the time removed; `workers` processes make that many)."""
+    c = c or CONSTANTS
+    import numpy as np
+
+    if not mask.any():
+        return program
+    loop = loop_work_us(program)
+    removed = np.where(mask, loop, 0.0)
+    steps = max(1, program.steps)
+    program.gap_other = program.gap_other - removed
+    program.gap_data = program.gap_data + np.where(mask, c.dataloader_handoff_us * steps / int(mask.sum()), 0.0)
+    per_step = float(removed.sum()) / steps
+    program.min_period_us = max(program.min_period_us, per_step / max(1, workers))
     return program
 
 
@@ -282,7 +365,8 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
 
 def larger_batch(model: StepModel, program: Program, m: float, c: Constants | None = None) -> Program:
     """`m` times the batch per step. Host work per step is unchanged (the same ops are dispatched),
-    except the time waiting for data, which grows with the samples loaded, and read loops over the
+    except the time waiting for data, which grows with the samples loaded (the hand-off of a batch a
+    worker process had ready does not: StepModel.data_handoff_fraction), and read loops over the
     elements of a tensor, which grow with the batch. On the GPU, input copies
     grow m-fold; optimizer kernels, memsets and collectives do not; a GEMM grows to m x its FLOPs at the
     larger of its current rate and `gemm_efficiency_at_scale` of the peak; another kernel grows with
@@ -291,8 +375,11 @@ def larger_batch(model: StepModel, program: Program, m: float, c: Constants | No
     its work: linear)."""
     c = c or CONSTANTS
     program.op_dur = batch_scaled_durations(model, program, m, c)
-    program.gap_data = program.gap_data * m
-    program.tail_data = program.tail_data * m
+    # the DataLoader: loading grows with the samples; the hand-off of a batch from a worker does not
+    h = model.data_handoff_fraction
+    data_factor = h + (1.0 - h) * m
+    program.gap_data = program.gap_data * data_factor
+    program.tail_data = program.tail_data * data_factor
     # Read loops (`for i in range(len(preds)): preds[i].item()`) walk the elements of a tensor: assume
     # they walk the batch, so their host cost grows with it (conservative for a loop over parameters).
     reads = program.ev_in_read

@@ -13,7 +13,7 @@ from gpuadvisor.stepmodel import StepModel, build_step_model
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.predict import combine_findings, predict, predict_combined
 from gpuadvisor.trace.load import load_trace
-from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace
+from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace, training_loop
 
 STEP = 1000.0
 
@@ -79,14 +79,19 @@ def test_a_read_loop_is_charged_its_span_and_vectorizing_it_recovers_it(tmp_path
     assert m.idle_share(sb.IDLE_SYNC, sb.SCALAR_READ) > 0.1
 
 
-def _data_bound(workers_wait: float = 600.0) -> SyntheticTrace:
-    """Steps of 1 ms: the host waits `workers_wait` us in DataLoader __next__, then launches 300 us of GPU work
-    and ends with a loss read."""
+def _data_bound(
+    workers_wait: float = 600.0, *, multiprocessing: bool = False, extra: tuple[float, ...] = ()
+) -> SyntheticTrace:
+    """Steps of 1 ms: the host waits `workers_wait` us (+ `extra[i]` in step i) in DataLoader __next__
+    (a worker loader's iterator with `multiprocessing`), then launches 300 us of GPU work and ends with
+    a loss read."""
     st = SyntheticTrace()
     for i in range(6):
         t0 = i * STEP
         st.add_step(i + 1, cpu_start=t0, cpu_dur=STEP, gpu_dur=STEP)
-        st.add_dataloader_wait(t0 + 10, workers_wait)
+        if extra:
+            workers_wait = 600.0 + extra[i]
+        st.add_dataloader_wait(t0 + 10, workers_wait, multiprocessing=multiprocessing)
         k0 = t0 + 10 + workers_wait + 20
         st.add_kernel(K_ELEMENTWISE, ts=k0, dur=300, launch_ts=k0 - 10, launch_dur=4)
         st.add_item_read(ts=k0 - 4, dur=306, copy_ts=k0 + 300)
@@ -187,55 +192,46 @@ def test_combined_prediction_leaves_the_batch_out(tmp_path: Path) -> None:
     assert combined is not None and combined.speedup == pytest.approx(dl.speedup)
 
 
-BACKWARD_TID = 4321
+def test_data_handoff_fraction_from_the_capture_and_from_the_trace(tmp_path: Path) -> None:
+    m = model_of(_data_bound(), tmp_path)
+    spans, window = m.data_spans, m.window
+    # a single-process loader: the wait is the loading itself
+    assert sb.data_handoff_fraction(spans, window, {}) == 0.0
+    loader = {"num_workers": 2, "iterations": 40, "batches_ready": 30, "batches_waited": 10,
+              "next_ready_s": 0.030, "next_waited_s": 0.070}
+    # ready batches took 1 ms each: 40 batches x 1 ms of the 100 ms spent in __next__ were the hand-off
+    assert sb.data_handoff_fraction(spans, window, {"dataloaders": [loader]}) == pytest.approx(0.4)
+    assert sb.data_handoff_fraction(spans, window, {"dataloaders": [dict(loader, num_workers=0)]}) == 0.0
+    # too few timed batches: the trace decides (here a single-process iterator)
+    few = dict(loader, batches_ready=1, batches_waited=0)
+    assert sb.data_handoff_fraction(spans, window, {"dataloaders": [few]}) == 0.0
+    # a worker loader's iterator in a raw trace: the shortest wait is the hand-off of every batch
+    mp = model_of(_data_bound(multiprocessing=True, extra=(0.0, 0.0, 300.0, 0.0, 0.0, 0.0)), tmp_path)
+    waits = mp.data_spans.ends - mp.data_spans.starts
+    inside = mp.window.step_index(mp.data_spans.starts) >= 0
+    expected = 600.0 * inside.sum() / waits[inside].sum()
+    assert mp.data_handoff_fraction == pytest.approx(expected)
+    assert 0.8 < mp.data_handoff_fraction < 1.0
 
 
-def _training_loop(
-    n: int = 6, *, prep_us: float = 2000.0, nonzero: bool = False, engine: bool = True
-) -> SyntheticTrace:
-    """SYNTHETIC host-bound training steps shaped like a real eager loop (the autograd bookkeeping as
-    Kineto records it). Each step: `prep_us` of batch preparation in Python (one CPU op that carries the
-    sequence number autograd will give the next node, as real ops before the model do), a forward of 20
-    ops launching 5 us kernels every 30 us, a backward of 20 autograd-engine functions on the backward
-    thread (same sequence numbers), and a 100 us optimizer step. With `nonzero`, forward op 10 waits
-    for a data-dependent size (`aten::nonzero`'s device-to-host copy of the count)."""
-    st = SyntheticTrace()
-    period = prep_us + 1400.0
-    seq = 1000
-    for i in range(n):
-        t0 = i * period
-        st.add_step(i + 1, cpu_start=t0, cpu_dur=period, gpu_dur=period)
-        st.add_cpu_op("aten::lift_fresh", t0 + 50.0, 5.0, seq=seq)  # batch building: not the model
-        fwd0 = t0 + prep_us
-        seqs = list(range(seq, seq + 20))
-        for j, s in enumerate(seqs):
-            ts = fwd0 + 30.0 * j
-            if nonzero and j == 10:
-                st.add_cpu_op("aten::nonzero", ts, 25.0, seq=s)
-                st.add_sync(ts + 2.0, 20.0, name="cudaStreamSynchronize")
-                continue
-            st.add_kernel(
-                K_ELEMENTWISE, ts=ts + 8.0, dur=5.0, launch_ts=ts + 2.0, launch_dur=4.0,
-                op="aten::mul", op_ts=ts, op_dur=8.0, op_seq=s,
-            )
-        bwd0 = fwd0 + 620.0
-        for j, s in enumerate(reversed(seqs)):
-            ts = bwd0 + 30.0 * j
-            if engine:
-                st.add_cpu_op(
-                    "autograd::engine::evaluate_function: MulBackward0", ts, 20.0, seq=s, tid=BACKWARD_TID
-                )
-            st.add_kernel(
-                K_ELEMENTWISE, ts=ts + 10.0, dur=5.0, launch_ts=ts + 3.0, launch_dur=4.0,
-                op="MulBackward0", op_ts=ts + 1.0, op_dur=12.0, op_seq=s, launch_tid=BACKWARD_TID,
-            )
-        st.add_optimizer_step(bwd0 + 620.0, 100.0)
-        seq += 20
-    return st
+def test_worker_handoff_neither_shrinks_with_workers_nor_grows_with_the_batch(tmp_path: Path) -> None:
+    single = model_of(_data_bound(), tmp_path)
+    workers = model_of(_data_bound(multiprocessing=True), tmp_path)
+    assert workers.data_handoff_fraction == pytest.approx(1.0)
+    # more workers: a single-process loader's 600 us wait becomes a hand-off; a loader whose workers
+    # already had every batch ready keeps its wait
+    assert predict(single, RemedyId.DATALOADER_WORKERS, workers=8, current_workers=0).speedup > 1.5
+    assert predict(workers, RemedyId.DATALOADER_WORKERS, workers=8, current_workers=2).speedup == pytest.approx(1.0)
+    # a larger batch: loading in the loop grows with the samples, the hand-off does not
+    big_single = predict(single, RemedyId.LARGER_BATCH, multiplier=4.0)
+    big_workers = predict(workers, RemedyId.LARGER_BATCH, multiplier=4.0)
+    assert big_single.predicted_step_ms > 4 * 0.6
+    assert big_workers.predicted_step_ms < 2.0
+    assert big_workers.speedup > 1.9 * big_single.speedup  # 4 / 1.9 ms against 4 / 3.7 ms
 
 
 def test_model_spans_hold_the_forward_and_backward_not_the_batch_building(tmp_path: Path) -> None:
-    m = model_of(_training_loop(), tmp_path)
+    m = model_of(training_loop(), tmp_path)
     spans = m.model_spans
     assert spans is not None and spans.count > 0
     base = 1_000_000.0
@@ -252,19 +248,39 @@ def test_model_spans_hold_the_forward_and_backward_not_the_batch_building(tmp_pa
 def test_compiling_leaves_the_loops_own_host_work(tmp_path: Path) -> None:
     # CUDA graphs remove the model's host work between launches, not the 2 ms of batch building: the
     # step cannot drop below it
-    m = model_of(_training_loop(), tmp_path)
+    m = model_of(training_loop(), tmp_path)
     assert m.baseline.period_us == pytest.approx(3400.0, rel=0.03)
     pred = predict(m, RemedyId.TORCH_COMPILE)
     assert 2000.0 < pred.predicted_step_ms * 1000 < 2300.0
     # a trace that does not show where the model runs falls back to treating all host work outside the
     # optimizer and the DataLoader as the model's: the batch building then shrinks too
-    blind = model_of(_training_loop(engine=False), tmp_path)
+    blind = model_of(training_loop(engine=False), tmp_path)
     assert blind.model_spans is None
     assert predict(blind, RemedyId.TORCH_COMPILE).predicted_step_ms * 1000 < 1000.0
 
 
+def test_batch_preparation_in_the_loop_moves_to_workers(tmp_path: Path) -> None:
+    from gpuadvisor.stepmodel import transforms as tf
+
+    m = model_of(training_loop(batch_bytes=1 << 20), tmp_path)
+    mask = tf.loop_preparation_mask(m, m.program)
+    # one stretch per step: the 2 ms of preparation before the batch's copy (the forward, backward and
+    # optimizer gaps are the model's or far shorter)
+    assert int(mask.sum()) == m.program.steps
+    assert float(tf.loop_work_us(m.program)[mask].sum()) / m.program.steps == pytest.approx(2000.0, rel=0.05)
+    pred = predict(m, RemedyId.DATALOADER_WORKERS, workers=8, loop_preparation=True)
+    # 3.4 ms -> the model's 1.4 ms + a 150 us hand-off (8 workers make a batch every 250 us)
+    assert pred.predicted_step_ms * 1000 == pytest.approx(1400.0 + 150.0, rel=0.06)
+    one = predict(m, RemedyId.DATALOADER_WORKERS, workers=1, loop_preparation=True)
+    assert one.predicted_step_ms * 1000 >= 2000.0 - 1.0  # one worker: its own 2 ms per batch
+    # no copy of a batch after the work: not input preparation (logging, metrics...), nothing moved
+    plain = model_of(training_loop(), tmp_path)
+    assert not tf.loop_preparation_mask(plain, plain.program).any()
+    assert predict(plain, RemedyId.DATALOADER_WORKERS, workers=8, loop_preparation=True).speedup == 1.0
+
+
 def test_no_cuda_graphs_across_a_data_dependent_wait_in_the_model(tmp_path: Path) -> None:
-    m = model_of(_training_loop(nonzero=True), tmp_path)
+    m = model_of(training_loop(nonzero=True), tmp_path)
     graphs = predict(m, RemedyId.CUDA_GRAPHS)
     assert graphs.predicted_step_ms == pytest.approx(m.baseline_step_ms, rel=1e-6)
     assert any("data-dependent" in n for n in graphs.notes)
@@ -296,7 +312,7 @@ def test_findings_of_one_problem_share_a_prediction_and_rank_by_it(tmp_path: Pat
     from gpuadvisor.stepmodel.predict import group_findings
 
     # two remedies that pay off only together: CUDA graphs need the data-dependent wait gone first
-    m = model_of(_training_loop(nonzero=True), tmp_path)
+    m = model_of(training_loop(nonzero=True), tmp_path)
     graphs = predict(m, RemedyId.CUDA_GRAPHS)
     static = predict(m, RemedyId.STATIC_SHAPES)
     both = predict_combined(m, [(RemedyId.CUDA_GRAPHS, {}), (RemedyId.STATIC_SHAPES, {})])

@@ -1,4 +1,7 @@
-"""SYNTHETIC rule cases for GA301 (dataloader-stall), built with tests.synth.
+"""SYNTHETIC rule cases for GA301 (dataloader-stall) and GA302 (loop-batch-preparation), built with tests.synth.
+
+GA302: tests.synth.training_loop, an eager training loop whose steps start with `prep_us` of batch
+preparation in the loop, optionally followed by the batch's copy to the device.
 
 Steps of 10 ms: the host waits in DataLoader __next__ for `wait` us at the step start; the GPU has no
 work during that wait unless `prefetched` (then a kernel from the previous step's queue covers it).
@@ -7,7 +10,7 @@ work during that wait unless `prefetched` (then a kernel from the previous step'
 from __future__ import annotations
 
 from tests.rules.harness import Expect, RuleCase
-from tests.synth import K_NVJET_BF16, SyntheticTrace
+from tests.synth import K_NVJET_BF16, SyntheticTrace, training_loop
 
 STEP = 10_000.0
 
@@ -77,4 +80,34 @@ CASES = [
         expect=Expect(fires=False),
     ),
     RuleCase("GA301-quiet-on-short-waits", "GA301", lambda: _trace(100), expect=Expect(fires=False)),
+    RuleCase(
+        "GA302-fires-on-batch-preparation-before-the-copy",
+        "GA302",
+        lambda: training_loop(prep_us=4000.0, batch_bytes=4 << 20),
+        environment={"cpu_count": 5},
+        callsites=[{"kind": "host_to_device", "call": "Tensor.to", "file": "train.py", "line": 42,
+                    "code": "x = x.to(device)", "function": "main", "count": 20, "count_in_window": 6,
+                    "per_step": 1.0, "bytes_per_call": 4 << 20, "dtype": "torch.float32"}],
+        expect=Expect(
+            fires=True,
+            severity="high",
+            impact_min=0.6,
+            impact_max=0.8,
+            location_contains=("train.py:42",),
+            recommendation_contains=("num_workers=4", "pin_memory=True", "non_blocking=True"),
+            message_contains=("4.03 ms per step", "in 4 DataLoader workers"),
+        ),
+    ),
+    RuleCase(
+        "GA302-quiet-without-a-batch-copy",
+        "GA302",
+        lambda: training_loop(prep_us=4000.0),
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA302-quiet-on-a-short-loop",
+        "GA302",
+        lambda: training_loop(prep_us=300.0, batch_bytes=4 << 20),
+        expect=Expect(fires=False),
+    ),
 ]
