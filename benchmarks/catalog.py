@@ -18,7 +18,8 @@ Vocabulary:
   to calibration. The result is frozen here so that adding workloads never moves existing ones;
   tests check that every category and family with >= 2 workloads appears in both halves.
 - `probes`: extra measured variants that are not fixes (e.g. a 4x batch where the batch is not the
-  problem): they show what a wrong remedy would have gained.
+  problem): they show what a wrong remedy would have gained. `probe_remedies` names the remedy a
+  probe applies, when it is one the advice can name (then it is calibrated like a fix).
 - `isolated`: measured with one fresh process per run (environment read at CUDA init, framework
   trainers with process-global state); the others run all their variants in one process.
 """
@@ -120,6 +121,9 @@ class Workload:
     framework: Framework = Framework.PLAIN
     isolated: bool = False
     probes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # probe name -> the remedies it applies, joined by "+" (remedies the advice may name that are not a
+    # planted fix: its measured gain enters the calibration table and the check of the top finding)
+    probe_remedies: tuple[tuple[str, str], ...] = ()
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     record: RecordSettings = field(default_factory=RecordSettings)
 
@@ -202,7 +206,8 @@ CATALOG: tuple[Workload, ...] = (
     Workload("tutorial_cnn", F.CNN, (
         _p("larger_batch", "small_batch", "larger_batch"),
         _p("remove_host_syncs", "host_sync", "remove_host_syncs"),
-    ), HOLD, measure=MeasureSettings(est_run_s=3.0), record=RecordSettings(profile_args=LAUNCH_WINDOW)),
+    ), HOLD, probes=(("workers_8", ("--num-workers", "8")),), probe_remedies=(("workers_8", "dataloader_workers"),),
+       measure=MeasureSettings(est_run_s=3.0), record=RecordSettings(profile_args=LAUNCH_WINDOW)),
     Workload("lightning_autoencoder", F.MLP, (
         _p("larger_batch", "small_batch", "larger_batch"),
         _p("bf16_mixed", "fp32_math", "bf16_autocast"),
@@ -218,6 +223,9 @@ CATALOG: tuple[Workload, ...] = (
         record=RecordSettings(profile_args=INFERENCE_WINDOW, steps=200_000)),
     # --- more families and problems ---------------------------------------------------------------
     Workload("moe_nonzero", F.TRANSFORMER, (_p("static_shapes", "host_sync", "static_shapes"),), HOLD,
+             probes=(("batched_experts", ("--dispatch", "batched")),
+                     ("static_compiled", ("--fix", "static_shapes", "--compile"))),
+             probe_remedies=(("static_compiled", "static_shapes+torch_compile"),),
              measure=MeasureSettings(est_run_s=2.5), record=RecordSettings(profile_args=LAUNCH_WINDOW)),
     Workload("lstm_lm", F.RECURRENT, (
         _p("larger_batch", "small_batch", "larger_batch"),
@@ -234,7 +242,8 @@ CATALOG: tuple[Workload, ...] = (
     Workload("dlrm", F.EMBEDDING, (
         _p("prefetch_copies", "host_device_transfer", "prefetch_copies"),
         _p("remove_host_syncs", "host_sync", "remove_host_syncs"),
-    ), CAL, measure=MeasureSettings(est_run_s=3.0)),
+    ), CAL, probes=(("torch_compile", ("--compile",)),), probe_remedies=(("torch_compile", "torch_compile"),),
+       measure=MeasureSettings(est_run_s=3.0, est_first_s=60.0)),
     Workload("two_tower", F.EMBEDDING, (_p("larger_batch", "small_batch", "larger_batch"),), HOLD,
              measure=MeasureSettings(est_run_s=2.2)),
     Workload("unet_diffusion", F.UNET, (

@@ -434,13 +434,15 @@ def summarize(w: Workload, records: list[dict[str, Any]]) -> list[dict[str, Any]
     planted = {r["repeat"]: r["samples_per_s"] for r in ok if r["variant"] == "planted"}
     remedies = {p.fix: p.remedy for p in w.problems}
     categories = {p.fix: p.category for p in w.problems}
+    probe_remedy = dict(w.probe_remedies)
     out = []
     for v in w.variants():
         runs = [r for r in ok if r["variant"] == v.name]
         values = [r["samples_per_s"] for r in runs]
         summary: dict[str, Any] = {
             "record": "variant", "workload": w.name, "variant": v.name, "fixes": list(v.fixes),
-            "remedies": [remedies[f] for f in v.fixes], "categories": [categories[f] for f in v.fixes],
+            "remedies": [remedies[f] for f in v.fixes] or (probe_remedy[v.name].split("+") if v.name in probe_remedy else []),
+            "categories": [categories[f] for f in v.fixes],
             "probe": v.name in dict(w.probes), "control": w.control, "split": w.split.value,
             "family": w.family.value, "n_ok": len(runs), "n_runs": sum(1 for r in records if r["variant"] == v.name),
             "device": runs[0].get("device") if runs else None,

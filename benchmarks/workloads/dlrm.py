@@ -19,6 +19,7 @@ stream one step ahead (overlapping the previous step's compute).
 --fix remove_host_syncs: scores and labels stay on the GPU; the AUC over the last 100 batches is
 computed there (rank-based, with torch) and read once every 100 steps.
 --fixed: both.
+--compile (a probe, not a fix): the model under torch.compile, to measure what compiling gains here.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def auc_torch(labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["prefetch_copies", "remove_host_syncs"], steps=2000)
+    parser.add_argument("--compile", action="store_true",
+                        help="probe: torch.compile the model (a remedy the advice may name; not planted)")
     args = parser.parse_args()
     fixes = chosen_fixes(args)
 
@@ -110,6 +113,8 @@ def main() -> None:
 
     model = DLRM(rows, dim).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if args.compile:
+        model = torch.compile(model)  # type: ignore[assignment]
     batches = make_batches(4, batch, rows)
     pin = "prefetch_copies" in fixes and device.type == "cuda"
     if pin:

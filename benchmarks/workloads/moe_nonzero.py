@@ -13,10 +13,16 @@ eager forward issues ~500 ops. Without syncs the host runs ahead and the GPU sta
 every expert of every layer, the host waits for the GPU 32 times per step and the GPU waits for the
 host after each wait: host time and GPU time add up instead of overlapping.
 
---fix static_shapes: capacity-based dispatch with static shapes (as GShard/Switch do): each token's
-slot in its expert's buffer is computed with a cumulative sum, tokens beyond a capacity of 1.25x the
-mean load are dropped (their residual passes through), the 8 experts run as one batched matmul over a
-[experts, capacity, d_model] buffer, and the outputs are gathered back. No host waits, fewer launches.
+--fix static_shapes: the same per-expert loop without host waits: tokens are sorted by expert once
+(`argsort`, a one-hot count and `cumsum` on the GPU), and each expert takes a fixed-size slice of
+capacity 1.25x the mean load (a padded index; tokens beyond it are dropped and their residual passes
+through), so every shape is known without reading a count on the host. Same launches per expert.
+--dispatch batched (a probe, not a fix): capacity-based dispatch as GShard/Switch do it: each token's
+slot in its expert's buffer from a cumulative sum, the 8 experts as one batched matmul over a
+[experts, capacity, d_model] buffer. No host waits and far fewer launches (it also changes the
+launch structure, which the static-shapes remedy alone does not).
+--compile (a probe, with --fix static_shapes): the static-shape model under torch.compile, what GA501
+predicts for "static shapes, then compiled".
 """
 
 from __future__ import annotations
@@ -34,19 +40,21 @@ CAPACITY_FACTOR = 1.25
 class MoEFeedForward(nn.Module):
     """Top-1 routed experts with stacked weights ([experts, out, in]); two dispatch implementations."""
 
-    def __init__(self, d_model: int, hidden: int, experts: int, static_shapes: bool) -> None:
+    def __init__(self, d_model: int, hidden: int, experts: int, dispatch: str) -> None:
         super().__init__()
         self.router = nn.Linear(d_model, experts, bias=False)
         self.w1 = nn.Parameter(torch.randn(experts, hidden, d_model) * d_model**-0.5)
         self.w2 = nn.Parameter(torch.randn(experts, d_model, hidden) * hidden**-0.5)
-        self.static_shapes = static_shapes
+        self.dispatch = dispatch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         gate, expert = self.router(tokens).softmax(dim=-1).max(dim=-1)
-        if self.static_shapes:
-            out = self.dispatch_static(tokens, gate, expert)
+        if self.dispatch == "batched":
+            out = self.dispatch_batched(tokens, gate, expert)
+        elif self.dispatch == "static":
+            out = self.dispatch_static_loop(tokens, gate, expert)
         else:
             out = self.dispatch_nonzero(tokens, gate, expert)
         return out.reshape(shape)
@@ -61,7 +69,23 @@ class MoEFeedForward(nn.Module):
             out.index_add_(0, idx, (h * gate[idx, None]).to(out.dtype))
         return out
 
-    def dispatch_static(self, tokens: torch.Tensor, gate: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+    def dispatch_static_loop(self, tokens: torch.Tensor, gate: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[0]
+        experts = self.w1.shape[0]
+        capacity = int(CAPACITY_FACTOR * n / experts)
+        order = torch.argsort(expert, stable=True)  # token indices grouped by expert
+        counts = F.one_hot(expert, experts).sum(dim=0)  # (bincount would read its max on the host)
+        starts = torch.cumsum(counts, dim=0) - counts
+        slots = torch.arange(capacity, device=tokens.device)
+        out = torch.zeros_like(tokens)
+        for e in range(experts):
+            valid = slots < counts[e]  # stays on the GPU: no host wait
+            idx = order[torch.clamp(starts[e] + slots, max=n - 1)]
+            h = F.gelu(tokens[idx] @ self.w1[e].t()) @ self.w2[e].t()
+            out.index_add_(0, idx, (h * (gate[idx] * valid)[:, None]).to(out.dtype))
+        return out
+
+    def dispatch_batched(self, tokens: torch.Tensor, gate: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
         n, d = tokens.shape
         experts = self.w1.shape[0]
         capacity = int(CAPACITY_FACTOR * n / experts)
@@ -77,14 +101,14 @@ class MoEFeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d_model: int, heads: int, experts: int, static_shapes: bool) -> None:
+    def __init__(self, d_model: int, heads: int, experts: int, dispatch: str) -> None:
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.ln2 = nn.LayerNorm(d_model)
-        self.moe = MoEFeedForward(d_model, 4 * d_model, experts, static_shapes)
+        self.moe = MoEFeedForward(d_model, 4 * d_model, experts, dispatch)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -95,11 +119,11 @@ class Block(nn.Module):
 
 class MoELM(nn.Module):
     def __init__(self, vocab: int, seq: int, d_model: int, layers: int, heads: int, experts: int,
-                 static_shapes: bool) -> None:
+                 dispatch: str) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq, d_model)
-        self.blocks = nn.ModuleList([Block(d_model, heads, experts, static_shapes) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(d_model, heads, experts, dispatch) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
 
@@ -113,8 +137,11 @@ class MoELM(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["static_shapes"], steps=1000)
+    parser.add_argument("--dispatch", choices=["nonzero", "static", "batched"], default=None,
+                        help="expert dispatch (default: nonzero as planted, static with --fix static_shapes)")
+    parser.add_argument("--compile", action="store_true", help="probe: torch.compile the model")
     args = parser.parse_args()
-    static_shapes = "static_shapes" in chosen_fixes(args)
+    dispatch = args.dispatch or ("static" if "static_shapes" in chosen_fixes(args) else "nonzero")
 
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -122,7 +149,8 @@ def main() -> None:
     batch = args.batch_size or (2 if args.tiny else 16)
     vocab, seq, d_model, layers, heads, experts = (128, 16, 32, 2, 4, 4) if args.tiny else (8192, 256, 512, 4, 8, 8)
 
-    model = MoELM(vocab, seq, d_model, layers, heads, experts, static_shapes).to(device)
+    model = MoELM(vocab, seq, d_model, layers, heads, experts, dispatch).to(device)
+    forward = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type == "cuda")
     n_batches = 4
     data = torch.randint(0, vocab, (n_batches, batch, seq + 1), device=device)
@@ -131,7 +159,7 @@ def main() -> None:
     for step in range(args.steps):
         chunk = data[step % n_batches]
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            logits = model(chunk[:, :-1])
+            logits = forward(chunk[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, vocab).float(), chunk[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -16,6 +16,8 @@ launches carry 64x more images (the GPU's time per step grows far less than 64x 
 --fix remove_host_syncs: the running loss is accumulated on the GPU and read once per print interval
 (every 2000 steps, as the tutorial prints).
 --fixed: both.
+--num-workers 8 (a probe, not a fix): four times the tutorial's DataLoader workers, to measure whether
+the loop's wait in `__next__` (taking over batches from the workers) shrinks with more of them.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class NormalizedCifar(Dataset[tuple[torch.Tensor, int]]):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["larger_batch", "remove_host_syncs"], steps=6000)
+    parser.add_argument("--num-workers", type=int, default=2,
+                        help="DataLoader workers (the tutorial's 2; a probe measures 8)")
     args = parser.parse_args()
     fixes = chosen_fixes(args)
 
@@ -84,7 +88,7 @@ def main() -> None:
 
     # One long epoch: the DataLoader starts its two workers once.
     trainset = NormalizedCifar(512 if args.tiny else 10_000, batch_size * args.steps)
-    trainloader = DataLoader(trainset, batch_size=batch_size, shuffle=True, num_workers=2)
+    trainloader = DataLoader(trainset, batch_size=batch_size, shuffle=True, num_workers=args.num_workers)
 
     net = Net().to(device)
     criterion = nn.CrossEntropyLoss()
