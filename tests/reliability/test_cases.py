@@ -145,6 +145,12 @@ class Running:
         return self.proc.returncode, out, err
 
 
+def _needs_cuda() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -398,6 +404,24 @@ def test_case_09_script_runs_its_own_profiler(tmp_path: Path) -> None:
     assert "user_profiler_conflict" in manifest(out)["degraded"]
 
 
+@pytest.mark.gpu
+def test_case_09_script_runs_its_own_profiler_on_the_gpu(tmp_path: Path) -> None:
+    """9. Script uses torch.profiler itself (with CUDA activity: both profilers use CUPTI): clear message,
+    no crash, no corruption of the user's own profile."""
+    _needs_cuda()
+    users = tmp_path / "users_trace.json"
+    out = tmp_path / "run"
+    r = ga("profile", "-o", str(out), "--no-analyze", "--skip-steps", "1", "--warmup-steps", "0",
+           "--active-steps", "10", str(SCRIPTS / "user_profiler.py"), str(users), "cuda")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    no_traceback(r)
+    assert "user profile rows True" in r.stdout and "done" in r.stdout
+    own = json.loads(users.read_text())["traceEvents"]
+    assert sum(1 for e in own if e.get("name") == "users_own_step") == 3
+    assert any(e.get("cat") == "kernel" for e in own), "the script's own profile lost its GPU kernels"
+    assert "user_profiler_conflict" in manifest(out)["degraded"]
+
+
 def test_case_10_an_exception_inside_a_hook_never_reaches_the_script(tmp_path: Path) -> None:
     """10. An exception inside a gpuadvisor hook: logged once, hook disabled, never reaches user code."""
     script = str(SCRIPTS / "hook_raises.py")
@@ -484,9 +508,7 @@ def test_case_13_a_forked_process_writes_no_gpuadvisor_output(tmp_path: Path) ->
 def test_case_14_no_gpu_no_nvml_records_on_the_cpu(tmp_path: Path) -> None:
     """14. No GPU, no driver, NVML library missing ...: runs, records on the CPU, says so; NVML-based rules
     report "not applicable", never a false finding."""
-    pytest.importorskip("torch")
-    import torch
-
+    torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the case is about machines without one")
     out = tmp_path / "run"
