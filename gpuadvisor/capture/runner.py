@@ -190,8 +190,11 @@ def _lock_out_dir(out: Path) -> None:
     a second `gpuadvisor profile` into the same folder is refused instead of interleaving its files."""
     import fcntl
 
-    out.mkdir(parents=True, exist_ok=True)
-    fh = open(out / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the whole run
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fh = open(out / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the whole run
+    except OSError as err:  # under a file, in /proc, read-only: a usage error before anything runs
+        raise UsageError(f"output directory {out} is not writable: {err.strerror or err}") from err
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -1,0 +1,3 @@
+"""SYNTHETIC fixture package: `python -m relpkg.main` with a relative import."""
+
+ANSWER = 42
