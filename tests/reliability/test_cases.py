@@ -417,7 +417,9 @@ def test_case_09_script_runs_its_own_profiler_on_the_gpu(tmp_path: Path) -> None
     no_traceback(r)
     assert "user profile rows True" in r.stdout and "done" in r.stdout
     own = json.loads(users.read_text())["traceEvents"]
-    assert sum(1 for e in own if e.get("name") == "users_own_step") == 3
+    # on a GPU each record_function range is written twice: on the host (user_annotation) and on the
+    # stream that ran its kernels (gpu_user_annotation)
+    assert sum(1 for e in own if e.get("name") == "users_own_step" and e.get("cat") == "user_annotation") == 3
     assert any(e.get("cat") == "kernel" for e in own), "the script's own profile lost its GPU kernels"
     assert "user_profiler_conflict" in manifest(out)["degraded"]
 
