@@ -113,15 +113,22 @@ ONE_GPU = {"gpus": [{"uuid": "GPU-11111111-aaaa-bbbb-cccc-000000000001", "name":
 
 
 class Running:
-    """`gpuadvisor profile` of train.py, long enough to be signalled inside the window."""
+    """`gpuadvisor profile --full` of train.py (600 steps of 50 ms), started and waited for until the
+    script passed step 6, inside the capture window: ready to be signalled."""
 
     def __init__(
-        self, tmp_path: Path, *extra: str, env: dict[str, str] | None = None, script_args: tuple[str, ...] = ()
+        self,
+        tmp_path: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        script_args: tuple[str, ...] = (),
+        analyze: bool = False,
     ) -> None:
         self.out = tmp_path / "run"
         self.ready = tmp_path / "ready"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(self.out), "--full", "--no-analyze",
+            [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(self.out), "--full",
+             "--analyze" if analyze else "--no-analyze",
              "--skip-steps", "1", "--warmup-steps", "1", "--active-steps", "200", "--nvml-interval", "0.05",
              *extra, str(SCRIPTS / "train.py"), "--steps", "600", "--sleep", "0.05", "--ready-file", str(self.ready),
              *script_args],
@@ -129,19 +136,21 @@ class Running:
         )  # fmt: skip
         deadline = time.monotonic() + 120
         while not self.ready.exists():
-            assert self.proc.poll() is None, self.proc.communicate()
-            assert time.monotonic() < deadline, "the script never reached step 6"
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                status, _, err = self.finish(timeout=1)
+                raise AssertionError(f"the script never reached step 6 (status {status}): {err[-3000:]}")
             time.sleep(0.05)
 
     def child_pid(self) -> int:
         return int(json.loads((self.out / ".child_state.json").read_text())["pid"])
 
     def finish(self, timeout: float = 90) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr); a run still going after `timeout` s is killed (status -9)."""
         try:
             out, err = self.proc.communicate(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, err = self.proc.communicate()
         return self.proc.returncode, out, err
 
 
@@ -289,53 +298,23 @@ def test_case_05_sigterm_caught_by_the_script_still_exits_143(tmp_path: Path) ->
     """5. SIGTERM ... forwarded to the child ... exit 143 (never 0): the script catches SIGTERM and calls
     sys.exit(0); the signal reached it, and the run does not read as a success."""
     caught = tmp_path / "caught"
-    out = tmp_path / "run"
-    ready = tmp_path / "ready"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(out), "-q", "--full", "--no-analyze",
-         "--skip-steps", "1", "--warmup-steps", "1", "--active-steps", "200",
-         str(SCRIPTS / "train.py"), "--steps", "600", "--sleep", "0.05", "--ready-file", str(ready),
-         "--on-sigterm", str(caught)],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    run = Running(tmp_path, "-q", script_args=("--on-sigterm", str(caught)))
+    run.proc.send_signal(signal.SIGTERM)
+    status, _, err = run.finish()
     assert caught.exists(), "SIGTERM was not forwarded to the script"
-    assert proc.returncode == 143, err
-    assert manifest(out)["exit_status"] == 143 and len(step_numbers(out)) >= 4
+    assert status == 143, err
+    assert manifest(run.out)["exit_status"] == 143 and len(step_numbers(run.out)) >= 4
 
 
 def test_case_06_child_killed_still_gets_manifest_and_report(tmp_path: Path) -> None:
     """6. Child killed (SIGKILL, OOM killer): the parent still writes the manifest and a report from what
     exists; 137."""
-    out = tmp_path / "run"
-    ready = tmp_path / "ready"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(out), "--full", "--nvml-interval", "0.05",
-         "--skip-steps", "1", "--warmup-steps", "1", "--active-steps", "200",
-         str(SCRIPTS / "train.py"), "--steps", "600", "--sleep", "0.05", "--ready-file", str(ready)],
-        env=_nvml_env(ONE_GPU), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        os.kill(int(json.loads((out / ".child_state.json").read_text())["pid"]), signal.SIGKILL)
-        stdout, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 137, err
-    no_traceback(subprocess.CompletedProcess([], 137, stdout, err))
+    run = Running(tmp_path, env=_nvml_env(ONE_GPU), analyze=True)
+    os.kill(run.child_pid(), signal.SIGKILL)
+    status, stdout, err = run.finish(timeout=120)
+    out = run.out
+    assert status == 137, err
+    no_traceback(subprocess.CompletedProcess([], status, stdout, err))
     m = manifest(out)
     assert m["exit_reason"] == "killed" and m["exit_status"] == 137 and "child_killed" in m["degraded"]
     assert m["steps_seen"] >= 2  # what the child last reported (at the window's start)
@@ -364,8 +343,8 @@ def test_case_07_script_ends_before_the_window(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("script", "detection"),
     [("inference_dl.py", ("dataloader", "module_forward")), ("custom_optimizer.py", ("module_forward",)),
-     ("gradscaler_skips.py", ("module_forward",))],
-    ids=["inference", "custom-optimizer", "gradscaler-skips-every-step"],
+     ("gradscaler_skips.py", ("module_forward",)), ("functional_loop.py", ("time",))],
+    ids=["inference", "custom-optimizer", "gradscaler-skips-every-step", "no-model-no-loader"],
 )
 def test_case_08_no_optimizer_step(tmp_path: Path, script: str, detection: tuple[str, ...]) -> None:
     """8. Script never calls `optimizer.step()` (inference, custom optimizers, GradScaler skipping steps,
@@ -374,8 +353,9 @@ def test_case_08_no_optimizer_step(tmp_path: Path, script: str, detection: tuple
     step, which is more exact than a DataLoader batch or a time slice. (Optimizer-in-backward:
     tests/capture/test_exit_path.py::test_optimizer_step_in_backward_is_captured.)"""
     out = tmp_path / "run"
-    r = ga("profile", "-o", str(out), "--no-analyze", *FAST, "--time-fallback-after", "1",
-           "--time-step-seconds", "0.2", str(SCRIPTS / script))  # fmt: skip
+    # the time fallback only where nothing else can count steps (it would race a slow first step)
+    timed = ("--time-fallback-after", "0.5", "--time-step-seconds", "0.2") if detection == ("time",) else ()
+    r = ga("profile", "-o", str(out), "--no-analyze", *FAST, *timed, str(SCRIPTS / script))
     assert r.returncode == 0, r.stderr
     no_traceback(r)
     m = manifest(out)
@@ -782,6 +762,23 @@ def test_case_19_damaged_traces(tmp_path: Path, kind: str) -> None:
         assert needle in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: the step a truncation cuts through is analyzed as complete (kernels/step 1.5 "
+    "instead of 3 here); Kineto writes host events before GPU events, so which steps lost kernels needs "
+    "per-step evidence (launches without kernels) that the loader does not weigh yet",
+)
+def test_case_19_truncated_trace_leaves_out_the_step_it_cut(tmp_path: Path) -> None:
+    """19. Trace truncated mid-file: a degraded but CORRECT analysis: the per-step numbers of the complete
+    steps are those of the undamaged trace (3 kernels a step), not diluted by the step the cut ran
+    through."""
+    whole = json.loads(ga("analyze", str(_steps_trace().write(tmp_path / "whole.json")), "--format", "json").stdout)
+    assert whole["metrics"]["kernels_per_step"] == 3
+    r = ga("analyze", str(_bad_trace("truncated", tmp_path)), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"]["kernels_per_step"] == 3
+
+
 _RSS_CHILD = """
 import os, pty, resource, subprocess, sys, threading
 # stderr on a pseudo-terminal, as in a person's shell: progress is shown only where someone watches
@@ -1022,40 +1019,16 @@ def test_case_23_overflowing_grid_in_a_kernel_event(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
-_RAISING_RULE = '''
-from gpuadvisor.rules_api import Category, Rule
-
-
-class Raises(Rule):
-    """A plugin rule with a bug.
-
-    Why it matters
-    --------------
-    Tests that one rule cannot end the analysis.
-
-    How it is detected
-    ------------------
-    It is not.
-
-    How to fix
-    ----------
-    Nothing.
-    """
-
-    id = "XR001"
-    name = "raises"
-    category = Category.CAPTURE
-
-    def check(self, ctx):
-        return {}["missing key of a buggy rule"]
-'''
-
-
 def test_case_24_a_rule_that_raises(tmp_path: Path) -> None:
     """24. A rule that raises: reported as an internal error of that rule; the other rules still run."""
     rules = tmp_path / "plugins"
     rules.mkdir()
-    (rules / "raises.py").write_text(_RAISING_RULE)
+    from tests.ci.test_cli_manners import _EXITING_RULE
+
+    (rules / "raises.py").write_text(
+        _EXITING_RULE.format(cls="Raises", what="has a bug", rid="XR001", name="raises",
+                             body='{}["missing key of a buggy rule"]')
+    )  # fmt: skip
     p = _steps_trace(6).write(tmp_path / "t.json")
     plain = json.loads(ga("analyze", str(p), "--format", "json").stdout)
     r = ga("analyze", str(p), "--rules", str(rules), "--format", "json")
