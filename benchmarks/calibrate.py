@@ -124,12 +124,12 @@ def remedy_params(remedy: str, model: Any, result: Any, multiplier: float | None
     if r is RemedyId.REMOVE_HOST_SYNCS:
         return {"kinds": (sb.SCALAR_READ, sb.EXPLICIT)}
     if r is RemedyId.DATALOADER_WORKERS:
-        loaders = [d for d in env.get("dataloaders") or [] if isinstance(d, dict)]
-        loader = max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
-        cpu_count = env.get("cpu_count")
-        cpus = cpu_count if isinstance(cpu_count, int) else 9
-        workers = min(8, max(1, cpus - 1))
+        from gpuadvisor.rulekit.common import suggested_workers
         from gpuadvisor.stepmodel import transforms as tf
+
+        loader = sb.main_loader(env)
+        cpu_count = env.get("cpu_count")
+        workers = suggested_workers(cpu_count if isinstance(cpu_count, int) else None, 8)
 
         if model.data_spans.count == 0 and tf.loop_preparation_mask(model, model.program).any():
             return {"workers": workers, "loop_preparation": True}  # GA302: the loop builds its batches

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
@@ -70,12 +70,11 @@ class DataloaderStall(Rule):
         idle_us = model.idle_us(sb.IDLE_DATA) if gpu else wait_us
         names = sorted(spans.names)
         single = any("_SingleProcessDataLoaderIter" in n for n in names)
-        env: dict[str, Any] = ctx.run.environment if ctx.run is not None else {}
-        cpu_count = env.get("cpu_count") if isinstance(env.get("cpu_count"), int) else None
+        cpu_count = cm.machine_cpus(ctx)
         loader = cm.main_dataloader(ctx)
         fw = cm.framework(ctx)
         cap = int(ctx.threshold("max_workers"))
-        workers = min(cap, max(1, cpu_count - 1)) if cpu_count else cap
+        workers = cm.suggested_workers(cpu_count, cap)
         current = int(loader.get("num_workers") or 0) if loader else (0 if single else 1)
         if current >= workers and not single:
             workers = current  # already at the machine's size: no worker change to predict

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
@@ -85,10 +85,8 @@ class LoopBatchPreparation(Rule):
         if not mask.any():
             return
         prep_us = float(tf.loop_work_us(program)[mask].sum()) / max(1, program.steps)
-        env: dict[str, Any] = ctx.run.environment if ctx.run is not None else {}
-        cpu_count = env.get("cpu_count") if isinstance(env.get("cpu_count"), int) else None
-        cap = int(ctx.threshold("max_workers"))
-        workers = min(cap, max(1, cpu_count - 1)) if cpu_count else cap
+        cpu_count = cm.machine_cpus(ctx)
+        workers = cm.suggested_workers(cpu_count, int(ctx.threshold("max_workers")))
         pred = ctx.predict(RemedyId.DATALOADER_WORKERS, workers=workers, loop_preparation=True)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):

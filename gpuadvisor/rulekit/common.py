@@ -166,8 +166,21 @@ def env_list(ctx: RuleContext, key: str) -> list[dict[str, Any]]:
 
 
 def main_dataloader(ctx: RuleContext) -> dict[str, Any] | None:
-    loaders = env_list(ctx, "dataloaders")
-    return max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
+    from gpuadvisor.stepmodel.build import main_loader
+
+    loader = main_loader({"dataloaders": env_list(ctx, "dataloaders")})
+    return dict(loader) if loader is not None else None
+
+
+def machine_cpus(ctx: RuleContext) -> int | None:
+    """The CPU count the capture recorded (environment.json), None for a raw trace."""
+    value = ctx.run.environment.get("cpu_count") if ctx.run is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def suggested_workers(cpu_count: int | None, cap: int) -> int:
+    """DataLoader workers to suggest: one per CPU but the training process's, at most `cap`."""
+    return min(cap, max(1, cpu_count - 1)) if cpu_count else cap
 
 
 def main_optimizer(ctx: RuleContext, cls: str | None = None) -> dict[str, Any] | None:

@@ -506,6 +506,12 @@ HANDOFF_CAP_US = 2000.0
 MIN_TIMED_BATCHES = 3
 
 
+def main_loader(environment: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The DataLoader that produced most batches (environment.json `dataloaders`), or None."""
+    loaders = [d for d in environment.get("dataloaders") or [] if isinstance(d, Mapping)]
+    return max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
+
+
 def data_handoff_fraction(data: Spans, window: StepWindow, environment: Mapping[str, Any]) -> float | None:
     """The share of the DataLoader wait that is the hand-off of ready batches (StepModel.data_handoff_fraction).
 
@@ -517,9 +523,8 @@ def data_handoff_fraction(data: Spans, window: StepWindow, environment: Mapping[
     single-process loader: 0."""
     import numpy as np
 
-    loaders = [d for d in environment.get("dataloaders") or [] if isinstance(d, Mapping)]
-    if loaders:
-        main = max(loaders, key=lambda d: int(d.get("iterations") or 0))
+    main = main_loader(environment)
+    if main is not None:
         if not main.get("num_workers"):
             return 0.0
         ready, waited = int(main.get("batches_ready") or 0), int(main.get("batches_waited") or 0)
