@@ -224,7 +224,7 @@ CATALOG: tuple[Workload, ...] = (
     # --- more families and problems ---------------------------------------------------------------
     Workload("moe_nonzero", F.TRANSFORMER, (_p("static_shapes", "host_sync", "static_shapes"),), HOLD,
              probes=(("batched_experts", ("--dispatch", "batched")),
-                     ("static_compiled", ("--fix", "static_shapes", "--compile"))),
+                     ("static_compiled", ("--dispatch", "static", "--compile"))),
              probe_remedies=(("static_compiled", "static_shapes+torch_compile"),),
              measure=MeasureSettings(est_run_s=2.5), record=RecordSettings(profile_args=LAUNCH_WINDOW)),
     Workload("lstm_lm", F.RECURRENT, (

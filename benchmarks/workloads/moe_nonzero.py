@@ -21,7 +21,7 @@ through), so every shape is known without reading a count on the host. Same laun
 slot in its expert's buffer from a cumulative sum, the 8 experts as one batched matmul over a
 [experts, capacity, d_model] buffer. No host waits and far fewer launches (it also changes the
 launch structure, which the static-shapes remedy alone does not).
---compile (a probe, with --fix static_shapes): the static-shape model under torch.compile, what GA501
+--compile (a probe, with --dispatch static): the static-shape model under torch.compile, what GA501
 predicts for "static shapes, then compiled".
 """
 
