@@ -82,6 +82,13 @@ def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
                 callback = _progress_printer(path.name, sys.stderr)
             # The loader takes the rank from distributedInfo.rank, else from the file name (rankN).
             traces.append(load_trace(path, progress=callback))
+    for t in traces:
+        if t.all_steps_cut:
+            raise InputError(
+                f"{t.path}: truncated, and the cut ran through every one of its {len(t.steps)} step"
+                f"{'s' if len(t.steps) != 1 else ''} (their launches, kernels or ops after the cut were lost): "
+                "no complete step is left to analyze"
+            )
     # Rank 0 first (rules see the lowest rank as ctx.trace); ties keep file-name order.
     traces.sort(key=lambda t: t.rank)
     return traces

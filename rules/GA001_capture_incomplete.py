@@ -144,11 +144,43 @@ class CaptureIncomplete(Rule):
                 {"steps_seen": manifest.get("steps_seen"), "capture": capture},
                 "Let the script run more steps, or lower the skipped/warm-up steps of `gpuadvisor profile`.",
             )
-        elif not no_trace and (steps < min_steps or "too_few_steps" in degraded):
+        elif not no_trace and "too_few_steps" in degraded:
+            # The script ended before the capture window was over.
+            needed = sum(int(capture.get(k) or 0) for k in ("skip_steps", "warmup_steps", "active_steps"))
+            first, last = capture.get("first_recorded_step"), capture.get("last_recorded_step")
+            which = (
+                "its first steps were recorded instead, start-up costs (allocator growth, autotuning, "
+                "compilation) included"
+                if capture.get("short_run")
+                else "the record ends where the script did"
+            )
+            span = (
+                ""
+                if first is None or last is None
+                else f" (step {first})"
+                if first == last
+                else f" (steps {first} to {last})"
+            )
+            short = (
+                f" At least {min_steps} are needed for stable per-step numbers: per-step rules are not applicable or "
+                "rest on little evidence."
+                if steps < min_steps
+                else ""
+            )
+            yield self._info(
+                "The script ended before the capture window was over",
+                f"The script ran {manifest.get('steps_seen')} steps, fewer than the {needed or 'planned'} the capture "
+                f"window needs (skip {capture.get('skip_steps')}, warm-up {capture.get('warmup_steps')}, active "
+                f"{capture.get('active_steps')}); {which}: the record holds {_steps(steps)}{span}.{short}",
+                {"steps": steps, "min_steps": min_steps, "steps_seen": manifest.get("steps_seen"), "capture": capture},
+                "Let the script run more steps, or lower the skipped/warm-up steps of `gpuadvisor profile` "
+                "(--skip-steps, --warmup-steps), so that the recorded steps are steady-state ones.",
+            )
+        elif not no_trace and steps < min_steps:
             source = (
                 "no step markers (the whole trace is analyzed as one step)"
                 if trace.step_source in ("whole_trace", "none")
-                else f"{steps} steps"
+                else _steps(steps)
             )
             yield self._info(
                 "Too few steps were recorded",
@@ -158,3 +190,7 @@ class CaptureIncomplete(Rule):
                 "Record more steps (gpuadvisor profile records a window of steps after warm-up); for a raw trace, use "
                 "torch.profiler.schedule and call prof.step() once per iteration so ProfilerStep#N marks each step.",
             )
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"

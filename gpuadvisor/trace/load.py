@@ -74,7 +74,13 @@ _PROGRESS_EVERY = 200_000
 # ---- reading bytes --------------------------------------------------------------------------------
 
 
-def _read_bytes(path: Path, warnings: list[str]) -> bytes:
+class _Damage:
+    """What the reader had to repair; `truncated`: the file ended before its end (events were lost)."""
+
+    truncated = False
+
+
+def _read_bytes(path: Path, warnings: list[str], damage: _Damage | None = None) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -94,6 +100,8 @@ def _read_bytes(path: Path, warnings: list[str]) -> bytes:
             except zlib.error:
                 raise InputError(f"{path}: corrupt gzip data, cannot be read") from None
             warnings.append(f"The gzip stream of {path.name} is truncated; only its complete part was read.")
+            if damage is not None:
+                damage.truncated = True
             return _without_bom(data, path, warnings)
     return _without_bom(raw, path, warnings)
 
@@ -147,7 +155,7 @@ def _salvage_truncated(data: bytes) -> Any | None:
     return None
 
 
-def _parse(path: Path, data: bytes, warnings: list[str]) -> dict[str, Any]:
+def _parse(path: Path, data: bytes, warnings: list[str], damage: _Damage | None = None) -> dict[str, Any]:
     import orjson
 
     from gpuadvisor.trace.identify import describe_document
@@ -183,6 +191,14 @@ def _parse(path: Path, data: bytes, warnings: list[str]) -> dict[str, Any]:
             ) from None
         events = obj if isinstance(obj, list) else obj.get("traceEvents") if isinstance(obj, dict) else None
         n = len(events) if isinstance(events, list) else 0
+        # Kineto closes a trace with metadata events (ph "M": process and thread names), its "Trace"
+        # span and two uncategorized instants after every timed event: a cut among them lost no step.
+        last = events[-1] if n and isinstance(events, list) else None
+        in_trailer = isinstance(last, dict) and (
+            last.get("ph") == "M" or last.get("cat") == "Trace" or (last.get("ph") == "i" and last.get("cat") is None)
+        )
+        if damage is not None and not in_trailer:
+            damage.truncated = True
         warnings.append(
             f"{path.name} is truncated or malformed ({msg}); the {n} complete events before the damage were used."
         )
@@ -533,10 +549,14 @@ def _collect_streaming(
 
 
 def _collect_whole(
-    path: Path, keep_python_functions: bool, progress: Progress | None, warnings: list[str]
+    path: Path,
+    keep_python_functions: bool,
+    progress: Progress | None,
+    warnings: list[str],
+    damage: _Damage | None = None,
 ) -> tuple[dict[str, Any], _Collector]:
     """Parse the whole document at once: the path for damaged files (salvage) and odd layouts."""
-    obj = _parse(path, _read_bytes(path, warnings), warnings)
+    obj = _parse(path, _read_bytes(path, warnings, damage), warnings, damage)
     events = obj.get("traceEvents")
     if not isinstance(events, list):
         raise InputError(f"{path}: not a Kineto trace ('traceEvents' is not a list)")
@@ -573,6 +593,7 @@ def load_trace(
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a trace file")
     warnings: list[str] = []
+    damage = _Damage()
     # The load allocates millions of dicts and tuples that all stay alive until the tables are
     # built: the cyclic GC would rescan them again and again for nothing (it doubled load time).
     gc_was_enabled = gc.isenabled()
@@ -582,7 +603,7 @@ def load_trace(
             obj, col = _collect_streaming(path, keep_python_functions, progress, chunk_bytes or CHUNK_BYTES)
         except StreamFallback:
             warnings = []
-            obj, col = _collect_whole(path, keep_python_functions, progress, warnings)
+            obj, col = _collect_whole(path, keep_python_functions, progress, warnings, damage)
         if progress is not None:
             progress(col.total, col.total)
         warnings.extend(col.warnings(path))
@@ -618,6 +639,7 @@ def load_trace(
         warnings=warnings,
         counts=dict(sorted(col.counts.items())),
         python_functions=py_df,
+        truncated=damage.truncated,
     )
     model.steps, model.step_source = segment_steps(model)
     model.kind = classify(model, capture)

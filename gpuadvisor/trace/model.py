@@ -190,6 +190,8 @@ class TraceModel:
         keep_python_functions=True, else None (their count is in `counts["python_function"]`).
       step_source: one of the STEP_SOURCE_* constants.
       warnings: human sentences about what was missing, salvaged or degraded.
+      truncated: the file was cut short and its complete part salvaged; `segment_steps` then leaves
+        out the steps whose events the cut lost (see `gpuadvisor.trace.steps`).
       counts: number of events per `cat` value in the file (all of them, including dropped ones).
       kind: what the trace is (vendor, training or inference, schema, graphs, torch.compile, ranks):
         `gpuadvisor.trace.kind.TraceKind`, decided once by the loader; `kind_of(model)` for models
@@ -212,6 +214,8 @@ class TraceModel:
     counts: dict[str, int] = field(default_factory=dict)
     python_functions: pd.DataFrame | None = None
     kind: TraceKind | None = None  # what the trace is (gpuadvisor.trace.kind); set by the loader
+    truncated: bool = False  # the file ended early (salvaged): the steps the cut ran through are left out
+    all_steps_cut: bool = False  # truncated through every step: no step is complete
 
     # ---- facts --------------------------------------------------------------------------------
 

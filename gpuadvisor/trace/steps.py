@@ -21,6 +21,16 @@ The analysis interval of a step, [start, end):
   * A step's GPU span (gpu_start/gpu_end), when there is no GPU annotation, is the span of the GPU
     activities (kernels, copies, memsets) whose launch call started inside the step's CPU span.
 
+A truncated file (cut short, its complete part salvaged: `TraceModel.truncated`) lost its last events.
+Kineto writes every CPU op first and the runtime calls and GPU activities after them in time order, so
+a cut in that second part silently empties the later steps of their launches and kernels; other
+writers lose everything after the cut. The steps the cut ran through are left out (with a warning;
+when that is every step, they are kept and `TraceModel.all_steps_cut` is set: the analysis then stops
+with a clear error):
+a step is kept only when it ends before the cut frontier (the earliest of the last timestamps of CPU
+ops, runtime calls and kernels, the event families every training step has) and none of its kernel
+launches, copies or memsets lost its GPU activity.
+
 Outliers: the first recorded step often pays one-time costs (allocator growth, cudnn autotuning,
 profiler start). With 3 or more steps it is marked `outlier` and window medians exclude it; with 1
 or 2 steps nothing is excluded (there would be nothing left to compare).
@@ -168,8 +178,80 @@ def _trace_bounds(model: TraceModel) -> tuple[float, float] | None:
     return min(starts), max(ends)
 
 
+# Runtime calls that enqueue GPU work (each has a GPU activity with its correlation id when recorded).
+_ENQUEUE_CALL = re.compile(r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|cuLaunch|Memcpy|Memset")
+
+
+def _cut_frontier(model: TraceModel) -> tuple[float, npt.NDArray[np.float64]]:
+    """(the time after which a truncated trace may have lost events, launch times whose GPU work was lost)."""
+    import numpy as np
+
+    lasts = [float(df["ts"].max()) for df in (model.cpu_ops, model.runtime, model.kernels) if len(df)]
+    frontier = min(lasts) if lasts else float("inf")
+    rt = model.runtime
+    if not len(rt):
+        return frontier, np.zeros(0, dtype=np.float64)
+    names = rt["name"].astype(str)
+    enqueue = names.str.contains(_ENQUEUE_CALL).to_numpy(dtype=bool) & ~names.str.contains("Graph").to_numpy(
+        dtype=bool
+    )
+    ran: set[int] = set()
+    for df in (model.kernels, model.copies, model.memsets):
+        if len(df):
+            ran.update(int(c) for c in df["correlation"].dropna().tolist())
+    corr = rt["correlation"]
+    lost = np.array([c is not None and c == c and int(c) not in ran for c in corr.tolist()], dtype=bool)
+    return frontier, rt["ts"].to_numpy(dtype=np.float64)[enqueue & lost]
+
+
+def _leave_out_cut_steps(model: TraceModel, steps: pd.DataFrame) -> pd.DataFrame:
+    """Drop the steps of a truncated trace whose events the cut lost (see the module docstring)."""
+    import numpy as np
+
+    if not model.truncated or len(steps) == 0:
+        return steps
+    frontier, orphans = _cut_frontier(model)
+    start = steps["start"].to_numpy(dtype=np.float64)
+    end = steps["end"].to_numpy(dtype=np.float64)
+    orphaned = np.zeros(len(steps), dtype=bool)
+    if len(orphans):
+        lo = np.searchsorted(np.sort(orphans), start, side="left")
+        hi = np.searchsorted(np.sort(orphans), end, side="left")
+        orphaned = hi > lo
+    keep = (end <= frontier) & ~orphaned
+    ids = steps["step"].tolist()
+    cut = [str(s) for s, k in zip(ids, keep.tolist()) if not k]
+    if not cut:
+        return steps
+    if not keep.any():
+        # Nothing complete is left: keep the steps (the loader salvages what it can); the analysis
+        # refuses to draw numbers from them (`TraceModel.all_steps_cut`).
+        model.all_steps_cut = True
+        model.warnings.append(
+            f"The truncation cut through every step ({len(cut)}): their launches, kernels or ops after the cut "
+            "were lost."
+        )
+        return steps
+    model.warnings.append(
+        f"The truncation cut through step{'s' if len(cut) > 1 else ''} {', '.join(cut)} (their launches, "
+        f"kernels or ops after the cut were lost): left out; {int(keep.sum())} complete step"
+        f"{'s' if keep.sum() != 1 else ''} analyzed."
+    )
+    kept = steps[keep].reset_index(drop=True)
+    if kept["outlier"].all():
+        kept["outlier"] = False  # the first step is all that is left: analyze it rather than nothing
+    return kept
+
+
 def segment_steps(model: TraceModel) -> tuple[pd.DataFrame, str]:
     """Segment `model` into steps. Returns (steps DataFrame with STEP_COLUMNS, step_source)."""
+    steps, source = _segment(model)
+    if source != STEP_SOURCE_WHOLE_TRACE:
+        steps = _leave_out_cut_steps(model, steps)
+    return steps, source
+
+
+def _segment(model: TraceModel) -> tuple[pd.DataFrame, str]:
     import numpy as np
 
     ann = model.annotations
