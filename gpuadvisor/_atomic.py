@@ -24,3 +24,14 @@ def write_text_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def why_not_written(path: Path, err: OSError) -> str:
+    """The reason `path` could not be written, in words: names a parent that is a file, not a folder
+    (the OS says only "File exists" or "Not a directory" there)."""
+    for parent in Path(path).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+            break
+    return str(err.strerror or err)

@@ -124,13 +124,13 @@ def emit(text: str, output: Path | None, *, color: bool = False) -> None:
     if output is None:
         click.echo(text, nl=False, color=color or None)
         return
-    from gpuadvisor._atomic import write_text_atomic
+    from gpuadvisor._atomic import why_not_written, write_text_atomic
     from gpuadvisor.errors import OutputLostError
 
     try:
         write_text_atomic(output, text)
     except OSError as err:
-        raise OutputLostError(f"cannot write {output}: {err.strerror or err}") from None
+        raise OutputLostError(f"cannot write {output}: {why_not_written(output, err)}") from None
 
 
 def resolve_options(

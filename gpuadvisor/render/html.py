@@ -75,7 +75,7 @@ def write_report(
     """Render the report of `result` and write it to `path` atomically (temporary file + rename).
 
     Returns the path written. Raises OutputLostError (exit 74) when the file cannot be written."""
-    from gpuadvisor._atomic import write_text_atomic
+    from gpuadvisor._atomic import why_not_written, write_text_atomic
 
     path = Path(path)
     html = render_html(
@@ -85,7 +85,7 @@ def write_report(
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, html)
     except OSError as exc:
-        raise OutputLostError(f"could not write the report to {path}: {exc.strerror or exc}") from exc
+        raise OutputLostError(f"could not write the report to {path}: {why_not_written(path, exc)}") from exc
     return path
 
 

@@ -244,6 +244,13 @@ def test_typed_errors_keep_their_exit_codes(item_trace: Path, tmp_path: Path) ->
     res = CliRunner().invoke(cli, ["analyze", str(item_trace), "-o", str(blocker / "out.txt")])
     assert res.exit_code == 74
     assert res.stderr.splitlines()[-1].startswith("gpuadvisor: error: cannot write")
+    assert res.stderr.splitlines()[-1].endswith(f"{blocker} is a file, not a folder")
+    res = CliRunner().invoke(cli, ["report", str(item_trace), "-o", str(blocker / "sub" / "r.html")])
+    assert res.exit_code == 74
+    assert res.stderr.splitlines()[-1] == (
+        f"gpuadvisor: error: could not write the report to {blocker / 'sub' / 'r.html'}: "
+        f"{blocker} is a file, not a folder"
+    )
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing.json")])
     assert res.exit_code == 2 and "Traceback" not in res.output
 
