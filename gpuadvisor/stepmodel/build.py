@@ -724,7 +724,9 @@ def build_host(
         if blocking[i]:
             c = corr[i]
             direction = direction_of.get(int(c), direction) if c == c else direction
-            sync_kind[i] = SCALAR_READ if direction == "DtoH" and in_scalar[i] else BLOCKING_COPY
+            # a device-to-host copy the host waited for is a read of device values (.cpu(), .tolist(),
+            # .numpy()): the host needs them now, so the remedy is to read less often, not to pin
+            sync_kind[i] = SCALAR_READ if direction == "DtoH" else BLOCKING_COPY
         elif in_dd[i]:
             sync_kind[i] = DATA_DEPENDENT
         elif in_scalar[i] or direction == "DtoH":
