@@ -1,6 +1,6 @@
 """Measure every variant of the planted-problem corpus with plain python (no profiler).
 
-    python3 benchmarks/measure.py [--workloads A,B] [--shard I/N] [--repeats 3] [--seconds 1.5]
+    python3 benchmarks/measure.py [--workloads A,B] [--variants V,W] [--shard I/N] [--repeats 3] [--seconds 1.5]
                                   [--out DIR] [--tiny] [--run-timeout S] [--deadline S] [--plan]
 
 For each workload of benchmarks/catalog.py: the planted script, each single fix, all fixes together and
@@ -71,9 +71,14 @@ class PlannedRun:
     fixes: tuple[str, ...]
 
 
-def interleaved_runs(w: Workload, repeats: int) -> list[PlannedRun]:
+def chosen_variants(w: Workload, only: Sequence[str] = ()) -> list[Variant]:
+    """The variants of `w` to measure: all, or planted and those named in `only` (`--variants`)."""
+    return [v for v in w.variants() if not only or v.name == "planted" or v.name in only]
+
+
+def interleaved_runs(w: Workload, repeats: int, only: Sequence[str] = ()) -> list[PlannedRun]:
     """Repeat r runs the variants rotated left by r."""
-    variants: Sequence[Variant] = w.variants()
+    variants: Sequence[Variant] = chosen_variants(w, only)
     runs = []
     for r in range(repeats):
         k = r % len(variants)
@@ -82,9 +87,9 @@ def interleaved_runs(w: Workload, repeats: int) -> list[PlannedRun]:
     return runs
 
 
-def estimated_seconds(w: Workload, repeats: int, seconds: float) -> float:
+def estimated_seconds(w: Workload, repeats: int, seconds: float, only: Sequence[str] = ()) -> float:
     """Estimated wall time on an H200 of measuring `w` (plans shards and the deadline)."""
-    runs = len(w.variants()) * repeats
+    runs = len(chosen_variants(w, only)) * repeats
     per_run = w.measure.est_run_s + (seconds - 1.5)  # est_run_s assumes 1.5 s regions
     return (0.0 if w.isolated else CHILD_START_S) + w.measure.est_first_s + runs * per_run
 
@@ -437,6 +442,8 @@ def summarize(w: Workload, records: list[dict[str, Any]]) -> list[dict[str, Any]
     probe_remedy = dict(w.probe_remedies)
     out = []
     for v in w.variants():
+        if not any(r["variant"] == v.name for r in records):
+            continue  # not measured in this run (`--variants`)
         runs = [r for r in ok if r["variant"] == v.name]
         values = [r["samples_per_s"] for r in runs]
         summary: dict[str, Any] = {
@@ -484,7 +491,7 @@ def selected(opts: argparse.Namespace) -> tuple[Workload, ...]:
     workloads = by_name(names)
     if opts.shard is not None:
         i, n = opts.shard
-        cost = {w.name: estimated_seconds(w, opts.repeats, opts.seconds) for w in workloads}
+        cost = {w.name: estimated_seconds(w, opts.repeats, opts.seconds, opts.variants) for w in workloads}
         workloads = shard(workloads, i, n, cost)
     return workloads
 
@@ -492,6 +499,8 @@ def selected(opts: argparse.Namespace) -> tuple[Workload, ...]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="", help="comma-separated subset (default: the whole catalog)")
+    parser.add_argument("--variants", default="",
+                        help="comma-separated variants to measure beside planted (default: every variant)")
     parser.add_argument("--shard", type=parse_shard, default=None, metavar="I/N",
                         help="measure shard I of N (workloads packed by estimated GPU time)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -515,6 +524,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--repeats must be >= 1")
     if opts.seconds is None:
         opts.seconds = TINY_SECONDS if opts.tiny else 1.2
+    opts.variants = tuple(n for n in opts.variants.split(",") if n)
     try:
         opts.selection = () if opts.child else selected(opts)
     except KeyError as exc:
@@ -555,7 +565,11 @@ def shard_suffix(opts: argparse.Namespace) -> str:
 
 def iter_plan(opts: argparse.Namespace) -> Iterator[tuple[Workload, list[PlannedRun], float]]:
     for w in opts.selection:
-        yield w, interleaved_runs(w, opts.repeats), estimated_seconds(w, opts.repeats, opts.seconds)
+        yield (
+            w,
+            interleaved_runs(w, opts.repeats, opts.variants),
+            estimated_seconds(w, opts.repeats, opts.seconds, opts.variants),
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -53,6 +53,26 @@ def add_workload_args(parser: argparse.ArgumentParser, fixes: Sequence[str], ste
     parser.set_defaults(all_fixes=tuple(fixes))
 
 
+def add_compile_probe(parser: argparse.ArgumentParser) -> None:
+    """`--compile` (a probe, not a fix) and `--compile-mode`: torch.compile the model as the advice says
+    (GA501: `mode="reduce-overhead"`, fusion and CUDA graphs), or in another mode to compare."""
+    parser.add_argument("--compile", action="store_true", help="probe: torch.compile the model")
+    parser.add_argument("--compile-mode", default="reduce-overhead",
+                        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                        help="torch.compile mode of the --compile probe (default: reduce-overhead)")
+
+
+def compiled(model: Any, args: argparse.Namespace, device: torch.device) -> Any:
+    """The model under torch.compile when `--compile` (Dynamo with the eager backend on the CPU: no C++
+    compiler needed, graph breaks still show), else the model itself."""
+    if not args.compile:
+        return model
+    if device.type != "cuda":
+        return torch.compile(model, backend="eager")
+    mode = None if args.compile_mode == "default" else args.compile_mode
+    return torch.compile(model, mode=mode)
+
+
 def chosen_fixes(args: argparse.Namespace) -> frozenset[str]:
     """The fixes to apply: every one with --fixed, else those named by --fix."""
     return frozenset(args.all_fixes) if args.fixed else frozenset(args.fix)

@@ -19,7 +19,8 @@ stream one step ahead (overlapping the previous step's compute).
 --fix remove_host_syncs: scores and labels stay on the GPU; the AUC over the last 100 batches is
 computed there (rank-based, with torch) and read once every 100 steps.
 --fixed: both.
---compile (a probe, not a fix): the model under torch.compile, to measure what compiling gains here.
+--compile (a probe, not a fix): the model under torch.compile as GA501 advises (`--compile-mode`,
+default reduce-overhead: fusion and CUDA graphs), to measure what compiling gains here.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
+from _common import (
+    StepBench,
+    add_compile_probe,
+    add_workload_args,
+    chosen_fixes,
+    compiled,
+    pick_device,
+    variant_name,
+)
 
 N_SPARSE, N_DENSE, BAG = 26, 13, 20
 LOG_EVERY = 100
@@ -100,8 +109,7 @@ def auc_torch(labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["prefetch_copies", "remove_host_syncs"], steps=2000)
-    parser.add_argument("--compile", action="store_true",
-                        help="probe: torch.compile the model (a remedy the advice may name; not planted)")
+    add_compile_probe(parser)
     args = parser.parse_args()
     fixes = chosen_fixes(args)
 
@@ -113,8 +121,7 @@ def main() -> None:
 
     model = DLRM(rows, dim).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    if args.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
+    model = compiled(model, args, device)
     batches = make_batches(4, batch, rows)
     pin = "prefetch_copies" in fixes and device.type == "cuda"
     if pin:

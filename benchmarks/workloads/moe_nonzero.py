@@ -21,8 +21,8 @@ through), so every shape is known without reading a count on the host. Same laun
 slot in its expert's buffer from a cumulative sum, the 8 experts as one batched matmul over a
 [experts, capacity, d_model] buffer. No host waits and far fewer launches (it also changes the
 launch structure, which the static-shapes remedy alone does not).
---compile (a probe, with --dispatch static): the static-shape model under torch.compile, what GA501
-predicts for "static shapes, then compiled".
+--compile (a probe, with --dispatch static): the static-shape model under torch.compile as GA501 advises
+(`--compile-mode`, default reduce-overhead), what GA501 predicts for "static shapes, then compiled".
 """
 
 from __future__ import annotations
@@ -32,7 +32,15 @@ import argparse
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
+from _common import (
+    StepBench,
+    add_compile_probe,
+    add_workload_args,
+    chosen_fixes,
+    compiled,
+    pick_device,
+    variant_name,
+)
 
 CAPACITY_FACTOR = 1.25
 
@@ -139,7 +147,7 @@ def main() -> None:
     add_workload_args(parser, fixes=["static_shapes"], steps=1000)
     parser.add_argument("--dispatch", choices=["nonzero", "static", "batched"], default=None,
                         help="expert dispatch (default: nonzero as planted, static with --fix static_shapes)")
-    parser.add_argument("--compile", action="store_true", help="probe: torch.compile the model")
+    add_compile_probe(parser)
     args = parser.parse_args()
     dispatch = args.dispatch or ("static" if "static_shapes" in chosen_fixes(args) else "nonzero")
 
@@ -150,7 +158,7 @@ def main() -> None:
     vocab, seq, d_model, layers, heads, experts = (128, 16, 32, 2, 4, 4) if args.tiny else (8192, 256, 512, 4, 8, 8)
 
     model = MoELM(vocab, seq, d_model, layers, heads, experts, dispatch).to(device)
-    forward = torch.compile(model) if args.compile else model
+    forward = compiled(model, args, device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type == "cuda")
     n_batches = 4
     data = torch.randint(0, vocab, (n_batches, batch, seq + 1), device=device)

@@ -14,6 +14,9 @@ host and GPU for milliseconds every few steps.
 
 --fix expandable_segments: `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` set by the script before
 its first CUDA allocation (both variants run in fresh processes).
+--compile (a probe, not a fix): the model under torch.compile as GA501 advises (`--compile-mode`, default
+reduce-overhead): a new input shape every step means recompiling (then dynamic shapes) and a CUDA graph
+recorded per shape, under the same memory cap.
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ import random
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
+from _common import (
+    StepBench,
+    add_compile_probe,
+    add_workload_args,
+    chosen_fixes,
+    compiled,
+    pick_device,
+    variant_name,
+)
 
 
 class Bottleneck(nn.Module):
@@ -64,6 +75,7 @@ class ResNet(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["expandable_segments"], steps=1000)
+    add_compile_probe(parser)
     args = parser.parse_args()
     if "expandable_segments" in chosen_fixes(args):
         # Read when the CUDA caching allocator starts (the first CUDA allocation, below). A torch that
@@ -80,6 +92,7 @@ def main() -> None:
     sampler = random.Random(0)
 
     model = ResNet(widths, 80).to(device, memory_format=torch.channels_last)
+    forward = compiled(model, args, device)
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9, weight_decay=1e-4)
     base = torch.rand(batch, 3, max(sizes), max(sizes), device=device)  # a batch at full size, resized per step
     labels = torch.randint(0, 80, (batch,), device=device)
@@ -88,7 +101,7 @@ def main() -> None:
         x = F.interpolate(base, size=(size, size), mode="bilinear", align_corners=False)
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), labels)
+            loss = F.cross_entropy(forward(x), labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -17,6 +17,9 @@ steps, against ~2-3 ms of GPU work per step.
 its first CUDA allocation): the allocator grows one segment by mapping pages instead of carving fixed
 segments, so changing sizes reuse memory without freeing and re-allocating. (Both variants run in
 fresh processes: the setting is read when the allocator starts.)
+--compile (a probe, not a fix): the model under torch.compile as GA501 advises (`--compile-mode`, default
+reduce-overhead): a new sequence length every step means recompiling (then dynamic shapes) and a CUDA
+graph recorded per length, under the same memory cap.
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import StepBench, add_workload_args, chosen_fixes, pick_device, variant_name
+from _common import (
+    StepBench,
+    add_compile_probe,
+    add_workload_args,
+    chosen_fixes,
+    compiled,
+    pick_device,
+    variant_name,
+)
 
 CAP_HEADROOM = 1.3
 
@@ -51,6 +62,7 @@ class MaskedLM(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["expandable_segments"], steps=1500)
+    add_compile_probe(parser)
     args = parser.parse_args()
     if "expandable_segments" in chosen_fixes(args):
         # Read when the CUDA caching allocator starts (the first CUDA allocation, below). A torch that
@@ -69,13 +81,14 @@ def main() -> None:
     rng = np.random.default_rng(0)
 
     model = MaskedLM(vocab, max_len, d_model, layers, heads).to(device)
+    forward = compiled(model, args, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
 
     def train_step(length: int) -> None:
         ids = torch.randint(0, vocab, (batch, length), device=device)
         targets = torch.randint(0, vocab, (batch, length), device=device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(ids).reshape(-1, vocab), targets.reshape(-1))
+            loss = F.cross_entropy(forward(ids).reshape(-1, vocab), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

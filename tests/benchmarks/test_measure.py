@@ -33,7 +33,9 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def test_measure_tiny_on_two_workloads(tmp_path: Path) -> None:
-    proc = run_measure("--tiny", "--workloads", "sync_bound,multiscale_memory", "--repeats", "2", "--out", str(tmp_path))
+    # --variants: planted and these (multiscale_memory's compile probes are left out)
+    proc = run_measure("--tiny", "--workloads", "sync_bound,multiscale_memory", "--repeats", "2", "--out", str(tmp_path),
+                       "--variants", "remove_host_syncs,expandable_segments")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = jsonl(tmp_path / "measure.jsonl")
     runs = [r for r in rows if r["record"] == "run"]
@@ -44,6 +46,7 @@ def test_measure_tiny_on_two_workloads(tmp_path: Path) -> None:
     assert {r["isolated"] for r in runs if r["workload"] == "multiscale_memory"} == {True}
     assert all(r["steps"] >= 5 for r in runs)  # --min-steps default
     summaries = {(s["workload"], s["variant"]): s for s in rows if s["record"] == "variant"}
+    assert ("multiscale_memory", "torch_compile") not in summaries  # not chosen: no summary either
     fixed = summaries[("sync_bound", "remove_host_syncs")]
     assert fixed["n_ok"] == 2 and fixed["remedies"] == ["remove_host_syncs"] and fixed["categories"] == ["host_sync"]
     assert fixed["speedup_min"] <= fixed["speedup_median"] <= fixed["speedup_max"]
@@ -99,7 +102,8 @@ def test_summary_pairs_repeats_for_speedups_and_noise_band() -> None:
     assert big["recovered"] == pytest.approx(0.9)
     assert big["remedies"] == ["larger_batch"] and big["categories"] == ["small_batch"]
     assert out["remove_host_syncs"]["n_ok"] == 0 and out["remove_host_syncs"]["n_runs"] == 1
-    assert "samples_per_s_median" not in out["remove_host_syncs"] and out["fixed"]["n_runs"] == 0
+    assert "samples_per_s_median" not in out["remove_host_syncs"]
+    assert "fixed" not in out  # no run of it at all (not chosen with --variants): no summary
     assert "larger_batch" in measure.table(list(out.values()))
 
 
@@ -122,7 +126,8 @@ def test_torch_state_is_restored_between_runs() -> None:
 def test_runs_past_their_time_limit_are_stopped_and_recorded(tmp_path: Path) -> None:
     """In a shared process a run is interrupted by SIGALRM; an isolated run's process group is killed."""
     proc = run_measure("--tiny", "--workloads", "sync_bound,multiscale_memory", "--repeats", "1", "--seconds", "60",
-                       "--run-timeout", "3", "--out", str(tmp_path), timeout=300)
+                       "--run-timeout", "3", "--out", str(tmp_path), "--variants", "remove_host_syncs,expandable_segments",
+                       timeout=300)
     assert proc.returncode == 1
     runs = [r for r in jsonl(tmp_path / "measure.jsonl") if r["record"] == "run"]
     assert len(runs) == 4
