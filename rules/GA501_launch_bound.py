@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
-from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.model import Category, Finding, Location, Severity
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
@@ -39,7 +39,11 @@ class LaunchBound(Rule):
     optimizer step is left to GA502 and waits on the device to GA2xx: the replay keeps them. The
     profiler's own per-op cost is removed before (steps timed outside the capture window). Runs that
     already use torch.compile or CUDA graphs and are still launch-bound are replayed with graphs only
-    and advised for that case (graph breaks, mode).
+    and advised for that case (graph breaks, mode). When the kernels a step launches change from step
+    to step (`StepModel.launch_patterns`: another grid or kernel set per step, i.e. the batches change
+    shape), the finding is info with no gain: reduce-overhead would record a CUDA graph and memory pool
+    per shape (it ran out of memory on the project's variable-length and multi-scale benchmarks) and
+    compiling without graphs measured -13% to +18% there; the advice is a few fixed shapes first.
 
     How to fix
     ----------
@@ -118,6 +122,9 @@ class LaunchBound(Rule):
         )
         launch_cost = predict_combined(model, [*first, (RemedyId.CUDA_GRAPHS, {})])
         if launch_cost.recovered_fraction < ctx.threshold("min_launch_gain"):
+            return
+        if model.shapes_vary and not dd_per_step:
+            yield self._shapes_vary(ctx, kernels_per_step, median_us, launch_cost.recovered_fraction)
             return
         # With data-dependent waits the first change is static shapes (then compile): name that remedy.
         remedy = RemedyId.CUDA_GRAPHS if already else RemedyId.STATIC_SHAPES if first else RemedyId.TORCH_COMPILE
@@ -236,4 +243,48 @@ class LaunchBound(Rule):
             ),
             remedy=remedy,
             prediction=pred,
+        )
+
+    def _shapes_vary(
+        self, ctx: RuleContext, kernels_per_step: float, median_us: float, graphs_gain: float
+    ) -> Finding:
+        """Launch-bound, but the step's kernels change with its input shapes: no compile gain is claimed."""
+        model = ctx.model
+        patterns, steps = model.launch_patterns
+        idle_launch = model.idle_share(sb.IDLE_LAUNCH)
+        locations = cm.model_call_locations(ctx)[:1]
+        return self.finding(
+            impact=None,
+            severity=Severity.INFO,
+            title=(
+                f"Launch-bound ({kernels_per_step:.0f} tiny kernels per step), but the input shapes change "
+                "between steps: no compile gain is predicted"
+            ),
+            message=(
+                f"{kernels_per_step:.0f} kernels per step with a median duration of {gw.us(median_us)}: the host "
+                f"sets the pace and the GPU idles {cm.pct(idle_launch)} of the step waiting for launches. The "
+                f"kernels launched differ from step to step ({patterns} launch patterns in {steps} analyzed "
+                "steps: the batches have different shapes, e.g. variable sequence lengths or image sizes). "
+                'torch.compile(mode="reduce-overhead") records a CUDA graph, with its own memory pool, for '
+                "every new shape, and compiling recompiles for new shapes (then traces them dynamically), so "
+                "what compiling gains here depends on how many shapes there are and how much memory is free; "
+                "on gpuadvisor's own variable-length and multi-scale benchmarks it ran out of memory under a "
+                "memory cap, and compiling without graphs measured -13% to +18%. No gain is predicted."
+            ),
+            evidence={
+                "kernels_per_step": kernels_per_step,
+                "kernel_median_us": median_us,
+                "launch_patterns": patterns,
+                "steps_analyzed": steps,
+                "gpu_idle_waiting_for_launches_fraction": idle_launch,
+                "predicted_gain_cuda_graphs_if_shapes_were_static": graphs_gain,
+            },
+            recommendation=(
+                "Give the batches a few fixed shapes first: pad sequences to a multiple of 64 or to a few "
+                "length buckets, train on a few fixed resolutions. Then compile the model with "
+                '`torch.compile(model, mode="reduce-overhead")` (one CUDA graph per bucket) and profile again; '
+                "with many shapes left, `torch.compile(model, dynamic=True)` fuses without graphs."
+            ),
+            locations=locations,
+            impact_explanation="no gain is predicted: the step's kernels change with its input shapes",
         )

@@ -191,6 +191,39 @@ class StepModel:
         value = self._scalars["handoff"]
         return float(value) if value is not None else 0.0
 
+    @property
+    def launch_patterns(self) -> tuple[int, int]:
+        """(distinct launch patterns, analyzed steps that launched kernels). A step's pattern is the
+        multiset of (kernel name, grid size) it launches outside the optimizer and the collectives: the
+        same model on the same input shapes launches the same kernels with the same grids every step, so
+        more than one pattern means the shapes change between steps (variable sequence lengths,
+        multi-scale images, data-dependent sizes). Independent of `record_shapes`."""
+        if "patterns" not in self._scalars:
+            o = self.ops
+            k = o[
+                (o["kind"] == "kernel")
+                & o["launch_ts"].notna()
+                & ~o["in_optimizer"].astype(bool)
+                & ~o["is_collective"].astype(bool)
+            ]
+            # by the step that launched them (the GPU may run a step's kernels during the next one)
+            k = k.assign(launch_step=self.window.step_index(k["launch_ts"].to_numpy(dtype="float64")))
+            k = k[k["launch_step"] >= 0]
+            patterns = {
+                tuple(sorted(zip(g["name"].astype(str).tolist(), g["blocks"].fillna(-1.0).tolist(), strict=True)))
+                for _, g in k.groupby("launch_step")
+            }
+            self._scalars["patterns"] = float(len(patterns))
+            self._scalars["pattern_steps"] = float(k["launch_step"].nunique())
+        return int(self._scalars["patterns"] or 0), int(self._scalars["pattern_steps"] or 0)
+
+    @property
+    def shapes_vary(self) -> bool:
+        """The kernels launched change from step to step (`launch_patterns`): a CUDA graph recorded for
+        one step would not replay the next."""
+        patterns, steps = self.launch_patterns
+        return steps >= 2 and patterns > 1
+
     # ---- replay --------------------------------------------------------------------------------
 
     @property

@@ -220,7 +220,7 @@ def _leave_out_cut_steps(model: TraceModel, steps: pd.DataFrame) -> pd.DataFrame
         orphaned = hi > lo
     keep = (end <= frontier) & ~orphaned
     ids = steps["step"].tolist()
-    cut = [str(s) for s, k in zip(ids, keep.tolist()) if not k]
+    cut = [str(s) for s, k in zip(ids, keep.tolist(), strict=True) if not k]
     if not cut:
         return steps
     if not keep.any():
@@ -237,7 +237,7 @@ def _leave_out_cut_steps(model: TraceModel, steps: pd.DataFrame) -> pd.DataFrame
         f"kernels or ops after the cut were lost): left out; {int(keep.sum())} complete step"
         f"{'s' if keep.sum() != 1 else ''} analyzed."
     )
-    kept = steps[keep].reset_index(drop=True)
+    kept: pd.DataFrame = steps[keep].reset_index(drop=True)
     if kept["outlier"].all():
         kept["outlier"] = False  # the first step is all that is left: analyze it rather than nothing
     return kept

@@ -7,11 +7,12 @@ from tests.synth import K_ADAM, K_ELEMENTWISE, SyntheticTrace
 
 
 def _tiny_kernels(
-    gap_us: float, launch_early: bool, kernel_us: float = 3.0, per_step: int = 200
+    gap_us: float, launch_early: bool, kernel_us: float = 3.0, per_step: int = 200, shapes_vary: bool = False
 ) -> SyntheticTrace:
     """5 steps, `per_step` full-grid kernels each, `gap_us` apart. launch_early=False: each launch call
     starts after the previous kernel ended (the GPU waits for the host); True: the host launches them
-    1.5 us apart from the step start, far ahead of the GPU (a queued, graph-like step)."""
+    1.5 us apart from the step start, far ahead of the GPU (a queued, graph-like step). shapes_vary: the
+    grid grows with the step (a new input shape every step, as variable-length batches give)."""
     st = SyntheticTrace()
     margin = 10.0 if launch_early else 100.0  # a queued (graph-like) step keeps the GPU busy to its end
     step_us = per_step * (kernel_us + gap_us) + margin
@@ -22,7 +23,12 @@ def _tiny_kernels(
         for i in range(per_step):
             launch = t0 + 0.5 + 1.5 * i if launch_early else t - 2.0
             st.add_kernel(
-                K_ELEMENTWISE, ts=t, dur=kernel_us, grid=(264, 1, 1), launch_ts=launch, launch_dur=1.0
+                K_ELEMENTWISE,
+                ts=t,
+                dur=kernel_us,
+                grid=(264 + (8 * n if shapes_vary else 0), 1, 1),
+                launch_ts=launch,
+                launch_dur=1.0,
             )
             t += kernel_us + gap_us
     return st
@@ -30,6 +36,10 @@ def _tiny_kernels(
 
 def launch_bound() -> SyntheticTrace:
     return _tiny_kernels(gap_us=5.0, launch_early=False)
+
+
+def launch_bound_shapes_vary() -> SyntheticTrace:
+    return _tiny_kernels(gap_us=5.0, launch_early=False, shapes_vary=True)
 
 
 def back_to_back() -> SyntheticTrace:
@@ -127,6 +137,22 @@ CASES = [
             # a raw trace: no unprofiled step times, so the message says the estimate is an upper bound
             message_contains=("upper bound",),
             evidence_keys=("gpu_idle_waiting_for_launches_fraction", "kernels_per_step"),
+        ),
+    ),
+    RuleCase(
+        # The same launch-bound steps, but each step's kernels have another grid (a new input shape every
+        # step): CUDA graphs would be recorded per shape, so no compile gain is claimed.
+        "GA501-info-without-gain-when-shapes-change-between-steps",
+        "GA501",
+        launch_bound_shapes_vary,
+        expect=Expect(
+            fires=True,
+            count=1,
+            severity="info",
+            title_contains=("input shapes change between steps",),
+            message_contains=("launch patterns in 4 analyzed steps", "no gain is predicted"),
+            recommendation_contains=("fixed shapes", "reduce-overhead"),
+            evidence_keys=("launch_patterns", "predicted_gain_cuda_graphs_if_shapes_were_static"),
         ),
     ),
     RuleCase(
