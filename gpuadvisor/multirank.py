@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.trace.model import name_mask
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -152,10 +154,9 @@ def host_collectives(trace: TraceModel) -> list[HostCollective]:
     ops = trace.cpu_ops
     calls: list[HostCollective] = []
     if len(ops):
-        names = ops["name"].astype(str)
-        mask = names.str.match(_HOST_CALL.pattern).to_numpy(dtype=bool)
+        mask = name_mask(ops["name"], lambda s: s.str.match(_HOST_CALL.pattern))
         # record_param_comms and c10d::allreduce_ nest for one call on NCCL: count c10d ops when present.
-        c10d = mask & names.str.startswith("c10d::").to_numpy(dtype=bool)
+        c10d = mask & name_mask(ops["name"], lambda s: s.str.startswith("c10d::"))
         if c10d.any():
             mask = c10d
         sub = ops[mask]
@@ -186,8 +187,7 @@ def backend_spans(trace: TraceModel) -> list[HostCollective]:
     for table in (trace.annotations, trace.cpu_ops):
         if not len(table):
             continue
-        names = table["name"].astype(str)
-        mask = names.str.match(_BACKEND_SPAN.pattern).to_numpy(dtype=bool)
+        mask = name_mask(table["name"], lambda s: s.str.match(_BACKEND_SPAN.pattern))
         sub = table[mask]
         dims = sub["input_dims"] if "input_dims" in sub.columns else [None] * len(sub)
         for ts, end, name, d in zip(sub["ts"], sub["end"], sub["name"].astype(str), dims, strict=True):

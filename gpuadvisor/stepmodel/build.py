@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.stepmodel.window import StepWindow
+from gpuadvisor.trace.model import name_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -561,14 +562,13 @@ def model_spans(trace: TraceModel, segments: StepWindow) -> Spans:
     z = np.zeros(0)
     if len(ops) == 0 or "seq_num" not in ops.columns:
         return Spans(z, z.copy())
-    names = ops["name"].astype(str)
-    engine = names.str.startswith(_BACKWARD_ENGINE_PREFIX).to_numpy(dtype=bool)
+    engine = name_mask(ops["name"], lambda s: s.str.startswith(_BACKWARD_ENGINE_PREFIX))
     if not engine.any():
         return Spans(z, z.copy())
     seq = ops["seq_num"]
     has_seq = seq.notna().to_numpy(dtype=bool)
     # backward functions: named like the node ("AddmmBackward0"), with the forward op's sequence number
-    backward_fn = has_seq & ~engine & names.str.contains("Backward", regex=False).to_numpy(dtype=bool)
+    backward_fn = has_seq & ~engine & name_mask(ops["name"], lambda s: s.str.contains("Backward", regex=False))
     bwd_seqs = set(seq[backward_fn].astype("int64").tolist())
     if not bwd_seqs:
         return Spans(z, z.copy())

@@ -21,11 +21,14 @@ Flow links:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pandas as pd
 
     from gpuadvisor.trace.kind import TraceKind
@@ -310,3 +313,21 @@ def _join_launch(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     out["launch_name"] = corr.map(rt["name"].astype(object)).astype(object)
     out["launch_tid"] = corr.map(rt["tid"]).astype("Int64")
     return out
+
+
+def name_mask(names: pd.Series, test: Callable[[pd.Series], Any]) -> npt.NDArray[np.bool_]:
+    """`test` (a vectorized string predicate, e.g. `lambda s: s.str.startswith("c10d::")`) over a name
+    column, as a bool array. The tables' name columns are categorical: the test runs once per distinct
+    name (a few thousand) instead of once per event (millions in a large trace), then maps back."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = pd.Series(names.cat.categories.astype(str))
+        hit = np.asarray(test(cats), dtype=bool)
+        codes = names.cat.codes.to_numpy()
+        out: npt.NDArray[np.bool_] = np.zeros(len(codes), dtype=bool)
+        known = codes >= 0
+        out[known] = hit[codes[known]]
+        return out
+    return np.asarray(test(names.astype(str)), dtype=bool)
