@@ -58,11 +58,26 @@ def batch_ready(it: Any) -> bool | None:
     return not queue.empty()
 
 
-def record_next_time(rec: dict[str, Any], ready: bool, seconds: float) -> None:
-    """Count one timed worker-loader `__next__` in its DataLoader record."""
+def _profiler_recording() -> bool:
+    """Is a torch profiler recording in this process now (gpuadvisor's window or the script's own)?"""
+    try:
+        import torch
+
+        return bool(getattr(torch.autograd, "_profiler_enabled")())  # noqa: B009 (not in the stubs)
+    except Exception:
+        return True  # unknown: counted with the profiled calls only
+
+
+def record_next_time(rec: dict[str, Any], ready: bool, seconds: float, profiled: bool = False) -> None:
+    """Count one timed worker-loader `__next__` in its DataLoader record; calls made while no profiler
+    records (the steps before the capture window) are also counted apart (`*_unprofiled`): the profiler
+    slows the main loop, so inside the window the workers are ahead more often than in the real run."""
     kind = "ready" if ready else "waited"
     rec[f"batches_{kind}"] = int(rec.get(f"batches_{kind}", 0)) + 1
     rec[f"next_{kind}_s"] = float(rec.get(f"next_{kind}_s", 0.0)) + seconds
+    if not profiled:
+        rec[f"batches_{kind}_unprofiled"] = int(rec.get(f"batches_{kind}_unprofiled", 0)) + 1
+        rec[f"next_{kind}_unprofiled_s"] = float(rec.get(f"next_{kind}_unprofiled_s", 0.0)) + seconds
 
 
 def _internal_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -462,9 +477,10 @@ class Recorder:
                         self._failed("dataloader next", err)
                         ready = None
                     if ready is not None and rec is not None:
+                        profiled = _profiler_recording()
                         t0 = time.perf_counter()
                         out = orig(it)
-                        record_next_time(rec, ready, time.perf_counter() - t0)
+                        record_next_time(rec, ready, time.perf_counter() - t0, profiled)
                         return out
                 return orig(it)
 
@@ -511,6 +527,11 @@ class Recorder:
             "batches_waited": 0,
             "next_ready_s": 0.0,
             "next_waited_s": 0.0,
+            # the same, for the calls made while no profiler recorded (before the capture window)
+            "batches_ready_unprofiled": 0,
+            "batches_waited_unprofiled": 0,
+            "next_ready_unprofiled_s": 0.0,
+            "next_waited_unprofiled_s": 0.0,
         }
         self.dataloaders.append(rec)
         self._dl_records[loader] = rec

@@ -517,7 +517,8 @@ def data_handoff_fraction(data: Spans, window: StepWindow, environment: Mapping[
     """The share of the DataLoader wait that is the hand-off of ready batches (StepModel.data_handoff_fraction).
 
     With the capture's measurement (environment `dataloaders`: `__next__` calls that found the batch
-    already delivered by a worker, and their time): the ready batches' mean `__next__` time is the
+    already delivered by a worker, and their time; those made outside the profiler when there are at
+    least MIN_TIMED_BATCHES of them, else all): the ready batches' mean `__next__` time is the
     hand-off of every batch; its share of all the `__next__` time. From a raw trace whose iterator
     runs workers (`_MultiProcessingDataLoaderIter`): the shortest wait in the window (at most
     HANDOFF_CAP_US) is the hand-off, the rest of every wait is waiting for the workers. A
@@ -528,8 +529,14 @@ def data_handoff_fraction(data: Spans, window: StepWindow, environment: Mapping[
     if main is not None:
         if not main.get("num_workers"):
             return 0.0
-        ready, waited = int(main.get("batches_ready") or 0), int(main.get("batches_waited") or 0)
-        t_ready, t_waited = float(main.get("next_ready_s") or 0.0), float(main.get("next_waited_s") or 0.0)
+        # Prefer the calls made outside the profiler (the real run's pace): inside the window the main
+        # loop is slower and the workers are ahead more often.
+        for sfx in ("_unprofiled", ""):
+            ready, waited = int(main.get(f"batches_ready{sfx}") or 0), int(main.get(f"batches_waited{sfx}") or 0)
+            if ready + waited >= MIN_TIMED_BATCHES:
+                break
+        t_ready = float(main.get(f"next_ready{sfx}_s") or 0.0)
+        t_waited = float(main.get(f"next_waited{sfx}_s") or 0.0)
         if ready + waited >= MIN_TIMED_BATCHES and t_ready + t_waited > 0:
             per_batch = t_ready / ready if ready else 0.0
             return float(min(1.0, per_batch * (ready + waited) / (t_ready + t_waited)))

@@ -202,6 +202,12 @@ def test_data_handoff_fraction_from_the_capture_and_from_the_trace(tmp_path: Pat
     # ready batches took 1 ms each: 40 batches x 1 ms of the 100 ms spent in __next__ were the hand-off
     assert sb.data_handoff_fraction(spans, window, {"dataloaders": [loader]}) == pytest.approx(0.4)
     assert sb.data_handoff_fraction(spans, window, {"dataloaders": [dict(loader, num_workers=0)]}) == 0.0
+    # calls made outside the profiler decide when there are enough of them (here 2 ms per ready batch)
+    outside = dict(loader, batches_ready_unprofiled=2, batches_waited_unprofiled=3,
+                   next_ready_unprofiled_s=0.004, next_waited_unprofiled_s=0.016)
+    assert sb.data_handoff_fraction(spans, window, {"dataloaders": [outside]}) == pytest.approx(0.5)
+    thin = dict(outside, batches_ready_unprofiled=1, batches_waited_unprofiled=1)
+    assert sb.data_handoff_fraction(spans, window, {"dataloaders": [thin]}) == pytest.approx(0.4)
     # too few timed batches: the trace decides (here a single-process iterator)
     few = dict(loader, batches_ready=1, batches_waited=0)
     assert sb.data_handoff_fraction(spans, window, {"dataloaders": [few]}) == 0.0
