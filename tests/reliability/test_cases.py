@@ -420,6 +420,33 @@ def test_case_09_script_runs_its_own_profiler_on_the_gpu(tmp_path: Path) -> None
     assert "user_profiler_conflict" in manifest(out)["degraded"]
 
 
+@pytest.mark.gpu
+def test_case_09_script_runs_under_another_cupti_client(tmp_path: Path) -> None:
+    """9. ...or runs under another CUPTI client: the script holds CUPTI's one callback subscription, as
+    Nsight Systems does (cupti_subscriber.py). The run ends as under plain python with no traceback, and
+    the record is either complete (kernels in the trace) or says plainly that the GPU activity is missing
+    and why (GA001), never a quiet analysis of an empty GPU. (On an H100 with torch 2.11 Kineto recorded
+    no GPU activity at all behind the other subscriber, and GA001 named the likely cause.)"""
+    _needs_cuda()
+    script = str(SCRIPTS / "cupti_subscriber.py")
+    plain = py(script)
+    assert plain.returncode == 0 and plain.stdout.endswith("done\n"), plain.stderr
+    if "subscribe rc=0" not in plain.stdout:
+        pytest.skip(f"could not take CUPTI's subscription here: {plain.stdout.strip()}")
+    out = tmp_path / "run"
+    r = ga("profile", "-o", str(out), "--full", *FAST, script)  # --full: the script runs to its end
+    assert r.returncode == 0, r.stderr
+    no_traceback(r)
+    assert r.stdout.startswith(plain.stdout), (r.stdout, plain.stdout)
+    events = trace_events(out)
+    kernels = sum(1 for e in events if e.get("cat") == "kernel")
+    text = " ".join(ga("analyze", str(out), "-v").stdout.split())
+    if kernels == 0:
+        assert "no GPU kernel events although" in text and "nothing else profiling the GPU" in text, text
+    else:
+        assert "Metrics:" in text and "kernels/step 0 " not in text, text
+
+
 def test_case_10_an_exception_inside_a_hook_never_reaches_the_script(tmp_path: Path) -> None:
     """10. An exception inside a gpuadvisor hook: logged once, hook disabled, never reaches user code."""
     script = str(SCRIPTS / "hook_raises.py")
