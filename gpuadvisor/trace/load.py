@@ -246,6 +246,11 @@ def _id(v: Any) -> int | None:
 
 def _num(v: Any) -> float | None:
     """A finite float, else None (booleans, NaN, infinities, numbers too large for a float)."""
+    t = type(v)
+    if t is float:  # the common cases first (kernel args): no isinstance chain, no try
+        return v if v - v == 0.0 else None
+    if t is int and -_EXACT < v < _EXACT:
+        return float(v)
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float, str)):
