@@ -44,7 +44,7 @@ for run in sorted(p for p in Path("sample_runs").iterdir() if p.is_dir()):
     top = result.findings[0] if result.findings else None
     where = write_report(result, Path("runs/reports") / f"{run.name}.html")
     summary = (
-        f"{top.severity.value:6} {100 * (top.impact or 0):5.1f}%  {top.rule} {top.title}" if top else "no finding"
+        f"{top.severity.value:6} {'-' if top.impact is None else f'{100 * top.impact:5.1f}%':>6}  {top.rule} {top.title}" if top else "no finding"
     )
     print(f"{run.name:28} {clip(summary, 100)}")
 print("reports: runs/reports/*.html (open one in a browser)")
