@@ -174,9 +174,17 @@ def run_child(
     from gpuadvisor.manifest import Degraded, ExitReason
 
     session = CaptureSession(SessionConfig(**cfg))
-    terminated = {"count": 0}
+    terminated = {"count": 0, "after_script": 0}
 
     def on_term(signum: int, frame: Any) -> None:
+        # SIGTERM unwinds the user's code, once. After the script has ended (it returned, raised,
+        # exited or was stopped after the window) there is nothing left to unwind: the capture is
+        # being finished and the trace exported, which is what the SIGTERM would lead to anyway.
+        # Raising there would abandon the export half-way: torchrun sends SIGTERM to the surviving
+        # ranks as soon as one fails, while they are finishing after their own collective raised.
+        if session.script_ended:
+            terminated["after_script"] += 1
+            return
         terminated["count"] += 1
         if terminated["count"] == 1:
             raise _Terminated()
@@ -206,10 +214,13 @@ def run_child(
     reason = ExitReason.COMPLETED
     sig: int | None = None
     try:
-        if target["kind"] == "module":
-            run_module(target["path_or_name"], list(target["argv"]))
-        else:
-            run_script(target["path_or_name"], list(target["argv"]))
+        try:
+            if target["kind"] == "module":
+                run_module(target["path_or_name"], list(target["argv"]))
+            else:
+                run_script(target["path_or_name"], list(target["argv"]))
+        finally:
+            session.script_ended = True  # from here on a SIGTERM no longer raises (on_term)
     except CaptureWindowComplete:
         reason = ExitReason.STOPPED_AFTER_WINDOW
     except SystemExit as exc:
@@ -266,7 +277,18 @@ def run_child(
     except BaseException as exc:  # _SkipExport outside the export proper, or a bug: keep the rest
         session.log(f"finish interrupted: {type(exc).__name__}: {exc}")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        session.finish(skip_export=True)
+        from gpuadvisor.capture import session as session_mod
+
+        session.finish(
+            skip_export=True,
+            why=(
+                "the trace export was skipped by a second Ctrl-C."
+                if isinstance(exc, session_mod._SkipExport)
+                else f"the trace export was abandoned: finishing the capture failed ({type(exc).__name__}: {exc})."
+            ),
+        )
+    if terminated["after_script"]:
+        session.log("SIGTERM arrived after the script had ended: the capture was finished (trace kept) first")
     if after_finish is not None:
         try:
             after_finish(session)

@@ -170,6 +170,9 @@ class CaptureSession:
         self.failed_at_unix_s: float | None = None
         self._backend_seen: str | None = None
         self.finishing = False  # set when finish() starts: the SIGTERM watchdog then stays out
+        # set by the child when the user's code has returned or raised: the main thread is not blocked
+        # in it any more and finishes the capture itself (a SIGTERM then interrupts nothing)
+        self.script_ended = False
         self.method: StepDetection | None = StepDetection.MANUAL if config.manual_steps else None
         self.counts: dict[StepDetection, int] = {m: 0 for m in StepDetection}
         self._dl_calls = 0
@@ -1222,8 +1225,9 @@ class CaptureSession:
         self.write_state()
         return ok
 
-    def finish(self, *, skip_export: bool = False) -> None:
-        """Stop everything (profiler, timer, hooks) and write the child's files. Idempotent."""
+    def finish(self, *, skip_export: bool = False, why: str = "the trace export was skipped by a second Ctrl-C.") -> None:
+        """Stop everything (profiler, timer, hooks) and write the child's files. Idempotent.
+        `skip_export`: drop the recording instead of exporting it; `why` says so in the manifest."""
         self.finishing = True
         self._stop_timer()
         if self.recorder is not None:
@@ -1249,7 +1253,7 @@ class CaptureSession:
                 with contextlib.suppress(Exception):
                     self._stop_trace(self._prof, final=True)
                 self._drop_profiler()
-                self.degrade(Degraded.TRACE_NOT_EXPORTED, "the trace export was skipped by a second Ctrl-C.")
+                self.degrade(Degraded.TRACE_NOT_EXPORTED, why)
             else:
                 self._stop_and_export()
             self.state = WindowState.DISABLED if not self.trace_written else self.state

@@ -4,8 +4,10 @@ torchrun stops the whole worker group with SIGTERM when one rank fails and sends
 A rank blocked inside a collective (C++ waiting for a peer that died, the GIL released) never returns
 to the interpreter, so the Python SIGTERM handler of `child.py` never runs and its trace would be lost.
 The C-level handler still writes the signal number to the wakeup fd: this thread reads it and, when the
-main thread has not started `finish()` within the grace period, finishes the session itself (profiler
-stopped and exported from this thread, files written) and ends the process with status 143.
+main thread has neither left the user's code nor started `finish()` within the grace period, finishes the
+session itself (profiler stopped and exported from this thread, files written) and ends the process with
+status 143. A SIGTERM that arrives once the script has ended (a rank whose own collective raised when its
+peer died, torchrun's SIGTERM coming while it exports) interrupts nothing: the main thread finishes.
 """
 
 from __future__ import annotations
@@ -74,12 +76,17 @@ class TermWatchdog:
                 break
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline:
-            if self.session.finishing:
+            if self._main_thread_finishes():
                 return  # the main thread handles it: the normal path
             time.sleep(0.05)
-        if self.session.finishing:
+        if self._main_thread_finishes():
             return
         self._finish_from_here()
+
+    def _main_thread_finishes(self) -> bool:
+        """The main thread is out of the user's code (the script ended) or already finishing: it
+        exports the trace itself, a second finish() from here would race it."""
+        return self.session.finishing or self.session.script_ended
 
     def _finish_from_here(self) -> None:
         s = self.session

@@ -101,6 +101,25 @@ def test_second_ctrl_c_skips_export_keeps_manifest(tmp_path: Path, sig: int) -> 
     assert m["exit_reason"] == "signal" and "interrupted" in m["degraded"]
 
 
+def test_sigterm_after_the_script_raised_does_not_abandon_the_export(tmp_path: Path) -> None:
+    """The script raised inside the window; a SIGTERM arrives while gpuadvisor exports the partial trace
+    (torchrun stops the surviving ranks so, right as their own collective has raised). The SIGTERM has
+    nothing left to interrupt: the trace is written, the script's own failure is what is recorded."""
+    out = tmp_path / "run"
+    res = subprocess.run(
+        profile_cmd("-o", str(out), "-q", "--no-analyze", "--skip-steps", "2", "--warmup-steps", "1",
+                    "--active-steps", "5", str(SCRIPTS / "sigterm_in_export.py"), "--fail-at", "5"),
+        capture_output=True, text=True, timeout=90,
+    )
+    assert res.returncode == 1, res.stderr[-3000:]
+    m = manifest(out)
+    assert (m["exit_reason"], m["failed_at_step"]) == ("exception", 5)
+    assert m["capture"]["state"] == "partial" and m["traces"] == ["trace/rank0.json.gz"], m["messages"]
+    assert "trace_not_exported" not in m["degraded"]
+    assert any(e.get("name", "").startswith("ProfilerStep#") for e in trace(out)["traceEvents"])
+    assert "SIGTERM arrived after the script had ended" in (out / "gpuadvisor.log").read_text()
+
+
 def test_sigterm_to_a_script_that_ignores_it_is_recorded_and_never_exits_0(tmp_path: Path) -> None:
     """RELIABILITY (issue 12): the script ignores SIGTERM; after --term-timeout it is killed, the
     manifest says so, and the exit status is 143 (a scheduler's SIGTERM never reads as success)."""

@@ -6,6 +6,9 @@ Run under torchrun (RANK/WORLD_SIZE/MASTER_* set by the launcher). Options:
   --slow-rank R --slow-ms M [--slow-when always|profiled]
                              rank R sleeps M ms before each forward: always, or only while a
                              torch.profiler is recording in its process (a lateness the profiler makes)
+  --slow-export-rank R --slow-export-s S
+                             rank R's torch.profiler trace export waits S s before it starts (an export on
+                             a loaded machine: the launcher's SIGTERM to the survivors lands during it)
 """
 
 from __future__ import annotations
@@ -25,11 +28,21 @@ def main() -> None:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--slow-when", choices=("always", "profiled"), default="always")
+    p.add_argument("--slow-export-rank", type=int, default=-1)
+    p.add_argument("--slow-export-s", type=float, default=0.0)
     args = p.parse_args()
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if rank == args.slow_export_rank:
+        export = torch.profiler.profile.export_chrome_trace
+
+        def slow_export(self: torch.profiler.profile, path: str) -> None:
+            time.sleep(args.slow_export_s)
+            export(self, path)
+
+        torch.profiler.profile.export_chrome_trace = slow_export  # type: ignore[method-assign]
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     model = torch.nn.parallel.DistributedDataParallel(net)
