@@ -281,7 +281,7 @@ def run_child(
 
         session.finish(
             skip_export=True,
-            why=(
+            skip_reason=(
                 "the trace export was skipped by a second Ctrl-C."
                 if isinstance(exc, session_mod._SkipExport)
                 else f"the trace export was abandoned: finishing the capture failed ({type(exc).__name__}: {exc})."

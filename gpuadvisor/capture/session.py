@@ -1225,9 +1225,11 @@ class CaptureSession:
         self.write_state()
         return ok
 
-    def finish(self, *, skip_export: bool = False, why: str = "the trace export was skipped by a second Ctrl-C.") -> None:
+    def finish(
+        self, *, skip_export: bool = False, skip_reason: str = "the trace export was skipped by a second Ctrl-C."
+    ) -> None:
         """Stop everything (profiler, timer, hooks) and write the child's files. Idempotent.
-        `skip_export`: drop the recording instead of exporting it; `why` says so in the manifest."""
+        `skip_export`: drop the recording instead of exporting it; `skip_reason` says so in the manifest."""
         self.finishing = True
         self._stop_timer()
         if self.recorder is not None:
@@ -1253,7 +1255,7 @@ class CaptureSession:
                 with contextlib.suppress(Exception):
                     self._stop_trace(self._prof, final=True)
                 self._drop_profiler()
-                self.degrade(Degraded.TRACE_NOT_EXPORTED, why)
+                self.degrade(Degraded.TRACE_NOT_EXPORTED, skip_reason)
             else:
                 self._stop_and_export()
             self.state = WindowState.DISABLED if not self.trace_written else self.state
