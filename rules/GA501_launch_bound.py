@@ -267,9 +267,8 @@ class LaunchBound(Rule):
                 "steps: the batches have different shapes, e.g. variable sequence lengths or image sizes). "
                 'torch.compile(mode="reduce-overhead") records a CUDA graph, with its own memory pool, for '
                 "every new shape, and compiling recompiles for new shapes (then traces them dynamically), so "
-                "what compiling gains here depends on how many shapes there are and how much memory is free; "
-                "on gpuadvisor's own variable-length and multi-scale benchmarks it ran out of memory under a "
-                "memory cap, and compiling without graphs measured -13% to +18%. No gain is predicted."
+                "what compiling gains here depends on how many shapes there are and how much memory is free. "
+                "No gain is predicted."
             ),
             evidence={
                 "kernels_per_step": kernels_per_step,

@@ -215,8 +215,9 @@ def _leave_out_cut_steps(model: TraceModel, steps: pd.DataFrame) -> pd.DataFrame
     end = steps["end"].to_numpy(dtype=np.float64)
     orphaned = np.zeros(len(steps), dtype=bool)
     if len(orphans):
-        lo = np.searchsorted(np.sort(orphans), start, side="left")
-        hi = np.searchsorted(np.sort(orphans), end, side="left")
+        orphans = np.sort(orphans)
+        lo = np.searchsorted(orphans, start, side="left")
+        hi = np.searchsorted(orphans, end, side="left")
         orphaned = hi > lo
     keep = (end <= frontier) & ~orphaned
     ids = steps["step"].tolist()
