@@ -442,6 +442,11 @@ def _host_busy(s: RankStep) -> float:
     return max(0.0, s.step_time_us - s.comm_us - s.dataloader_wait_us)
 
 
+def _median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else None
+
+
 def cross_rank(traces: Sequence[TraceModel], metrics: Sequence[Metrics | None] | None = None) -> CrossRank:
     """Compare the ranks. `metrics[i]` (optional) are `traces[i]`'s metrics; computed when None."""
     import numpy as np
@@ -600,13 +605,22 @@ def straggler_verdict(
         # own GPU compute: the unprofiled step bounds the lateness there. The profiler's cost ruled a
         # straggler out when it added at least the lateness to the step, or when that bound leaves less
         # than STRAGGLER_MIN_UNEXPLAINED of the step.
-        others = sorted(v for r in cr.ranks if r.rank != s.rank and (v := r.median("compute_us")))
+        # The others' own work: their GPU compute; in a job without kernels (gloo on the CPU) their
+        # host work outside collectives and data waits, which is that job's compute. (Without it the
+        # bound was the whole unprofiled step and the verdict hung on a sub-millisecond difference.)
+        has_kernels = all(r.has_kernels for r in cr.ranks)
+        others = sorted(
+            v
+            for r in cr.ranks
+            if r.rank != s.rank
+            and (v := r.median("compute_us") if has_kernels else _median([_host_busy(x) for x in r.analyzed]))
+        )
         compute_others = others[len(others) // 2] if others else 0.0
         late_outside = max(0.0, min(s.late_us_per_step, unprofiled_step_us - compute_others))
         # The share cut applies to host-side lateness only, which the profiler inflates (its per-op
         # cost); more GPU compute or a longer wait for DataLoader workers (unprofiled processes) on the
-        # late rank is not the profiler's doing.
-        host_side = s.cause not in ("compute", "data_wait")
+        # late rank is not the profiler's doing. Without kernels, "compute" is host work.
+        host_side = s.cause != "data_wait" and (s.cause != "compute" or not has_kernels)
         induced = step_us - unprofiled_step_us >= s.late_us_per_step or (
             host_side and late_outside < STRAGGLER_MIN_UNEXPLAINED * unprofiled_step_us
         )
