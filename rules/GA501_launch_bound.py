@@ -120,7 +120,8 @@ class LaunchBound(Rule):
         first: list[tuple[RemedyId, dict[str, object]]] = (
             [(RemedyId.STATIC_SHAPES, {})] if dd_per_step else []
         )
-        launch_cost = predict_combined(model, [*first, (RemedyId.CUDA_GRAPHS, {})])
+        # (the launch cost itself: without the copies of new inputs that graphs add, which the impact counts)
+        launch_cost = predict_combined(model, [*first, (RemedyId.CUDA_GRAPHS, {"input_copies": False})])
         if launch_cost.recovered_fraction < ctx.threshold("min_launch_gain"):
             return
         if model.shapes_vary and not dd_per_step:

@@ -12,8 +12,9 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
-_OPT_SPAN = re.compile(r"^Optimizer\.step#(?P<cls>[^.]+)\.step")
-_FUSED_CAPABLE = ("Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam")
+# torch.optim classes with a fused=True implementation (Adamax, NAdam, RAdam, RMSprop... have none:
+# fused=True raises a TypeError there)
+_FUSED_CAPABLE = ("Adam", "AdamW", "SGD", "Adagrad")
 # kernels of torch's fused optimizers (fused=True): multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata<4>,
 # ...FusedAdamMathFunctor...>, and apex/DeepSpeed fused_adam kernels
 _FUSED_KERNEL = re.compile(r"FusedOptimizer|Fused\w*MathFunctor|fused_adam|fused_sgd|_fused_", re.I)
@@ -88,9 +89,7 @@ class UnfusedOptimizer(Rule):
         steps_with = max(1, len(np.unique(opt_k["step"].to_numpy())))
         kernels_per_step = len(opt_k) / steps_with
         multi_share = float(names.map(gw.is_multi_tensor_kernel).mean())
-        span_names = [n for n in spans.names if _OPT_SPAN.match(n)]
-        cls_match = _OPT_SPAN.match(span_names[0]) if span_names else None
-        opt_class = cls_match.group("cls") if cls_match else "optimizer"
+        opt_class = model.optimizer_class or "optimizer"
         optimizer = cm.main_optimizer(ctx, opt_class)
         param_tensors = optimizer.get("param_tensors") if optimizer else None
         fused = optimizer.get("fused") if optimizer else None

@@ -62,6 +62,8 @@ K_TENSOROP = "void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_bf16_128x128_
 K_ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
 K_REDUCE = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)"
 K_ADAM = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, double, double, double, bool, float*, float*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, double, double, double, bool, float*, float*)"
+# a foreach (multi-tensor, not fused) optimizer kernel: torch._foreach_add_ as Kineto names it
+K_MULTI_TENSOR = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 3, 2, 2>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 3, 2, 2>, std::plus<float>, float)"
 K_NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 K_FLASH = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t> >(Flash_fwd_params)"
 
@@ -511,7 +513,13 @@ BACKWARD_TID = 4321
 
 
 def training_loop(
-    n: int = 6, *, prep_us: float = 2000.0, nonzero: bool = False, engine: bool = True, batch_bytes: int = 0
+    n: int = 6,
+    *,
+    prep_us: float = 2000.0,
+    nonzero: bool = False,
+    engine: bool = True,
+    batch_bytes: int = 0,
+    batch_copies: int = 1,
 ) -> SyntheticTrace:
     """SYNTHETIC host-bound training steps shaped like a real eager loop (the autograd bookkeeping as
     Kineto records it). Each step: `prep_us` of batch preparation in Python (one CPU op that carries the
@@ -519,7 +527,8 @@ def training_loop(
     ops launching 5 us kernels every 30 us, a backward of 20 autograd-engine functions on the backward
     thread (same sequence numbers), and a 100 us optimizer step. With `nonzero`, forward op 10 waits
     for a data-dependent size (`aten::nonzero`'s device-to-host copy of the count). With `batch_bytes`,
-    the prepared batch is copied to the device (pinned, 20 us) just before the forward."""
+    the prepared batch is copied to the device (pinned, 20 us) just before the forward, as `batch_copies`
+    tensors (copies 25 us apart)."""
     st = SyntheticTrace()
     period = prep_us + 1400.0
     seq = 1000
@@ -528,8 +537,9 @@ def training_loop(
         st.add_step(i + 1, cpu_start=t0, cpu_dur=period, gpu_dur=period)
         st.add_cpu_op("aten::lift_fresh", t0 + 50.0, 5.0, seq=seq)  # batch building: not the model
         fwd0 = t0 + prep_us
-        if batch_bytes:
-            st.add_copy("HtoD", "Pinned", batch_bytes, ts=fwd0 - 20.0, dur=20.0, launch_ts=fwd0 - 30.0)
+        for k in range(batch_copies if batch_bytes else 0):
+            at = fwd0 - 20.0 - 25.0 * k
+            st.add_copy("HtoD", "Pinned", batch_bytes, ts=at, dur=20.0, launch_ts=at - 10.0)
         seqs = list(range(seq, seq + 20))
         for j, s in enumerate(seqs):
             ts = fwd0 + 30.0 * j

@@ -5,6 +5,7 @@ would gain by replaying a transformed copy of the steps (gpuadvisor.stepmodel.re
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 # A replay whose baseline is further than this from the measured step is flagged in predictions.
 FIT_TOLERANCE = 0.30
 
+
+_OPT_SPAN = re.compile(r"^Optimizer\.step#(?P<cls>[^.]+)\.step")
 
 @dataclass(frozen=True)
 class Prediction:
@@ -108,6 +111,15 @@ class StepModel:
         o = self.window_ops
         out: pd.DataFrame = o[o["kind"] == "kernel"]
         return out
+
+    @property
+    def optimizer_class(self) -> str | None:
+        """The class of the optimizer whose step the trace shows (`Optimizer.step#Adam.step` -> "Adam")."""
+        for name in self.optimizer_spans.names:
+            m = _OPT_SPAN.match(name)
+            if m:
+                return m.group("cls")
+        return None
 
     @property
     def is_training(self) -> bool:

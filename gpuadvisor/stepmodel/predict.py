@@ -70,10 +70,13 @@ def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Ma
         return t.faster_data(model, program, int(p.get("workers", 8)), int(p.get("current_workers", 0)))
     if r is RemedyId.LARGER_BATCH:
         return t.larger_batch(model, program, float(p.get("multiplier", 2.0)))
+    inputs = bool(p.get("input_copies", True))  # False: the launch cost alone, without the graphs' input copies
     if r is RemedyId.CUDA_GRAPHS:
-        return t.cuda_graphs(model, program)
+        return t.cuda_graphs(model, program, input_copies=inputs)
     if r is RemedyId.TORCH_COMPILE:
-        return t.torch_compile(model, program) if p.get("fusion", True) else t.cuda_graphs(model, program)
+        if p.get("fusion", True):
+            return t.torch_compile(model, program, input_copies=inputs)
+        return t.cuda_graphs(model, program, input_copies=inputs)
     if r is RemedyId.FUSED_OPTIMIZER:
         return t.fused_optimizer(model, program, bool(p.get("per_tensor", True)), p.get("param_tensors"))
     if r is RemedyId.FIX_KERNEL_GRID:

@@ -33,6 +33,12 @@ class Constants:
     # CUDA graphs: host cost left per step (graph launch, Python around the compiled call), and the
     # share of the eager host work between launches that remains
     graph_step_host_us: float = 40.0
+    # ... plus, per input tensor that is new every step (the batch moved to the GPU), the copy into the
+    # graph's static input buffer before each replay (torch.compile's CUDA graph trees; a hand-made graph
+    # needs the same copy_): aten::copy_, its cudaMemcpyAsync and the wrapper's Python per input.
+    # Measured on an H100 (torch 2.11): dlrm's compiled forward took 2.04 ms of host time for 53 inputs
+    # against 2.07 ms eager (benchmarks/host_regions.py; docs/measurements/host-regions-h100.json)
+    graph_input_copy_us: float = 36.0
     graph_host_fraction: float = 0.03
     graph_launch_gap_us: float = 1.0
     # torch.compile fusion of chains of elementwise/reduction kernels: fused time / sum of the chain
@@ -42,6 +48,12 @@ class Constants:
     fused_optimizer_host_per_tensor_us: float = 0.5
     per_tensor_to_fused_gpu: float = 0.35
     foreach_to_fused_gpu: float = 0.75
+    # ... by optimizer class, from the memory passes of torch.optim's foreach update against the fused
+    # one's single pass (read param, grad and state, write param and state): Adam 19 tensor passes
+    # (lerp_ 3, mul_ 2, addcmul_ 4, sqrt 2, div_ 2, add_ 2, addcdiv_ 4) against 7; AdamW 21 (+ the
+    # decay mul_) against 7; SGD with momentum 8 (mul_ 2, add_ 3, add_ 3) against 5. Measured on dlrm
+    # (Adam, 166M parameters, H100): foreach update 4.5 ms per step, fused=True saved 13% of the step
+    foreach_to_fused_gpu_by_class: tuple[tuple[str, float], ...] = (("Adam", 0.37), ("AdamW", 0.33), ("SGD", 0.63))
     # bf16 autocast: matmul/conv speed-up from the kernel's achieved share of the FP32 peak x the
     # bf16/fp32 peak ratio x this efficiency, within [min, max]; kernels without a FLOP count get
     # `autocast_speedup_unknown`; elementwise/reduction kernels of the forward/backward move half the bytes
@@ -410,7 +422,24 @@ def data_dependent_syncs_in_model(program: Program) -> int:
     )
 
 
-def cuda_graphs(model: StepModel, program: Program, c: Constants | None = None) -> Program:
+def graph_inputs_per_step(model: StepModel, program: Program) -> float:
+    """Tensors a CUDA graph of the model gets new every step: the host-to-device copies made outside the
+    model's forward and backward (the batch), per step. A graph replays on fixed addresses, so each one
+    is copied into the graph's input buffer before the replay."""
+    import numpy as np
+
+    if program.n_ops == 0 or program.steps == 0:
+        return 0.0
+    mask = htod_copy_mask(model, program, pageable_only=False, min_bytes=0.0)
+    if program.ev_in_model is not None and program.n_events:
+        ev_of = _launch_event_of_ops(program)
+        mask &= ~program.ev_in_model[np.clip(ev_of, 0, None)]
+    return float(np.count_nonzero(mask)) / program.steps
+
+
+def cuda_graphs(
+    model: StepModel, program: Program, c: Constants | None = None, *, input_copies: bool = True
+) -> Program:
     """The forward and backward run as CUDA graph replays: the host's work between their launches
     almost disappears (one replay call per graph), and kernels follow each other back to back.
 
@@ -420,7 +449,11 @@ def cuda_graphs(model: StepModel, program: Program, c: Constants | None = None) 
     cannot hold them: the graph breaks there). Without that (inference), every host event outside the
     optimizer and the DataLoader counts as the model's. When the model itself waits for data-dependent
     sizes (nonzero, boolean masks), torch.compile breaks the graph there and the shapes after it change
-    every step, so no CUDA graph is assumed: the program is returned unchanged, with a note."""
+    every step, so no CUDA graph is assumed: the program is returned unchanged, with a note.
+
+    The graphs bring a cost of their own: each input that is new every step is copied into the graph's
+    static buffer before a replay (`graph_inputs_per_step`); `input_copies=False` leaves it out (the
+    launch cost alone, what GA501 tests the run against)."""
     c = c or CONSTANTS
     import numpy as np
 
@@ -445,14 +478,18 @@ def cuda_graphs(model: StepModel, program: Program, c: Constants | None = None) 
             shrink = program.gap_model * (1.0 - c.graph_host_fraction)
         program.gap_other = program.gap_other - shrink
         program.gap_model = program.gap_model - shrink
-        if not graph_launches.any():
-            program.tail_other = program.tail_other + c.graph_step_host_us * program.steps
     else:
         sel = base
         program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
         if not graph_launches.any():
-            program.tail_other = (
-                program.tail_other * c.graph_host_fraction + c.graph_step_host_us * program.steps
+            program.tail_other = program.tail_other * c.graph_host_fraction
+    if not graph_launches.any():
+        inputs = graph_inputs_per_step(model, program) if input_copies else 0.0
+        program.tail_fixed += (c.graph_step_host_us + c.graph_input_copy_us * inputs) * program.steps
+        if inputs * c.graph_input_copy_us >= 500.0:
+            program.notes.append(
+                f"the graphs copy the {inputs:g} tensors moved to the GPU each step into their static input "
+                f"buffers before every replay (~{inputs * c.graph_input_copy_us / 1000:.1f} ms of host time per step)"
             )
     launches = sel & (program.ev_kind == EV_LAUNCH)
     program.ev_dur = np.where(launches, np.minimum(program.ev_dur, c.graph_launch_gap_us), program.ev_dur)
@@ -531,10 +568,12 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = N
     return program
 
 
-def torch_compile(model: StepModel, program: Program, c: Constants | None = None) -> Program:
+def torch_compile(
+    model: StepModel, program: Program, c: Constants | None = None, *, input_copies: bool = True
+) -> Program:
     """torch.compile(mode="reduce-overhead"): elementwise fusion, then CUDA graph replay."""
     c = c or CONSTANTS
-    return cuda_graphs(model, fuse_elementwise(model, program, c), c)
+    return cuda_graphs(model, fuse_elementwise(model, program, c), c, input_copies=input_copies)
 
 
 def fused_optimizer(
@@ -542,7 +581,8 @@ def fused_optimizer(
 ) -> Program:
     """The optimizer update as a fused implementation: its host time per step becomes a base cost plus
     a small cost per parameter tensor (never more than now), and its GPU time shrinks by
-    `per_tensor_to_fused_gpu` (from a per-tensor update) or `foreach_to_fused_gpu` (from foreach)."""
+    `per_tensor_to_fused_gpu` (from a per-tensor update) or, from foreach, the optimizer class's
+    `foreach_to_fused_gpu_by_class` (`foreach_to_fused_gpu` for other classes)."""
     c = c or CONSTANTS
     import numpy as np
 
@@ -566,7 +606,11 @@ def fused_optimizer(
     program.tail_opt = program.tail_opt * factor
     program.ev_dur = np.where(in_opt, program.ev_dur * factor, program.ev_dur)
     program.ev_post = np.where(in_opt, program.ev_post * factor, program.ev_post)
-    gpu_factor = c.per_tensor_to_fused_gpu if per_tensor else c.foreach_to_fused_gpu
+    gpu_factor = (
+        c.per_tensor_to_fused_gpu
+        if per_tensor
+        else dict(c.foreach_to_fused_gpu_by_class).get(model.optimizer_class or "", c.foreach_to_fused_gpu)
+    )
     ops_in_opt = _op_column(model, program, "in_optimizer").astype(bool)
     program.op_dur = np.where(ops_in_opt, program.op_dur * gpu_factor, program.op_dur)
     return program

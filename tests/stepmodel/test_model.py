@@ -13,7 +13,7 @@ from gpuadvisor.stepmodel import StepModel, build_step_model
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.predict import combine_findings, predict, predict_combined
 from gpuadvisor.trace.load import load_trace
-from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace, training_loop
+from tests.synth import K_ADAM, K_ELEMENTWISE, K_MULTI_TENSOR, K_NVJET_BF16, SyntheticTrace, training_loop
 
 STEP = 1000.0
 
@@ -263,6 +263,44 @@ def test_compiling_leaves_the_loops_own_host_work(tmp_path: Path) -> None:
     blind = model_of(training_loop(engine=False), tmp_path)
     assert blind.model_spans is None
     assert predict(blind, RemedyId.TORCH_COMPILE).predicted_step_ms * 1000 < 1000.0
+
+
+def test_graphs_copy_each_new_input_before_a_replay(tmp_path: Path) -> None:
+    # a batch of 20 tensors moved to the GPU each step: CUDA graph trees copy each into the graph's
+    # static input buffer before every replay (graph_input_copy_us each, plain-run microseconds)
+    from gpuadvisor.stepmodel import transforms as tf
+
+    m = model_of(training_loop(batch_bytes=1 << 20, batch_copies=20), tmp_path)
+    assert tf.graph_inputs_per_step(m, m.program) == pytest.approx(20.0)
+    with_copies = predict(m, RemedyId.TORCH_COMPILE)
+    launches_only = predict(m, RemedyId.TORCH_COMPILE, input_copies=False)
+    extra_us = (with_copies.predicted_step_ms - launches_only.predicted_step_ms) * 1000
+    assert extra_us == pytest.approx(20 * tf.CONSTANTS.graph_input_copy_us, rel=0.05)
+    assert any("20 tensors moved to the GPU" in n for n in with_copies.notes)
+    # one input: a small cost, no note
+    one = model_of(training_loop(batch_bytes=1 << 20), tmp_path)
+    assert tf.graph_inputs_per_step(one, one.program) == pytest.approx(1.0)
+    assert not any("tensors moved to the GPU" in n for n in predict(one, RemedyId.TORCH_COMPILE).notes)
+
+
+@pytest.mark.parametrize(("cls", "factor"), [("Adam", 0.37), ("AdamW", 0.33), ("SGD", 0.63), ("Adagrad", 0.75)])
+def test_foreach_to_fused_gpu_time_by_optimizer_class(tmp_path: Path, cls: str, factor: float) -> None:
+    # a GPU-bound step whose foreach update (3 multi-tensor kernels, 3 ms) dominates: fused=True does
+    # the update in one pass over parameters, gradients and state (the class's ratio of tensor passes)
+    st = SyntheticTrace()
+    for i in range(6):
+        t0 = i * 4000.0
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=4000.0, gpu_dur=4000.0)
+        st.add_kernel(K_NVJET_BF16, ts=t0 + 20, dur=900, launch_ts=t0 + 5, launch_dur=4, op="aten::mm")
+        st.add_optimizer_step(t0 + 30, 40, name=f"Optimizer.step#{cls}.step")
+        for j in range(3):
+            st.add_kernel(K_MULTI_TENSOR, ts=t0 + 920 + 1000 * j, dur=1000, launch_ts=t0 + 32 + 10 * j, launch_dur=4)
+        st.add_sync(t0 + 70, 3840, name="cudaDeviceSynchronize")
+    m = model_of(st, tmp_path)
+    assert m.optimizer_class == cls
+    pred = predict(m, RemedyId.FUSED_OPTIMIZER, per_tensor=False)
+    # 900 us of model work stays; 3 ms of update becomes factor x 3 ms
+    assert pred.predicted_step_ms * 1000 == pytest.approx(4000 - 3000 * (1 - factor), rel=0.05)
 
 
 def test_batch_preparation_in_the_loop_moves_to_workers(tmp_path: Path) -> None:

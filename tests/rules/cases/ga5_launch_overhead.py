@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.rules.harness import Expect, RuleCase
-from tests.synth import K_ADAM, K_ELEMENTWISE, SyntheticTrace
+from tests.synth import K_ADAM, K_ELEMENTWISE, K_MULTI_TENSOR, SyntheticTrace
 
 
 def _tiny_kernels(
@@ -81,6 +81,31 @@ def per_tensor_optimizer() -> SyntheticTrace:
 
 def fused_optimizer() -> SyntheticTrace:
     return _optimizer(False)
+
+
+def _foreach_optimizer(cls: str) -> SyntheticTrace:
+    """5 steps of 2 ms: 600 us of forward/backward, then a `cls` foreach update of 3 multi-tensor
+    kernels of 400 us (a large model's update: memory-bound passes over parameters and state), then
+    the loss read waits for the GPU."""
+    st = SyntheticTrace()
+    for n in range(5):
+        t0 = n * 2000.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=2000.0, gpu_dur=2000.0)
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 20.0, dur=600.0, grid=(1024, 1, 1), launch_ts=t0 + 5.0)
+        st.add_optimizer_step(t0 + 30.0, 40.0, name=f"Optimizer.step#{cls}.step")
+        for j in range(3):
+            st.add_kernel(K_MULTI_TENSOR, ts=t0 + 620.0 + 400.0 * j, dur=400.0, grid=(320, 1, 1),
+                          launch_ts=t0 + 32.0 + 10.0 * j)
+        st.add_sync(t0 + 80.0, 1750.0, name="cudaDeviceSynchronize")
+    return st
+
+
+def foreach_adam() -> SyntheticTrace:
+    return _foreach_optimizer("Adam")
+
+
+def foreach_nadam() -> SyntheticTrace:
+    return _foreach_optimizer("NAdam")
 
 
 def _env(foreach: object, fused: object, compiled: bool = False) -> dict[str, object]:
@@ -223,6 +248,19 @@ CASES = [
         "GA502",
         fused_optimizer,
         environment=_env(None, True),
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA502-fires-on-a-long-foreach-adam-update",
+        "GA502",
+        foreach_adam,
+        expect=Expect(fires=True, title_contains=("Adam runs foreach",), recommendation_contains=("fused=True",)),
+    ),
+    RuleCase(
+        # NAdam has no fused implementation (fused=True raises a TypeError): nothing to advise
+        "GA502-quiet-on-foreach-nadam-without-a-fused-variant",
+        "GA502",
+        foreach_nadam,
         expect=Expect(fires=False),
     ),
     RuleCase(
