@@ -242,8 +242,10 @@ CATALOG: tuple[Workload, ...] = (
     Workload("dlrm", F.EMBEDDING, (
         _p("prefetch_copies", "host_device_transfer", "prefetch_copies"),
         _p("remove_host_syncs", "host_sync", "remove_host_syncs"),
-    ), CAL, probes=(("torch_compile", ("--compile",)), ("compile_default", ("--compile", "--compile-mode", "default"))),
-       probe_remedies=(("torch_compile", "torch_compile"),),
+    ), CAL, probes=(("torch_compile", ("--compile",)), ("compile_default", ("--compile", "--compile-mode", "default")),
+                    ("fused_adam", ("--fused-adam",)), ("compile_fused_adam", ("--compile", "--fused-adam"))),
+       probe_remedies=(("torch_compile", "torch_compile"), ("fused_adam", "fused_optimizer"),
+                       ("compile_fused_adam", "torch_compile+fused_optimizer")),
        measure=MeasureSettings(est_run_s=3.0, est_first_s=60.0)),
     Workload("two_tower", F.EMBEDDING, (_p("larger_batch", "small_batch", "larger_batch"),), HOLD,
              measure=MeasureSettings(est_run_s=2.2)),

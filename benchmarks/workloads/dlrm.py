@@ -21,6 +21,8 @@ computed there (rank-based, with torch) and read once every 100 steps.
 --fixed: both.
 --compile (a probe, not a fix): the model under torch.compile as GA501 advises (`--compile-mode`,
 default reduce-overhead: fusion and CUDA graphs), to measure what compiling gains here.
+--fused-adam (a probe, not a fix): `Adam(fused=True)` as GA502 advises (the foreach update of the
+166M embedding parameters makes several passes over 2.7 GB of parameter and optimizer state).
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["prefetch_copies", "remove_host_syncs"], steps=2000)
     add_compile_probe(parser)
+    parser.add_argument("--fused-adam", action="store_true", help="probe: Adam(fused=True)")
     args = parser.parse_args()
     fixes = chosen_fixes(args)
 
@@ -120,7 +123,7 @@ def main() -> None:
     rows, dim = (1000, 8) if args.tiny else (100_000, 64)
 
     model = DLRM(rows, dim).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True if args.fused_adam else None)
     model = compiled(model, args, device)
     batches = make_batches(4, batch, rows)
     pin = "prefetch_copies" in fixes and device.type == "cuda"
