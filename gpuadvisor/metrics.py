@@ -474,11 +474,18 @@ def _op_self_times(ops: pd.DataFrame) -> Any:
     return np.clip(self_t, 0.0, None)
 
 
-def _mode(series: pd.Series) -> Any:
-    s = series.dropna()
-    if len(s) == 0:
-        return None
-    return s.value_counts(sort=True).index[0]
+def _group_modes(keys: Any, values: Any) -> dict[Any, Any]:
+    """Per key, its most common non-missing value (ties: the one seen first). One grouped count over
+    (key, value) pairs instead of a Python call per group (a 100 MB trace has thousands of op names)."""
+    import pandas as pd
+
+    df = pd.DataFrame({"k": pd.Series(keys).to_numpy(), "v": pd.Series(values).to_numpy()})
+    df = df[df["v"].notna()]
+    if len(df) == 0:
+        return {}
+    counts = df.groupby(["k", "v"], sort=False, observed=True).size()
+    best = counts.groupby(level=0, sort=False).idxmax()
+    return {k: kv[1] for k, kv in best.items()}
 
 
 def compute_metrics(
@@ -792,8 +799,10 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
     )
     out = agg.reset_index().rename(columns={"_name": "name"})
     out["share"] = out["total_us"] / total if total > 0 else np.nan
-    out["grid"] = g["_grid"].agg(_most_common).to_numpy()
-    out["block"] = g["_block"].agg(_most_common).to_numpy()
+    grids = _group_modes(df["_name"], df["_grid"])
+    blocks = _group_modes(df["_name"], df["_block"])
+    out["grid"] = [str(grids.get(n, "<NA>")) for n in out["name"]]
+    out["block"] = [str(blocks.get(n, "<NA>")) for n in out["name"]]
     out["tensor_core"] = out["name"].map(lambda n: tc_map.get(n)).astype(object)
     out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     result: pd.DataFrame = out[list(KERNEL_AGG_COLUMNS)]
@@ -809,11 +818,6 @@ def _dim_text(col: pd.Series) -> pd.Series:
     out = pd.Series("<NA>", index=col.index, dtype=object)
     out[ok] = v[ok].astype("int64").astype(str)
     return out
-
-
-def _most_common(values: pd.Series) -> str:
-    counts = values.value_counts()
-    return str(counts.index[0]) if len(counts) else "<NA>"
 
 
 def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:
@@ -847,23 +851,31 @@ def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:
 
 
 def _ops_agg(ops: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    import pandas as pd
+
     if len(ops) == 0:
         return _empty(OP_AGG_COLUMNS)
     self_t = _op_self_times(ops)
-    df = ops.assign(_self=self_t, _name=ops["name"].astype(str))
-    df = df[(df["ts"] >= lo) & (df["ts"] < hi)]
+    inside = ((ops["ts"] >= lo) & (ops["ts"] < hi)).to_numpy()
+    df = ops[inside].assign(_self=self_t[inside])
     if len(df) == 0:
         return _empty(OP_AGG_COLUMNS)
-    g = df.groupby("_name", sort=True)
+    # group on the name's category codes (no per-row str conversion), one row per name seen
+    codes = df["name"].cat.codes.to_numpy() if isinstance(df["name"].dtype, pd.CategoricalDtype) else None
+    key = pd.Series(codes, index=df.index) if codes is not None else df["name"].astype(str)
+    g = df.assign(_key=key).groupby("_key", sort=False)
     out = g.agg(
         count=("dur", "size"),
         total_us=("dur", "sum"),
         self_us=("_self", "sum"),
         flops=("flops", lambda s: s.sum(min_count=1)),
     ).reset_index()
-    out = out.rename(columns={"_name": "name"})
-    out["input_dims"] = g["input_dims"].agg(_mode).to_numpy()
-    out["input_types"] = g["input_types"].agg(_mode).to_numpy()
+    cats = df["name"].cat.categories if codes is not None else None
+    out["name"] = [str(cats[c]) for c in out["_key"]] if cats is not None else out["_key"].astype(str)
+    dims = _group_modes(key, df["input_dims"])
+    types = _group_modes(key, df["input_types"])
+    out["input_dims"] = pd.Series([dims.get(k) for k in out["_key"]], dtype=object).to_numpy()
+    out["input_types"] = pd.Series([types.get(k) for k in out["_key"]], dtype=object).to_numpy()
     out = out.sort_values(["self_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     result: pd.DataFrame = out[list(OP_AGG_COLUMNS)]
     return result

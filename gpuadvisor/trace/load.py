@@ -238,10 +238,12 @@ _I64_MAX = (1 << 63) - 1
 
 def _id(v: Any) -> int | None:
     """An Int64 column value: an int within 64-bit signed range, else None."""
+    if v is None:
+        return None
     if type(v) is int:
-        return v if _I64_MIN <= v <= _I64_MAX else None
+        return v if _I64_MIN < v <= _I64_MAX else None
     i = _int_or_none(v)
-    return i if i is not None and _I64_MIN <= i <= _I64_MAX else None
+    return i if i is not None and _I64_MIN < i <= _I64_MAX else None
 
 
 def _num(v: Any) -> float | None:
@@ -251,7 +253,7 @@ def _num(v: Any) -> float | None:
         return v if v - v == 0.0 else None
     if t is int and -_EXACT < v < _EXACT:
         return float(v)
-    if isinstance(v, bool):
+    if v is None or isinstance(v, bool):
         return None
     if isinstance(v, (int, float, str)):
         try:
@@ -264,7 +266,7 @@ def _num(v: Any) -> float | None:
 
 def _tid(v: Any) -> int | None:
     if isinstance(v, int) and not isinstance(v, bool):
-        return v if _I64_MIN <= v <= _I64_MAX else zlib.crc32(str(v).encode())
+        return v if _I64_MIN < v <= _I64_MAX else zlib.crc32(str(v).encode())
     if isinstance(v, str):
         try:
             return _tid(int(v))
@@ -298,10 +300,17 @@ _EXACT = 1 << 53
 def _dim3(v: Any) -> tuple[float | None, float | None, float | None]:
     """(x, y, z) of a `grid` / `block` arg; (None,)*3 when absent; (_BAD,)*3 when impossible."""
     if isinstance(v, (list, tuple)) and len(v) == 3:
-        dims = (_num(v[0]), _num(v[1]), _num(v[2]))
-        if any(d is None or d < 0 or d > _MAX_DIM for d in dims):
+        x, y, z = _num(v[0]), _num(v[1]), _num(v[2])
+        if (
+            x is None
+            or y is None
+            or z is None
+            or not (0 <= x <= _MAX_DIM)
+            or not (0 <= y <= _MAX_DIM)
+            or not (0 <= z <= _MAX_DIM)
+        ):
             return _BAD, _BAD, _BAD
-        return dims
+        return x, y, z
     return None, None, None
 
 
@@ -309,6 +318,19 @@ def _external_id(args: dict[str, Any]) -> Any:
     """args "External id" (today) or "external id" (2021 traces)."""
     ext = args.get("External id")
     return args.get("external id") if ext is None else ext
+
+
+_NAN = float("nan")
+_UNSEEN = object()
+
+
+def _int_cell(v: int | None) -> int:
+    """An Int64 cell of `_Columns`: the value, or `_NA_INT` for a missing one."""
+    return _NA_INT if v is None else v
+
+
+def _float_cell(v: float | None) -> float:
+    return _NAN if v is None else v
 
 
 def _as_text(v: Any) -> str | None:
@@ -339,18 +361,107 @@ def _meta(obj: dict[str, Any], span: float) -> TraceMeta:
     )
 
 
+# Int64 cells the collector stores without a value (an id Kineto did not give, a tid it could not
+# read): the one int64 that `_id` never returns is this one, so it reads back as missing.
+_NA_INT = _I64_MIN
+
+
+class _Columns:
+    """One table's columns while the trace is read, stored compactly: floats and ints in `array`
+    buffers (8 bytes a cell, None as NaN / `_NA_INT`), strings as references to shared strings.
+
+    Keeping the parsed events' own float and int objects would pin the allocator arenas of every
+    parsed chunk (a 100 MB trace held ~175 MB of rows); copied into buffers they are freed with the
+    chunk, and the tables are built from the buffers without a Python-level pass."""
+
+    def __init__(self, spec: tuple[tuple[str, str], ...]) -> None:
+        from array import array
+
+        self.spec = spec  # (column, kind): f float64, i Int64, c category (strings), o object, b bool
+        self.data: list[Any] = [array("d") if k == "f" else array("q") if k == "i" else array("b") if k == "b" else [] for _, k in spec]
+
+    def appenders(self) -> tuple[Callable[[Any], None], ...]:
+        return tuple(d.append for d in self.data)
+
+    def __len__(self) -> int:
+        return len(self.data[0])
+
+    def frame(self) -> pd.DataFrame:
+        """The table sorted by `ts`, with an `end` column after `dur`; the buffers are released."""
+        import numpy as np
+        import pandas as pd
+
+        n = len(self)
+        arrays: dict[str, Any] = {}
+        for (name, kind), d in zip(self.spec, self.data, strict=True):
+            if kind == "f":
+                arrays[name] = np.frombuffer(d, dtype=np.float64) if n else np.zeros(0, dtype=np.float64)
+            elif kind == "i":
+                raw = np.frombuffer(d, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+                mask = raw == _NA_INT
+                arrays[name] = pd.arrays.IntegerArray(np.where(mask, 0, raw) if mask.any() else raw.copy(), mask)
+            elif kind == "b":
+                arrays[name] = np.frombuffer(d, dtype=np.int8).astype(bool) if n else np.zeros(0, dtype=bool)
+            elif kind == "c":
+                arrays[name] = pd.Categorical(d)
+            else:
+                out = np.empty(n, dtype=object)
+                out[:] = d
+                arrays[name] = out
+        self.data = [None] * len(self.spec)
+        ts = arrays.get("ts")
+        if ts is not None and n > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
+            order = np.argsort(ts, kind="stable")
+            arrays = {c: a[order] if isinstance(a, np.ndarray) else a.take(order) for c, a in arrays.items()}
+        else:  # frombuffer arrays are read-only views of the released buffers: own them
+            arrays = {c: a.copy() if isinstance(a, np.ndarray) and not a.flags.writeable else a for c, a in arrays.items()}
+        kinds = dict(self.spec)
+        df: pd.DataFrame = pd.DataFrame(
+            {c: pd.Series(a, dtype=object, copy=False) if kinds[c] == "o" else a for c, a in arrays.items()},
+            copy=False,
+        )
+        if "ts" in df.columns:
+            df.insert(2, "end", (df["ts"] + df["dur"]).to_numpy(dtype=np.float64))
+        return df
+
+
+_ID = "i"
+_KERNEL_SPEC = (
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("device", _ID), ("stream", _ID), ("correlation", _ID),
+    ("external_id", _ID), ("grid_x", "f"), ("grid_y", "f"), ("grid_z", "f"), ("block_x", "f"), ("block_y", "f"),
+    ("block_z", "f"), ("registers_per_thread", "f"), ("shared_memory", "f"), ("blocks_per_sm", "f"),
+    ("warps_per_sm", "f"), ("occupancy_pct", "f"),
+)
+_COPY_SPEC = (
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("bytes", "f"), ("bandwidth_gbps", "f"), ("correlation", _ID),
+    ("external_id", _ID), ("device", _ID), ("stream", _ID),
+)
+_MEMSET_SPEC = (
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("bytes", "f"), ("correlation", _ID), ("device", _ID), ("stream", _ID),
+)
+_RUNTIME_SPEC = (
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("correlation", _ID), ("external_id", _ID), ("tid", _ID), ("cat", "c"),
+)
+_CPU_OP_SPEC = (
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", _ID), ("external_id", _ID), ("input_dims", "o"),
+    ("input_types", "o"), ("flops", "f"), ("seq_num", _ID),
+)
+_ANNOTATION_SPEC = (("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", _ID), ("on_gpu", "b"))
+_PYFUNC_SPEC = (("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", _ID))
+
+
 class _Collector:
     """The one pass: sorts events into per-table lists of tuples, counting what it skips."""
 
     def __init__(self, keep_python_functions: bool) -> None:
         self.keep_python_functions = keep_python_functions
-        self.kernels: list[tuple[Any, ...]] = []
-        self.copies: list[tuple[Any, ...]] = []
-        self.memsets: list[tuple[Any, ...]] = []
-        self.runtime: list[tuple[Any, ...]] = []
-        self.cpu_ops: list[tuple[Any, ...]] = []
-        self.annotations: list[tuple[Any, ...]] = []
-        self.pyfuncs: list[tuple[Any, ...]] = []
+        self.kernels = _Columns(_KERNEL_SPEC)
+        self.copies = _Columns(_COPY_SPEC)
+        self.memsets = _Columns(_MEMSET_SPEC)
+        self.runtime = _Columns(_RUNTIME_SPEC)
+        self.cpu_ops = _Columns(_CPU_OP_SPEC)
+        self.annotations = _Columns(_ANNOTATION_SPEC)
+        self.pyfuncs = _Columns(_PYFUNC_SPEC)
         self.counts: dict[str, int] = {}
         self.no_dur = 0
         self.no_ts = 0
@@ -362,6 +473,11 @@ class _Collector:
         # Repeated strings (op names, Input Dims of repeated steps) share one object: large traces
         # repeat the same few thousand values millions of times.
         self._strings: dict[str, str] = {}
+        self._lists: dict[bytes, str] = {}
+        self._cat_of_raw: dict[str, Any] = {}  # raw "cat" -> its canonical category (None: not read)
+        import orjson
+
+        self._dumps = orjson.dumps
 
     def _is_span(self, name: str) -> bool:
         """A record_function span logged as an operator (2021 traces): ProfilerStep#N and friends."""
@@ -371,27 +487,48 @@ class _Collector:
         return hit
 
     def _text(self, v: Any) -> str | None:
+        """`v` as one shared string: Input Dims / Input type lists in their `str()` form, computed once
+        per distinct value (a large trace repeats a few hundred of them: the key is orjson's bytes of
+        the list, several times cheaper than `str()` of nested lists)."""
         if v is None:
             return None
-        t = v if type(v) is str else str(v)
-        return self._strings.setdefault(t, t)
+        if type(v) is str:
+            return self._strings.setdefault(v, v)
+        try:
+            key = self._dumps(v)
+        except TypeError:  # not from JSON (a test's object): no cache
+            return str(v)
+        hit = self._lists.get(key)
+        if hit is None:
+            t = str(v)
+            hit = self._lists[key] = self._strings.setdefault(t, t)
+        return hit
 
     def feed(self, events: list[Any], progress: Progress | None = None, total: int = 0) -> None:
         keep_py = self.keep_python_functions
         counts = self.counts
         aliases = _CAT_ALIASES
         text = self._text
+        k_put = self.kernels.appenders()
+        r_ts, r_dur, r_name, r_corr, r_ext, r_tid, r_cat = self.runtime.appenders()
+        o_ts, o_dur, o_name, o_tid, o_ext, o_dims, o_types, o_flops, o_seq = self.cpu_ops.appenders()
+        by_raw = self._cat_of_raw
+        spans = self._span_names
+        seen = self.total
         for ev in events:
-            self.total += 1
-            if progress is not None and self.total % _PROGRESS_EVERY == 0:
-                progress(self.total, total)
-            if not isinstance(ev, dict):
+            seen += 1
+            if progress is not None and seen % _PROGRESS_EVERY == 0:
+                self.total = seen
+                progress(seen, total)
+            if type(ev) is not dict and not isinstance(ev, dict):
                 self.bad_events += 1
                 continue
             raw_cat = ev.get("cat")
-            cat_key = raw_cat if isinstance(raw_cat, str) else ""
+            cat_key = raw_cat if type(raw_cat) is str else ""
             counts[cat_key] = counts.get(cat_key, 0) + 1
-            cat = aliases.get(cat_key.lower())
+            cat = by_raw.get(cat_key, _UNSEEN)
+            if cat is _UNSEEN:
+                cat = by_raw[cat_key] = aliases.get(cat_key.lower())
             if cat is None or ev.get("ph", "X") != "X":
                 continue
             ts = ev.get("ts")
@@ -419,51 +556,13 @@ class _Collector:
             args = ev.get("args")
             if not isinstance(args, dict):
                 args = {}
-            if cat == "cpu_op" and self._is_span(name):
-                cat = "user_annotation"  # 2021 traces log record_function spans as operators
-            if cat == "kernel":
-                if not args:
-                    self.kernels_without_args += 1
-                gx, gy, gz = _dim3(args.get("grid"))
-                bx, by, bz = _dim3(args.get("block"))
-                if gx is _BAD or bx is _BAD:
-                    self.bad_launch_dims += 1
-                    gx = gy = gz = bx = by = bz = None
-                self.kernels.append(
-                    (
-                        ts,
-                        dur,
-                        name,
-                        _id(args.get("device", ev.get("pid"))),
-                        _id(args.get("stream", ev.get("tid"))),
-                        _id(args.get("correlation")),
-                        _id(_external_id(args)),
-                        gx,
-                        gy,
-                        gz,
-                        bx,
-                        by,
-                        bz,
-                        _num(args.get("registers per thread")),
-                        _num(args.get("shared memory")),
-                        _num(args.get("blocks per SM")),
-                        _num(args.get("warps per SM")),
-                        _num(args.get("est. achieved occupancy %")),
-                    )
-                )
-            elif cat == "cuda_runtime" or cat == "cuda_driver":
-                self.runtime.append(
-                    (
-                        ts,
-                        dur,
-                        name,
-                        _id(args.get("correlation")),
-                        _id(_external_id(args)),
-                        _tid(ev.get("tid")),
-                        cat,
-                    )
-                )
-            elif cat == "cpu_op":
+            if cat == "cpu_op":
+                is_span = spans.get(name)
+                if is_span is None:
+                    is_span = self._is_span(name)
+                if is_span:
+                    cat = "user_annotation"  # 2021 traces log record_function spans as operators
+            if cat == "cpu_op":
                 # The hot path (most events of a real trace): inline the common types.
                 tid = ev.get("tid")
                 ext = args.get("External id")
@@ -474,49 +573,99 @@ class _Collector:
                 dims = args.get("Input Dims")
                 if dims is None:
                     dims = args.get("Input dims")  # 2021 spelling
-                self.cpu_ops.append(
+                o_ts(ts)
+                o_dur(dur)
+                o_name(name)
+                o_tid(tid if type(tid) is int and _I64_MIN < tid <= _I64_MAX else _int_cell(_tid(tid)))
+                o_ext(ext if type(ext) is int and _I64_MIN < ext <= _I64_MAX else _int_cell(_id(ext)))
+                o_dims(text(dims))
+                o_types(text(args.get("Input type")))
+                o_flops(_NAN if flops is None else _float_cell(_num(flops)))
+                o_seq(seq if type(seq) is int and _I64_MIN < seq <= _I64_MAX else _int_cell(_id(seq)))
+            elif cat == "kernel":
+                if not args:
+                    self.kernels_without_args += 1
+                gx, gy, gz = _dim3(args.get("grid"))
+                bx, by, bz = _dim3(args.get("block"))
+                if gx is _BAD or bx is _BAD:
+                    self.bad_launch_dims += 1
+                    gx = gy = gz = bx = by = bz = None
+                for put, v in zip(
+                    k_put,
                     (
                         ts,
                         dur,
                         name,
-                        tid if type(tid) is int and _I64_MIN <= tid <= _I64_MAX else _tid(tid),
-                        ext if type(ext) is int and _I64_MIN <= ext <= _I64_MAX else _id(ext),
-                        text(dims),
-                        text(args.get("Input type")),
-                        None if flops is None else _num(flops),
-                        seq if type(seq) is int and _I64_MIN <= seq <= _I64_MAX else _id(seq),
-                    )
-                )
+                        _int_cell(_id(args.get("device", ev.get("pid")))),
+                        _int_cell(_id(args.get("stream", ev.get("tid")))),
+                        _int_cell(_id(args.get("correlation"))),
+                        _int_cell(_id(_external_id(args))),
+                        _NAN if gx is None else gx,
+                        _NAN if gy is None else gy,
+                        _NAN if gz is None else gz,
+                        _NAN if bx is None else bx,
+                        _NAN if by is None else by,
+                        _NAN if bz is None else bz,
+                        _float_cell(_num(args.get("registers per thread"))),
+                        _float_cell(_num(args.get("shared memory"))),
+                        _float_cell(_num(args.get("blocks per SM"))),
+                        _float_cell(_num(args.get("warps per SM"))),
+                        _float_cell(_num(args.get("est. achieved occupancy %"))),
+                    ),
+                    strict=True,
+                ):
+                    put(v)
+            elif cat == "cuda_runtime" or cat == "cuda_driver":
+                r_ts(ts)
+                r_dur(dur)
+                r_name(name)
+                r_corr(_int_cell(_id(args.get("correlation"))))
+                r_ext(_int_cell(_id(_external_id(args))))
+                r_tid(_int_cell(_tid(ev.get("tid"))))
+                r_cat(cat)
             elif cat == "gpu_memcpy":
-                self.copies.append(
+                for put, v in zip(
+                    self.copies.appenders(),
                     (
                         ts,
                         dur,
                         name,
-                        _num(args.get("bytes")),
-                        _num(args.get("memory bandwidth (GB/s)")),
-                        _id(args.get("correlation")),
-                        _id(_external_id(args)),
-                        _id(args.get("device", ev.get("pid"))),
-                        _id(args.get("stream", ev.get("tid"))),
-                    )
-                )
+                        _float_cell(_num(args.get("bytes"))),
+                        _float_cell(_num(args.get("memory bandwidth (GB/s)"))),
+                        _int_cell(_id(args.get("correlation"))),
+                        _int_cell(_id(_external_id(args))),
+                        _int_cell(_id(args.get("device", ev.get("pid")))),
+                        _int_cell(_id(args.get("stream", ev.get("tid")))),
+                    ),
+                    strict=True,
+                ):
+                    put(v)
             elif cat == "gpu_memset":
-                self.memsets.append(
+                for put, v in zip(
+                    self.memsets.appenders(),
                     (
                         ts,
                         dur,
                         name,
-                        _num(args.get("bytes")),
-                        _id(args.get("correlation")),
-                        _id(args.get("device", ev.get("pid"))),
-                        _id(args.get("stream", ev.get("tid"))),
-                    )
-                )
+                        _float_cell(_num(args.get("bytes"))),
+                        _int_cell(_id(args.get("correlation"))),
+                        _int_cell(_id(args.get("device", ev.get("pid")))),
+                        _int_cell(_id(args.get("stream", ev.get("tid")))),
+                    ),
+                    strict=True,
+                ):
+                    put(v)
             elif cat == "user_annotation" or cat == "gpu_user_annotation":
-                self.annotations.append((ts, dur, name, _tid(ev.get("tid")), cat == "gpu_user_annotation"))
+                for put, v in zip(
+                    self.annotations.appenders(),
+                    (ts, dur, name, _int_cell(_tid(ev.get("tid"))), cat == "gpu_user_annotation"),
+                    strict=True,
+                ):
+                    put(v)
             elif cat == "python_function":
-                self.pyfuncs.append((ts, dur, name, _tid(ev.get("tid"))))
+                for put, v in zip(self.pyfuncs.appenders(), (ts, dur, name, _int_cell(_tid(ev.get("tid")))), strict=True):
+                    put(v)
+        self.total = seen
 
     def warnings(self, path: Path) -> list[str]:
         out: list[str] = []
@@ -583,7 +732,7 @@ def load_trace(
     rank: overrides the rank (else distributedInfo.rank, else `rankN` in the file name, else 0).
     progress: called as progress(done, total) while loading (done/total is the fraction read: bytes
       of the file while streaming, events for a damaged file) and finally as (events, events).
-    chunk_bytes: block size of the streaming reader (default 8 MiB; memory use grows with it).
+    chunk_bytes: block size of the streaming reader (default 2 MiB; memory use grows with it).
     The file is streamed in blocks; a damaged file (truncated, invalid UTF-8, not an object) is
     re-read as a whole document so that its complete part can be salvaged.
     Raises InputError (one line) when the file cannot be read as a trace at all.
@@ -626,7 +775,7 @@ def load_trace(
     if rank is None:
         rank = _rank(meta, path)
     py_df = (
-        _frame(col.pyfuncs, ("ts", "dur", "name", "tid"), {"name": "category", "tid": "Int64"})
+        col.pyfuncs.frame()
         if (keep_python_functions)
         else None
     )
@@ -683,33 +832,6 @@ def _drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
 # ---- tables ---------------------------------------------------------------------------------------
 
 
-def _frame(rows: list[tuple[Any, ...]], cols: tuple[str, ...], dtypes: dict[str, str]) -> pd.DataFrame:
-    import numpy as np
-    import pandas as pd
-
-    df: pd.DataFrame
-    if rows:
-        df = pd.DataFrame.from_records(rows, columns=list(cols))
-    else:
-        df = pd.DataFrame({c: pd.Series([], dtype=object) for c in cols})
-    for c in cols:
-        dt = dtypes.get(c, "float64")
-        if dt == "float64":
-            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-        elif dt == "Int64":
-            df[c] = pd.array(df[c].to_numpy(dtype=object), dtype="Int64")
-        elif dt == "bool":
-            df[c] = df[c].astype(bool)
-        elif dt == "category":
-            df[c] = df[c].astype(str).astype("category") if len(df) else df[c].astype("category")
-        elif dt == "object":
-            df[c] = df[c].astype(object)
-    if "ts" in df.columns:
-        df = df.sort_values("ts", kind="stable").reset_index(drop=True)
-        df.insert(2, "end", (df["ts"] + df["dur"]).to_numpy(dtype=np.float64))
-    return df
-
-
 def _cat(values: Any) -> Any:
     import pandas as pd
 
@@ -717,31 +839,21 @@ def _cat(values: Any) -> Any:
 
 
 def _build_tables(
-    kernels: list[tuple[Any, ...]],
-    copies: list[tuple[Any, ...]],
-    memsets: list[tuple[Any, ...]],
-    runtime: list[tuple[Any, ...]],
-    cpu_ops: list[tuple[Any, ...]],
-    annotations: list[tuple[Any, ...]],
+    kernels: _Columns,
+    copies: _Columns,
+    memsets: _Columns,
+    runtime: _Columns,
+    cpu_ops: _Columns,
+    annotations: _Columns,
 ) -> dict[str, pd.DataFrame]:
+    """The typed tables of docs (gpuadvisor/trace/model.py) from the collector's columns (each
+    released once its table is built)."""
     import numpy as np
     import pandas as pd
 
     from gpuadvisor.trace.kernels import kernel_family
 
-    ints = {
-        "device": "Int64",
-        "stream": "Int64",
-        "correlation": "Int64",
-        "external_id": "Int64",
-        "tid": "Int64",
-    }
-    k_cols = tuple(
-        c
-        for c in KERNEL_COLUMNS
-        if c not in ("end", "blocks", "threads_per_block", "is_collective", "family")
-    )
-    k = _frame(kernels, k_cols, {**ints, "name": "category"})
+    k = kernels.frame()
     k["blocks"] = k["grid_x"] * k["grid_y"] * k["grid_z"]
     k["threads_per_block"] = k["block_x"] * k["block_y"] * k["block_z"]
     cats = [str(c) for c in k["name"].cat.categories]
@@ -750,18 +862,7 @@ def _build_tables(
     k["is_collective"] = (k["family"].astype(str) == "collective").to_numpy(dtype=bool)
     k = k[list(KERNEL_COLUMNS)]
 
-    c_cols = (
-        "ts",
-        "dur",
-        "name",
-        "bytes",
-        "bandwidth_gbps",
-        "correlation",
-        "external_id",
-        "device",
-        "stream",
-    )
-    c = _frame(copies, c_cols, {**ints, "name": "category"})
+    c = copies.frame()
     names = [str(n) for n in c["name"].cat.categories]
     parsed = {n: _parse_copy_name(n) for n in names}
     sname = c["name"].astype(str)
@@ -774,18 +875,10 @@ def _build_tables(
     c["bandwidth_gbps"] = c["bandwidth_gbps"].fillna(pd.Series(derived, index=c.index, dtype="float64"))
     c = c[list(COPY_COLUMNS)]
 
-    m_cols = tuple(x for x in MEMSET_COLUMNS if x != "end")
-    m = _frame(memsets, m_cols, {**ints, "name": "category"})[list(MEMSET_COLUMNS)]
-    r_cols = tuple(x for x in RUNTIME_COLUMNS if x != "end")
-    r = _frame(runtime, r_cols, {**ints, "name": "category", "cat": "category"})[list(RUNTIME_COLUMNS)]
-    o_cols = tuple(x for x in CPU_OP_COLUMNS if x != "end")
-    o = _frame(
-        cpu_ops,
-        o_cols,
-        {**ints, "name": "category", "input_dims": "object", "input_types": "object", "seq_num": "Int64"},
-    )[list(CPU_OP_COLUMNS)]
-    a_cols = tuple(x for x in ANNOTATION_COLUMNS if x != "end")
-    a = _frame(annotations, a_cols, {**ints, "name": "category", "on_gpu": "bool"})[list(ANNOTATION_COLUMNS)]
+    m = memsets.frame()[list(MEMSET_COLUMNS)]
+    r = runtime.frame()[list(RUNTIME_COLUMNS)]
+    o = cpu_ops.frame()[list(CPU_OP_COLUMNS)]
+    a = annotations.frame()[list(ANNOTATION_COLUMNS)]
     return {"kernels": k, "copies": c, "memsets": m, "runtime": r, "cpu_ops": o, "annotations": a}
 
 
