@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -325,3 +326,45 @@ def test_host_step_durations_split_outside_and_inside_the_window() -> None:
     short = {**capture, "step_ends": capture["step_ends"][:18]}
     assert sorted(round(d, 3) for d in host_step_durations(short)[0]) == [10.0] * 5 + [11.0] * 2
     assert host_step_durations({"skip_steps": 10}) == ([], [])
+
+
+def _ops_frame(rows: list[tuple[float, float, int]]) -> Any:
+    """SYNTHETIC cpu ops: (ts, dur, tid)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=["ts", "dur", "tid"])
+    df["end"] = df["ts"] + df["dur"]
+    df["tid"] = df["tid"].astype("Int64")
+    return df
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        # nested three deep, siblings, a second thread
+        [(0, 100, 1), (10, 50, 1), (20, 10, 1), (40, 15, 1), (70, 20, 1), (5, 30, 2), (10, 5, 2)],
+        # zero-length ops at a parent's start, at a child's end, and on their own
+        [(0, 100, 1), (0, 0, 1), (0, 40, 1), (40, 0, 1), (40, 30, 1), (100, 0, 1), (100, 5, 1)],
+        # a child that outlasts its parent (timestamps rounded): the stack walk decides
+        [(0, 50, 1), (10, 45, 1), (20, 5, 1), (60, 10, 1)],
+        # identical spans (a record_function and its op)
+        [(0, 30, 1), (0, 30, 1), (5, 10, 1)],
+    ],
+)
+def test_op_self_times_match_the_stack_walk(rows: list[tuple[float, float, int]]) -> None:
+    import numpy as np
+
+    from gpuadvisor import metrics as m
+
+    ops = _ops_frame(rows)
+    order = np.lexsort((-ops["dur"].to_numpy(), ops["ts"].to_numpy(), ops["tid"].fillna(-1).to_numpy()))
+    walk = m._op_self_times_walk(ops, order, ops["dur"].to_numpy(dtype=np.float64).copy())
+    assert np.allclose(m._op_self_times(ops), walk)
+
+
+def test_op_self_times_of_a_nest() -> None:
+    from gpuadvisor import metrics as m
+
+    ops = _ops_frame([(0, 100, 1), (10, 50, 1), (20, 10, 1), (40, 15, 1), (70, 20, 1)])
+    # 100 - (50 + 20); 50 - (10 + 15); leaves keep their time
+    assert m._op_self_times(ops).tolist() == [30.0, 25.0, 10.0, 15.0, 20.0]
