@@ -93,6 +93,7 @@ class StepModel:
     _cache: dict[Any, Prediction] = field(default_factory=dict, repr=False)
     _math: dict[str, bool | None] | None = field(default=None, repr=False)
     _scalars: dict[str, float | None] = field(default_factory=dict, repr=False)
+    _patterns: tuple[int, int] | None = field(default=None, repr=False)
 
     # ---- facts ---------------------------------------------------------------------------------
 
@@ -210,7 +211,7 @@ class StepModel:
         same model on the same input shapes launches the same kernels with the same grids every step, so
         more than one pattern means the shapes change between steps (variable sequence lengths,
         multi-scale images, data-dependent sizes). Independent of `record_shapes`."""
-        if "patterns" not in self._scalars:
+        if self._patterns is None:
             o = self.ops
             k = o[
                 (o["kind"] == "kernel")
@@ -225,9 +226,8 @@ class StepModel:
                 tuple(sorted(zip(g["name"].astype(str).tolist(), g["blocks"].fillna(-1.0).tolist(), strict=True)))
                 for _, g in k.groupby("launch_step")
             }
-            self._scalars["patterns"] = float(len(patterns))
-            self._scalars["pattern_steps"] = float(k["launch_step"].nunique())
-        return int(self._scalars["patterns"] or 0), int(self._scalars["pattern_steps"] or 0)
+            self._patterns = (len(patterns), int(k["launch_step"].nunique()))
+        return self._patterns
 
     @property
     def shapes_vary(self) -> bool:

@@ -128,9 +128,12 @@ _GRAPH_LAUNCH = re.compile(r"GraphLaunch")
 _BEGIN_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
 _END_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 # Runtime calls that enqueue GPU work on a stream (captured into a graph during stream capture).
-_ENQUEUE = re.compile(
-    r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|LaunchHostFunc|cuLaunch|Memcpy|Memset"
-)
+# Runtime/driver calls that enqueue work with GPU activity of their own (found by correlation):
+# kernels, copies, memsets. The capture scan also counts host functions (LaunchHostFunc), which a
+# graph capture records but which have no GPU activity.
+_ENQUEUE_WITH_GPU_WORK = r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|cuLaunch|Memcpy|Memset"
+ENQUEUE_WITH_GPU_WORK = re.compile(_ENQUEUE_WITH_GPU_WORK)
+_ENQUEUE = re.compile(_ENQUEUE_WITH_GPU_WORK + r"|LaunchHostFunc")
 
 
 def _examples(names: Iterable[str], limit: int = 2) -> str:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from gpuadvisor.trace.kind import ENQUEUE_WITH_GPU_WORK
 from gpuadvisor.trace.model import (
     STEP_COLUMNS,
     STEP_SOURCE_DATALOADER,
@@ -179,7 +180,6 @@ def _trace_bounds(model: TraceModel) -> tuple[float, float] | None:
 
 
 # Runtime calls that enqueue GPU work (each has a GPU activity with its correlation id when recorded).
-_ENQUEUE_CALL = re.compile(r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|cuLaunch|Memcpy|Memset")
 
 
 def _cut_frontier(model: TraceModel) -> tuple[float, npt.NDArray[np.float64]]:
@@ -192,7 +192,7 @@ def _cut_frontier(model: TraceModel) -> tuple[float, npt.NDArray[np.float64]]:
     if not len(rt):
         return frontier, np.zeros(0, dtype=np.float64)
     names = rt["name"].astype(str)
-    enqueue = names.str.contains(_ENQUEUE_CALL).to_numpy(dtype=bool) & ~names.str.contains("Graph").to_numpy(
+    enqueue = names.str.contains(ENQUEUE_WITH_GPU_WORK).to_numpy(dtype=bool) & ~names.str.contains("Graph").to_numpy(
         dtype=bool
     )
     ran: set[int] = set()
