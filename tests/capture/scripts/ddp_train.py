@@ -6,6 +6,8 @@ Run under torchrun (RANK/WORLD_SIZE/MASTER_* set by the launcher). Options:
   --slow-rank R --slow-ms M [--slow-when always|profiled]
                              rank R sleeps M ms before each forward: always, or only while a
                              torch.profiler is recording in its process (a lateness the profiler makes)
+  --work-ms M                 every rank spins M ms of host work per step (a step with compute of its
+                             own, not only the collective's latency)
   --slow-export-rank R --slow-export-s S
                              rank R's torch.profiler trace export waits S s before it starts (an export on
                              a loaded machine: the launcher's SIGTERM to the survivors lands during it)
@@ -28,6 +30,7 @@ def main() -> None:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--slow-when", choices=("always", "profiled"), default="always")
+    p.add_argument("--work-ms", type=float, default=0.0)
     p.add_argument("--slow-export-rank", type=int, default=-1)
     p.add_argument("--slow-export-s", type=float, default=0.0)
     args = p.parse_args()
@@ -53,6 +56,10 @@ def main() -> None:
             raise RuntimeError(f"planted failure on rank {rank} at step {step}")
         if rank == args.slow_rank and (args.slow_when == "always" or torch.autograd._profiler_enabled()):
             time.sleep(args.slow_ms / 1000)
+        if args.work_ms > 0:
+            until = time.perf_counter() + args.work_ms / 1000
+            while time.perf_counter() < until:
+                pass
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
