@@ -425,29 +425,28 @@ class _Columns:
         return df
 
 
-_ID = "i"
 _KERNEL_SPEC = (
-    ("ts", "f"), ("dur", "f"), ("name", "c"), ("device", _ID), ("stream", _ID), ("correlation", _ID),
-    ("external_id", _ID), ("grid_x", "f"), ("grid_y", "f"), ("grid_z", "f"), ("block_x", "f"), ("block_y", "f"),
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("device", "i"), ("stream", "i"), ("correlation", "i"),
+    ("external_id", "i"), ("grid_x", "f"), ("grid_y", "f"), ("grid_z", "f"), ("block_x", "f"), ("block_y", "f"),
     ("block_z", "f"), ("registers_per_thread", "f"), ("shared_memory", "f"), ("blocks_per_sm", "f"),
     ("warps_per_sm", "f"), ("occupancy_pct", "f"),
 )
 _COPY_SPEC = (
-    ("ts", "f"), ("dur", "f"), ("name", "c"), ("bytes", "f"), ("bandwidth_gbps", "f"), ("correlation", _ID),
-    ("external_id", _ID), ("device", _ID), ("stream", _ID),
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("bytes", "f"), ("bandwidth_gbps", "f"), ("correlation", "i"),
+    ("external_id", "i"), ("device", "i"), ("stream", "i"),
 )
 _MEMSET_SPEC = (
-    ("ts", "f"), ("dur", "f"), ("name", "c"), ("bytes", "f"), ("correlation", _ID), ("device", _ID), ("stream", _ID),
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("bytes", "f"), ("correlation", "i"), ("device", "i"), ("stream", "i"),
 )
 _RUNTIME_SPEC = (
-    ("ts", "f"), ("dur", "f"), ("name", "c"), ("correlation", _ID), ("external_id", _ID), ("tid", _ID), ("cat", "c"),
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("correlation", "i"), ("external_id", "i"), ("tid", "i"), ("cat", "c"),
 )
 _CPU_OP_SPEC = (
-    ("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", _ID), ("external_id", _ID), ("input_dims", "o"),
-    ("input_types", "o"), ("flops", "f"), ("seq_num", _ID),
+    ("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", "i"), ("external_id", "i"), ("input_dims", "o"),
+    ("input_types", "o"), ("flops", "f"), ("seq_num", "i"),
 )
-_ANNOTATION_SPEC = (("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", _ID), ("on_gpu", "b"))
-_PYFUNC_SPEC = (("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", _ID))
+_ANNOTATION_SPEC = (("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", "i"), ("on_gpu", "b"))
+_PYFUNC_SPEC = (("ts", "f"), ("dur", "f"), ("name", "c"), ("tid", "i"))
 
 
 class _Collector:
@@ -510,6 +509,10 @@ class _Collector:
         aliases = _CAT_ALIASES
         text = self._text
         k_put = self.kernels.appenders()
+        c_put = self.copies.appenders()
+        m_put = self.memsets.appenders()
+        a_put = self.annotations.appenders()
+        p_put = self.pyfuncs.appenders()
         r_ts, r_dur, r_name, r_corr, r_ext, r_tid, r_cat = self.runtime.appenders()
         o_ts, o_dur, o_name, o_tid, o_ext, o_dims, o_types, o_flops, o_seq = self.cpu_ops.appenders()
         by_raw = self._cat_of_raw
@@ -625,7 +628,7 @@ class _Collector:
                 r_cat(cat)
             elif cat == "gpu_memcpy":
                 for put, v in zip(
-                    self.copies.appenders(),
+                    c_put,
                     (
                         ts,
                         dur,
@@ -642,7 +645,7 @@ class _Collector:
                     put(v)
             elif cat == "gpu_memset":
                 for put, v in zip(
-                    self.memsets.appenders(),
+                    m_put,
                     (
                         ts,
                         dur,
@@ -657,13 +660,13 @@ class _Collector:
                     put(v)
             elif cat == "user_annotation" or cat == "gpu_user_annotation":
                 for put, v in zip(
-                    self.annotations.appenders(),
+                    a_put,
                     (ts, dur, name, _int_cell(_tid(ev.get("tid"))), cat == "gpu_user_annotation"),
                     strict=True,
                 ):
                     put(v)
             elif cat == "python_function":
-                for put, v in zip(self.pyfuncs.appenders(), (ts, dur, name, _int_cell(_tid(ev.get("tid")))), strict=True):
+                for put, v in zip(p_put, (ts, dur, name, _int_cell(_tid(ev.get("tid")))), strict=True):
                     put(v)
         self.total = seen
 
