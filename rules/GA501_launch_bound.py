@@ -35,7 +35,9 @@ class LaunchBound(Rule):
     recovered in a replay in which the forward and backward
     run as torch.compile would run them with mode="reduce-overhead": chains of PyTorch elementwise
     kernels fused (each chain's time `fusion_factor` of its sum, one launch), and the host work between
-    launches replaced by CUDA graph replays (a small host cost per step, kernels back to back). The
+    launches replaced by CUDA graph replays (a small host cost per step plus the copy of each input
+    that is new every step into the graph's static buffer, kernels back to back; the launch-bound test
+    above leaves those copies out). The
     optimizer step is left to GA502 and waits on the device to GA2xx: the replay keeps them. The
     profiler's own per-op cost is removed before (steps timed outside the capture window). Runs that
     already use torch.compile or CUDA graphs and are still launch-bound are replayed with graphs only

@@ -44,8 +44,10 @@ class UnfusedOptimizer(Rule):
 
     Impact: the step time recovered in a replay of the analyzed steps with the update fused: its host
     time per step becomes a base cost plus a small cost per parameter tensor (never more than now),
-    and its GPU time shrinks (by `per_tensor_to_fused_gpu` from a per-tensor update, by
-    `foreach_to_fused_gpu` from foreach; docs/model.md). In a GPU-bound run the update queues behind
+    and its GPU time shrinks (by `per_tensor_to_fused_gpu` from a per-tensor update; from foreach, by
+    the ratio of tensor passes of the fused update to the foreach one for the optimizer's class: Adam
+    7/19, AdamW 7/21, SGD with momentum 5/8, else `foreach_to_fused_gpu`; docs/model.md). Only
+    Adam, AdamW, SGD and Adagrad have fused=True in torch.optim. In a GPU-bound run the update queues behind
     the backward pass and fusing it gains little: the replay says so.
 
     How to fix
