@@ -2,8 +2,9 @@
 
 A 1 GB trace parsed with one `orjson.loads` holds the whole text plus every event as a Python dict
 (several GB). This reader instead reads the file (gzip-decompressed on the fly) in blocks of
-`chunk_bytes`, cuts each block after the last complete event and parses only that slice with orjson
-(as `[` + slice + `]`), so at most one block of text and one block of dicts are alive at a time.
+`chunk_bytes`, cuts each block after the last complete event and parses only that slice (as `[` +
+slice + `]`, with orjson or the loader's decoder), so at most one block of text and one block of
+parsed events are alive at a time.
 
 Why the cut is safe without a byte-by-byte scanner: the cut is made at a `}` followed by `,` and `{`,
 and the slice is accepted only when `[` + slice + `]` parses as JSON. A cut inside a string leaves an
@@ -22,7 +23,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 # Each block's parsed dicts take several times its text. Measured on a 99 MB trace (2 cores, 3
 # interleaved runs each, `load_trace`): 8 MiB blocks 3.9-4.4 s and 222 MB peak RSS, 2 MiB 3.3-3.8 s and
@@ -35,16 +36,46 @@ _NEXT = re.compile(rb"\s*,\s*\{")
 _WS = b" \t\r\n"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _MAX_TRIES = 32  # cut candidates tried per block before reading a bigger block
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_SPLIT_SEARCH = 64 * 1024 * 1024  # a split point with no event boundary this far after it: no split
+_AFTER_BOUNDARY = 64  # bytes read past a handover boundary to see the comma and '{' after it
 
 
 class StreamFallback(Exception):
     """The file cannot be streamed; load it as a whole document instead."""
 
 
+class Handover(Protocol):
+    """The other side of a split read (`gpuadvisor.trace._split`): another process reads the events
+    after a boundary near `wait_offset` while this stream reads the ones before it."""
+
+    wait_offset: int
+
+    def boundary(self) -> int | None:
+        """The offset (in the decompressed text) where this stream stops: just after an event's `}`.
+        Waits for the other reader to find it; None: no split, read everything here."""
+        ...
+
+    def finish(self) -> dict[str, Any] | None:
+        """Called once this stream has read every event before the boundary: the top-level keys after
+        the array when the other reader delivered the rest; None: read on from the boundary here."""
+        ...
+
+    def abandon(self) -> None:
+        """The split is not used (the boundary was not an event boundary, or the file ended first)."""
+        ...
+
+
 class EventStream:
     """Iterate over `chunks()` (lists of parsed events); afterwards `top` holds every top-level key
     except `traceEvents`. `progress(done_bytes, total_bytes)` is called after each block (on-disk
-    bytes, so compressed bytes for a .gz)."""
+    bytes, so compressed bytes for a .gz).
+
+    decode: parses `[` + whole events + `]` (default orjson.loads); it must raise
+    orjson.JSONDecodeError for invalid JSON. The last block's events are always orjson's dicts.
+    handover: read only the events before a boundary that another reader chose (see `Handover`).
+    start_at: read only the events that begin after the first event boundary at or after this offset
+    of the decompressed text; `on_boundary(offset)` is told that boundary first (the worker side)."""
 
     def __init__(
         self,
@@ -52,15 +83,24 @@ class EventStream:
         *,
         chunk_bytes: int = CHUNK_BYTES,
         progress: Callable[[int, int], None] | None = None,
+        handover: Handover | None = None,
+        start_at: int | None = None,
+        on_boundary: Callable[[int], None] | None = None,
+        decode: Callable[[bytes], list[Any]] | None = None,
     ) -> None:
         self.path = path
         self.chunk_bytes = max(1024, chunk_bytes)
         self.progress = progress
+        self.handover = handover
+        self.start_at = start_at
+        self.on_boundary = on_boundary
+        self.decode = decode
         self.top: dict[str, Any] = {}
 
     def chunks(self) -> Iterator[list[Any]]:
         import orjson
 
+        decode = self.decode or orjson.loads
         try:
             raw = self.path.open("rb")
         except OSError as exc:
@@ -73,7 +113,10 @@ class EventStream:
             if magic == b"\x1f\x8b":
                 reader = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
             try:
-                yield from self._chunks(reader, raw, total, orjson)
+                if self.start_at is not None:
+                    yield from self._chunks_from(reader, raw, total, decode, self.start_at)
+                else:
+                    yield from self._chunks(reader, raw, total, decode)
             except (OSError, EOFError, zlib.error, orjson.JSONDecodeError) as exc:
                 # truncated gzip, corrupt data, invalid UTF-8, truncated JSON ...
                 raise StreamFallback(str(exc)) from None
@@ -84,11 +127,15 @@ class EventStream:
             self.progress(min(raw.tell(), total), total)
         return block
 
-    def _chunks(self, reader: IO[bytes], raw: IO[bytes], total: int, orjson: Any) -> Iterator[list[Any]]:
+    def _chunks(self, reader: IO[bytes], raw: IO[bytes], total: int, decode: Any) -> Iterator[list[Any]]:
+        import orjson
+
         buf = self._read(reader, raw, total)
+        base = 0  # offset of buf[0] in the decompressed text
         eof = not buf
         if buf.startswith(_UTF8_BOM):
             buf = buf[len(_UTF8_BOM) :]  # a byte-order mark before the JSON (UTF-16/32 ones fall back)
+            base = len(_UTF8_BOM)
         if not buf.lstrip(_WS).startswith(b"{"):
             raise StreamFallback("not a JSON object")
         # The header: everything before "traceEvents": [ (metadata keys may also follow the array).
@@ -105,7 +152,45 @@ class EventStream:
         if not isinstance(head, dict):
             raise StreamFallback("top level is not an object")
         self.top = {k: v for k, v in head.items() if k != "traceEvents"}
-        buf = buf[m.end() :]
+        yield from self._events(reader, raw, total, decode, buf[m.end() :], base + m.end(), eof)
+
+    def _chunks_from(
+        self, reader: IO[bytes], raw: IO[bytes], total: int, decode: Any, start: int
+    ) -> Iterator[list[Any]]:
+        """The worker side of a split: skip to `start`, find the first event boundary after it, tell
+        `on_boundary`, then read the events from there to the end like `_chunks`."""
+        base = 0
+        while True:  # skip whole blocks before `start` without keeping them
+            skip = min(start - base, 16 * self.chunk_bytes)
+            if skip <= 0:
+                break
+            got = reader.read(skip)
+            if not got:
+                raise StreamFallback("the file ends before the split point")
+            base += len(got)
+        buf = b""
+        eof = False
+        while True:
+            m = _BOUNDARY.search(buf)
+            if m is not None:
+                break
+            if eof or len(buf) > _SPLIT_SEARCH:
+                raise StreamFallback("no event boundary after the split point")
+            more = self._read(reader, raw, total)
+            eof = not more
+            buf += more
+        if self.on_boundary is not None:
+            self.on_boundary(base + m.start() + 1)
+        begin = m.end() - 1  # the next event's '{'
+        yield from self._events(reader, raw, total, decode, buf[begin:], base + begin, eof)
+
+    def _events(
+        self, reader: IO[bytes], raw: IO[bytes], total: int, decode: Any, buf: bytes, base: int, eof: bool
+    ) -> Iterator[list[Any]]:
+        """The events of the array from `buf` (text right after `[` or after an event's comma; `base`
+        is its offset) to the end of the file; the keys after the array go to `top`."""
+        handover = self.handover
+        stop: int | None = None  # where this stream hands over (known once the text reaches wait_offset)
         while not eof:
             more = self._read(reader, raw, total)
             if not more:
@@ -114,11 +199,38 @@ class EventStream:
             buf += more
             if len(buf) < self.chunk_bytes:
                 continue
-            events, rest = _cut(buf, orjson)
+            end = base + len(buf)
+            if handover is not None and stop is None and end > handover.wait_offset:
+                stop = handover.boundary()
+                if stop is None or stop <= base:
+                    handover.abandon()
+                    handover, stop = None, None
+            if handover is not None and stop is not None and end > stop:
+                if end < stop + _AFTER_BOUNDARY:
+                    continue  # read the separator after the boundary too
+                events, after = _handover_cut(buf, stop - base, decode)
+                if events is None:
+                    handover.abandon()  # not an event boundary: read everything here
+                    handover, stop = None, None
+                else:
+                    yield events
+                    after_array = handover.finish()
+                    if after_array is not None:
+                        self.top.update(after_array)
+                        return
+                    handover, stop = None, None  # the other reader failed: read on from the boundary
+                    base, buf = base + len(buf) - len(after), after
+                    continue
+            events, rest = _cut(buf, decode)
             if events is None:
                 continue  # no clean cut in this block (one huge event): read on
+            base += len(buf) - len(rest)
             buf = rest
             yield events
+        if handover is not None:
+            handover.abandon()  # the file ended before the boundary: everything was read here
+        import orjson  # the keys after the array: any JSON
+
         tail = orjson.loads(b'{"traceEvents":[' + buf)
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise StreamFallback("malformed end of trace")
@@ -128,8 +240,28 @@ class EventStream:
         yield tail["traceEvents"]
 
 
-def _cut(buf: bytes, orjson: Any) -> tuple[list[Any] | None, bytes]:
+def _handover_cut(buf: bytes, at: int, decode: Any) -> tuple[list[Any] | None, bytes]:
+    """The events of `buf[:at]` and the text of the next event on, when `at` is an event boundary:
+    `[` + buf[:at] + `]` parses as a list and a comma and `{` follow. A boundary inside a string or a
+    nested value cannot parse, since this text starts at a true boundary of the array."""
+    nxt = _NEXT.match(buf, at)
+    if at <= 0 or buf[at - 1 : at] != b"}" or nxt is None:
+        return None, buf
+    import orjson
+
+    try:
+        events = decode(b"[" + buf[:at] + b"]")
+    except orjson.JSONDecodeError:
+        return None, buf
+    if not isinstance(events, list):
+        return None, buf
+    return events, buf[nxt.end() - 1 :]
+
+
+def _cut(buf: bytes, decode: Any) -> tuple[list[Any] | None, bytes]:
     """Split `buf` after its last complete event: (parsed events, the rest after the comma)."""
+    import orjson
+
     end = len(buf)
     for _ in range(_MAX_TRIES):
         pos = buf.rfind(b"}", 0, end)
@@ -140,7 +272,7 @@ def _cut(buf: bytes, orjson: Any) -> tuple[list[Any] | None, bytes]:
         if nxt is None:
             continue
         try:
-            events = orjson.loads(b"[" + buf[: pos + 1] + b"]")
+            events = decode(b"[" + buf[: pos + 1] + b"]")
         except orjson.JSONDecodeError:
             continue
         if isinstance(events, list):

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from gpuadvisor.errors import InputError
 from gpuadvisor.trace.kind import CaptureScan, scan_graph_captures
 from gpuadvisor.trace.model import (
@@ -314,10 +316,123 @@ def _dim3(v: Any) -> tuple[float | None, float | None, float | None]:
     return None, None, None
 
 
-def _external_id(args: dict[str, Any]) -> Any:
-    """args "External id" (today) or "external id" (2021 traces)."""
-    ext = args.get("External id")
-    return args.get("external id") if ext is None else ext
+_NO_RAW = msgspec.Raw()
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The `args` fields the tables read; msgspec skips every other one without building it (a
+    cpu_op's Input Strides and Concrete Inputs, flow ids...). Input Dims / Input type stay raw JSON
+    text (`msgspec.Raw`): they are turned into text once per distinct value (`_Collector._text`)."""
+
+    external_id: Any = msgspec.field(name="External id", default=None)
+    external_id_2021: Any = msgspec.field(name="external id", default=None)
+    sequence: Any = msgspec.field(name="Sequence number", default=None)
+    flops: Any = None
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    dims_2021: msgspec.Raw = msgspec.field(name="Input dims", default=_NO_RAW)
+    types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    grid: Any = None
+    block: Any = None
+    registers: Any = msgspec.field(name="registers per thread", default=None)
+    shared_memory: Any = msgspec.field(name="shared memory", default=None)
+    blocks_per_sm: Any = msgspec.field(name="blocks per SM", default=None)
+    warps_per_sm: Any = msgspec.field(name="warps per SM", default=None)
+    occupancy: Any = msgspec.field(name="est. achieved occupancy %", default=None)
+    bytes: Any = None
+    bandwidth: Any = msgspec.field(name="memory bandwidth (GB/s)", default=None)
+
+    def external(self) -> Any:
+        """"External id" (today) or "external id" (2021 traces)."""
+        return self.external_id_2021 if self.external_id is None else self.external_id
+
+    def kernel_fields(self) -> bool:
+        """Whether any field of a kernel's args is there (else the kernel "carries no args")."""
+        return not (
+            self.correlation is None
+            and self.grid is None
+            and self.block is None
+            and self.device is None
+            and self.stream is None
+            and self.external_id is None
+            and self.external_id_2021 is None
+            and self.registers is None
+            and self.occupancy is None
+        )
+
+
+class _Event(msgspec.Struct, gc=False):
+    """One trace event as the collector reads it (`ph` defaults to a complete event, as before)."""
+
+    ph: Any = "X"
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    pid: Any = None
+    args: _Args | None = None
+
+
+_NO_ARGS = _Args()
+_ARG_KEYS = {
+    "External id": "external_id",
+    "external id": "external_id_2021",
+    "Sequence number": "sequence",
+    "flops": "flops",
+    "Input Dims": "dims",
+    "Input dims": "dims_2021",
+    "Input type": "types",
+    "correlation": "correlation",
+    "device": "device",
+    "stream": "stream",
+    "grid": "grid",
+    "block": "block",
+    "registers per thread": "registers",
+    "shared memory": "shared_memory",
+    "blocks per SM": "blocks_per_sm",
+    "warps per SM": "warps_per_sm",
+    "est. achieved occupancy %": "occupancy",
+    "bytes": "bytes",
+    "memory bandwidth (GB/s)": "bandwidth",
+}
+_EVENT_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+def _event_of(ev: Any) -> _Event | None:
+    """An event parsed as a dict (the whole-document path, a block msgspec refused) as an `_Event`;
+    None for a value that is not a JSON object. Values are kept as they are (Input Dims as a list)."""
+    if not isinstance(ev, dict):
+        return None
+    args = ev.get("args")
+    return _Event(
+        ph=ev.get("ph", "X"),
+        cat=ev.get("cat"),
+        name=ev.get("name"),
+        ts=ev.get("ts"),
+        dur=ev.get("dur"),
+        tid=ev.get("tid"),
+        pid=ev.get("pid"),
+        args=_Args(**{f: args[k] for k, f in _ARG_KEYS.items() if k in args}) if isinstance(args, dict) else None,
+    )
+
+
+def decode_events(data: bytes) -> list[Any]:
+    """The events of a JSON array (`[` + whole events + `]`) as `_Event`s. A block whose values
+    msgspec refuses (an event that is not an object, `args` that is not an object, a number out of
+    range) is parsed by orjson and converted; invalid JSON raises orjson.JSONDecodeError, so that
+    orjson decides what is valid exactly as before."""
+    import orjson
+
+    try:
+        return _EVENT_DECODER.decode(data)
+    except (msgspec.MsgspecError, ValueError):  # ValueError: invalid UTF-8
+        events = orjson.loads(data)
+    if not isinstance(events, list):
+        return events  # type: ignore[no-any-return]  # the stream rejects it
+    return [_event_of(e) or e for e in events]
 
 
 _NAN = float("nan")
@@ -375,10 +490,14 @@ class _Columns:
     chunk, and the tables are built from the buffers without a Python-level pass."""
 
     def __init__(self, spec: tuple[tuple[str, str], ...]) -> None:
+        self.spec = spec  # (column, kind): f float64, i Int64, c category (strings), o object, b bool
+        self.data: list[Any] = self.empty()
+
+    def empty(self) -> list[Any]:
+        """Fresh, empty buffers for the columns."""
         from array import array
 
-        self.spec = spec  # (column, kind): f float64, i Int64, c category (strings), o object, b bool
-        self.data: list[Any] = [array("d") if k == "f" else array("q") if k == "i" else array("b") if k == "b" else [] for _, k in spec]
+        return [array("d") if k == "f" else array("q") if k == "i" else array("b") if k == "b" else [] for _, k in self.spec]
 
     def appenders(self) -> tuple[Callable[[Any], None], ...]:
         return tuple(d.append for d in self.data)
@@ -472,11 +591,12 @@ class _Collector:
         # Repeated strings (op names, Input Dims of repeated steps) share one object: large traces
         # repeat the same few thousand values millions of times.
         self._strings: dict[str, str] = {}
-        self._lists: dict[bytes, str] = {}
+        self._lists: dict[bytes, str | None] = {}
         self._cat_of_raw: dict[str, Any] = {}  # raw "cat" -> its canonical category (None: not read)
         import orjson
 
         self._dumps = orjson.dumps
+        self._loads = orjson.loads
 
     def _is_span(self, name: str) -> bool:
         """A record_function span logged as an operator (2021 traces): ProfilerStep#N and friends."""
@@ -487,21 +607,30 @@ class _Collector:
 
     def _text(self, v: Any) -> str | None:
         """`v` as one shared string: Input Dims / Input type lists in their `str()` form, computed once
-        per distinct value (a large trace repeats a few hundred of them: the key is orjson's bytes of
-        the list, several times cheaper than `str()` of nested lists)."""
+        per distinct value (a large trace repeats a few hundred of them). `v` is the field's raw JSON
+        text (`msgspec.Raw`, empty when the field is absent), or the parsed value on the
+        whole-document path (keyed by orjson's bytes of it)."""
+        if type(v) is msgspec.Raw:
+            if not v:
+                return None
+            key = bytes(v)
+            hit = self._lists.get(key, _UNSEEN)
+            if hit is _UNSEEN:
+                hit = self._lists[key] = self._text(self._loads(key))
+            return hit  # type: ignore[return-value]
         if v is None:
             return None
         if type(v) is str:
             return self._strings.setdefault(v, v)
         try:
-            key = self._dumps(v)
+            key = b"=" + self._dumps(v)  # its own key space: the raw text of a JSON string is not its value
         except TypeError:  # not from JSON (a test's object): no cache
             return str(v)
         hit = self._lists.get(key)
         if hit is None:
             t = str(v)
             hit = self._lists[key] = self._strings.setdefault(t, t)
-        return hit
+        return hit  # type: ignore[return-value]
 
     def feed(self, events: list[Any], progress: Progress | None = None, total: int = 0) -> None:
         keep_py = self.keep_python_functions
@@ -517,24 +646,27 @@ class _Collector:
         o_ts, o_dur, o_name, o_tid, o_ext, o_dims, o_types, o_flops, o_seq = self.cpu_ops.appenders()
         by_raw = self._cat_of_raw
         spans = self._span_names
+        strings = self._strings.setdefault
         seen = self.total
         for ev in events:
             seen += 1
             if progress is not None and seen % _PROGRESS_EVERY == 0:
                 self.total = seen
                 progress(seen, total)
-            if type(ev) is not dict and not isinstance(ev, dict):
-                self.bad_events += 1
-                continue
-            raw_cat = ev.get("cat")
+            if type(ev) is not _Event:
+                ev = _event_of(ev)  # a dict of the whole-document path
+                if ev is None:
+                    self.bad_events += 1
+                    continue
+            raw_cat = ev.cat
             cat_key = raw_cat if type(raw_cat) is str else ""
             counts[cat_key] = counts.get(cat_key, 0) + 1
             cat = by_raw.get(cat_key, _UNSEEN)
             if cat is _UNSEEN:
                 cat = by_raw[cat_key] = aliases.get(cat_key.lower())
-            if cat is None or ev.get("ph", "X") != "X":
+            if cat is None or ev.ph != "X":
                 continue
-            ts = ev.get("ts")
+            ts = ev.ts
             # `type(x) is float` first: the common case, far cheaper than the isinstance chain.
             # `x - x != 0.0` is true only for NaN and infinities.
             if (type(ts) is not float or ts - ts != 0.0) and not (type(ts) is int and -_EXACT < ts < _EXACT):
@@ -542,7 +674,7 @@ class _Collector:
                 if ts is None:
                     self.no_ts += 1
                     continue
-            dur = ev.get("dur")
+            dur = ev.dur
             if (type(dur) is not float or dur - dur != 0.0) and not (type(dur) is int and -_EXACT < dur < _EXACT):
                 dur = _num(dur)
                 if dur is None:
@@ -552,13 +684,13 @@ class _Collector:
                 dur = 0.0
             if cat == "python_function" and not keep_py:
                 continue  # counted only (often the majority of a with_stack trace)
-            name = ev.get("name")
-            if not isinstance(name, str):
+            name = ev.name
+            if type(name) is not str:
                 name = "" if name is None else str(name)
-            name = self._strings.setdefault(name, name)
-            args = ev.get("args")
-            if not isinstance(args, dict):
-                args = {}
+            name = strings(name, name)
+            args = ev.args
+            if args is None:
+                args = _NO_ARGS
             if cat == "cpu_op":
                 is_span = spans.get(name)
                 if is_span is None:
@@ -567,53 +699,54 @@ class _Collector:
                     cat = "user_annotation"  # 2021 traces log record_function spans as operators
             if cat == "cpu_op":
                 # The hot path (most events of a real trace): inline the common types.
-                tid = ev.get("tid")
-                ext = args.get("External id")
+                tid = ev.tid
+                ext = args.external_id
                 if ext is None:
-                    ext = args.get("external id")
-                seq = args.get("Sequence number")
-                flops = args.get("flops")
-                dims = args.get("Input Dims")
-                if dims is None:
-                    dims = args.get("Input dims")  # 2021 spelling
+                    ext = args.external_id_2021
+                seq = args.sequence
+                flops = args.flops
+                dims = args.dims
+                if dims is None or (not dims and type(dims) is msgspec.Raw):
+                    dims = args.dims_2021  # 2021 spelling
                 o_ts(ts)
                 o_dur(dur)
                 o_name(name)
                 o_tid(tid if type(tid) is int and _I64_MIN < tid <= _I64_MAX else _int_cell(_tid(tid)))
                 o_ext(ext if type(ext) is int and _I64_MIN < ext <= _I64_MAX else _int_cell(_id(ext)))
                 o_dims(text(dims))
-                o_types(text(args.get("Input type")))
+                o_types(text(args.types))
                 o_flops(_NAN if flops is None else _float_cell(_num(flops)))
                 o_seq(seq if type(seq) is int and _I64_MIN < seq <= _I64_MAX else _int_cell(_id(seq)))
             elif cat == "kernel":
-                if not args:
+                if args is _NO_ARGS or not args.kernel_fields():
                     self.kernels_without_args += 1
-                gx, gy, gz = _dim3(args.get("grid"))
-                bx, by, bz = _dim3(args.get("block"))
+                gx, gy, gz = _dim3(args.grid)
+                bx, by, bz = _dim3(args.block)
                 if gx is _BAD or bx is _BAD:
                     self.bad_launch_dims += 1
                     gx = gy = gz = bx = by = bz = None
+                device, stream = args.device, args.stream
                 for put, v in zip(
                     k_put,
                     (
                         ts,
                         dur,
                         name,
-                        _int_cell(_id(args.get("device", ev.get("pid")))),
-                        _int_cell(_id(args.get("stream", ev.get("tid")))),
-                        _int_cell(_id(args.get("correlation"))),
-                        _int_cell(_id(_external_id(args))),
+                        _int_cell(_id(ev.pid if device is None else device)),
+                        _int_cell(_id(ev.tid if stream is None else stream)),
+                        _int_cell(_id(args.correlation)),
+                        _int_cell(_id(args.external())),
                         _NAN if gx is None else gx,
                         _NAN if gy is None else gy,
                         _NAN if gz is None else gz,
                         _NAN if bx is None else bx,
                         _NAN if by is None else by,
                         _NAN if bz is None else bz,
-                        _float_cell(_num(args.get("registers per thread"))),
-                        _float_cell(_num(args.get("shared memory"))),
-                        _float_cell(_num(args.get("blocks per SM"))),
-                        _float_cell(_num(args.get("warps per SM"))),
-                        _float_cell(_num(args.get("est. achieved occupancy %"))),
+                        _float_cell(_num(args.registers)),
+                        _float_cell(_num(args.shared_memory)),
+                        _float_cell(_num(args.blocks_per_sm)),
+                        _float_cell(_num(args.warps_per_sm)),
+                        _float_cell(_num(args.occupancy)),
                     ),
                     strict=True,
                 ):
@@ -622,38 +755,40 @@ class _Collector:
                 r_ts(ts)
                 r_dur(dur)
                 r_name(name)
-                r_corr(_int_cell(_id(args.get("correlation"))))
-                r_ext(_int_cell(_id(_external_id(args))))
-                r_tid(_int_cell(_tid(ev.get("tid"))))
+                r_corr(_int_cell(_id(args.correlation)))
+                r_ext(_int_cell(_id(args.external())))
+                r_tid(_int_cell(_tid(ev.tid)))
                 r_cat(cat)
             elif cat == "gpu_memcpy":
+                device, stream = args.device, args.stream
                 for put, v in zip(
                     c_put,
                     (
                         ts,
                         dur,
                         name,
-                        _float_cell(_num(args.get("bytes"))),
-                        _float_cell(_num(args.get("memory bandwidth (GB/s)"))),
-                        _int_cell(_id(args.get("correlation"))),
-                        _int_cell(_id(_external_id(args))),
-                        _int_cell(_id(args.get("device", ev.get("pid")))),
-                        _int_cell(_id(args.get("stream", ev.get("tid")))),
+                        _float_cell(_num(args.bytes)),
+                        _float_cell(_num(args.bandwidth)),
+                        _int_cell(_id(args.correlation)),
+                        _int_cell(_id(args.external())),
+                        _int_cell(_id(ev.pid if device is None else device)),
+                        _int_cell(_id(ev.tid if stream is None else stream)),
                     ),
                     strict=True,
                 ):
                     put(v)
             elif cat == "gpu_memset":
+                device, stream = args.device, args.stream
                 for put, v in zip(
                     m_put,
                     (
                         ts,
                         dur,
                         name,
-                        _float_cell(_num(args.get("bytes"))),
-                        _int_cell(_id(args.get("correlation"))),
-                        _int_cell(_id(args.get("device", ev.get("pid")))),
-                        _int_cell(_id(args.get("stream", ev.get("tid")))),
+                        _float_cell(_num(args.bytes)),
+                        _int_cell(_id(args.correlation)),
+                        _int_cell(_id(ev.pid if device is None else device)),
+                        _int_cell(_id(ev.tid if stream is None else stream)),
                     ),
                     strict=True,
                 ):
@@ -661,12 +796,12 @@ class _Collector:
             elif cat == "user_annotation" or cat == "gpu_user_annotation":
                 for put, v in zip(
                     a_put,
-                    (ts, dur, name, _int_cell(_tid(ev.get("tid"))), cat == "gpu_user_annotation"),
+                    (ts, dur, name, _int_cell(_tid(ev.tid)), cat == "gpu_user_annotation"),
                     strict=True,
                 ):
                     put(v)
             elif cat == "python_function":
-                for put, v in zip(p_put, (ts, dur, name, _int_cell(_tid(ev.get("tid")))), strict=True):
+                for put, v in zip(p_put, (ts, dur, name, _int_cell(_tid(ev.tid))), strict=True):
                     put(v)
         self.total = seen
 
@@ -693,15 +828,29 @@ class _Collector:
 
 
 def _collect_streaming(
-    path: Path, keep_python_functions: bool, progress: Progress | None, chunk_bytes: int
+    path: Path, keep_python_functions: bool, progress: Progress | None, chunk_bytes: int, split: bool = True
 ) -> tuple[dict[str, Any], _Collector]:
-    """Stream the file in blocks (bounded memory); raises StreamFallback when it cannot."""
+    """Stream the file in blocks (bounded memory); raises StreamFallback when it cannot. With `split`,
+    a large file's second half is read by a worker process (`gpuadvisor.trace._split`)."""
+    from gpuadvisor.trace import _split
     from gpuadvisor.trace._stream import EventStream
 
-    stream = EventStream(path, chunk_bytes=chunk_bytes, progress=progress)
     col = _Collector(keep_python_functions)
-    for events in stream.chunks():
-        col.feed(events)
+    handover = _split.start(path, col, chunk_bytes) if split else None
+    report = progress
+    if handover is not None and progress is not None:
+        other = handover
+
+        def report(done: int, total: int) -> None:
+            progress(min(total, done + other.worker_pos), total)
+
+    stream = EventStream(path, chunk_bytes=chunk_bytes, progress=report, handover=handover, decode=decode_events)
+    try:
+        for events in stream.chunks():
+            col.feed(events)
+    finally:
+        if handover is not None:
+            handover.close()
     return stream.top, col
 
 
@@ -729,6 +878,7 @@ def load_trace(
     keep_python_functions: bool = False,
     progress: Progress | None = None,
     chunk_bytes: int | None = None,
+    split: bool = True,
 ) -> TraceModel:
     """Load one Kineto trace file (.json or .json.gz, gzip detected by content) into a `TraceModel`.
 
@@ -736,6 +886,8 @@ def load_trace(
     progress: called as progress(done, total) while loading (done/total is the fraction read: bytes
       of the file while streaming, events for a damaged file) and finally as (events, events).
     chunk_bytes: block size of the streaming reader (default 2 MiB; memory use grows with it).
+    split: a trace of 32 MB or more (decompressed) is read by two processes when a second CPU is free
+      (`gpuadvisor.trace._split`; same tables); False reads it in this process only.
     The file is streamed in blocks; a damaged file (truncated, invalid UTF-8, not an object) is
     re-read as a whole document so that its complete part can be salvaged.
     Raises InputError (one line) when the file cannot be read as a trace at all.
@@ -757,7 +909,9 @@ def load_trace(
     gc.disable()
     try:
         try:
-            obj, col = _collect_streaming(path, keep_python_functions, progress, chunk_bytes or CHUNK_BYTES)
+            obj, col = _collect_streaming(
+                path, keep_python_functions, progress, chunk_bytes or CHUNK_BYTES, split
+            )
         except StreamFallback:
             warnings = []
             obj, col = _collect_whole(path, keep_python_functions, progress, warnings, damage)
@@ -948,8 +1102,9 @@ def load_traces(
 
 
 def _load_one(path: Path, keep_python_functions: bool) -> TraceModel:
-    """Worker-process entry point (module level so that it pickles)."""
-    return load_trace(path, keep_python_functions=keep_python_functions)
+    """Worker-process entry point (module level so that it pickles). The ranks already use the
+    CPUs: no second process per file."""
+    return load_trace(path, keep_python_functions=keep_python_functions, split=False)
 
 
 def load_trace_files(

@@ -1,0 +1,248 @@
+"""Reading one large trace with two processes: this one reads the events before a boundary about
+two thirds into the file, a worker process reads the ones after it.
+
+Parsing and sorting the events (msgspec, then the collector's per-event pass) is most of the time
+of `load_trace` on a large trace and runs on one core. With a second core, a worker process started
+with the same Python (`sys.executable`, importing only the loader, not pandas) skips to the split
+point of the decompressed text (`MAIN_SHARE`), finds the first `}` `,` `{` after it, reports that
+offset, and collects the events from there to the end with the same `_Collector`; it sends each
+block's columns back as it goes (length-prefixed pickles on its stdout, read by a thread here). This
+process reads up to the boundary and checks it: the text before it, parsed from the real start of
+the array, must end exactly after a whole event (a `}` inside a string or a nested value cannot
+parse). The columns of both parts are then joined in file order, so the tables are the same as a
+one-process read.
+
+Anything unexpected (the worker cannot start, dies, reports no boundary or an error, or the boundary
+is not an event boundary) falls back to reading the rest in this process: the split only ever costs
+time, never events. `GPUADVISOR_LOAD_SPLIT=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuadvisor.trace.load import _Collector
+
+# Below this much decompressed text a second process does not pay for its start (~0.1 s).
+SPLIT_MIN_BYTES = 32 * 1024 * 1024
+# The share of the text this process reads. The worker starts ~0.2 s later (a new interpreter and
+# the loader's imports) and pickles its columns: on the 99 MB trace of benchmarks/scale, 2 cores,
+# both halves ended together at about 0.65 (collect 1.1-1.5 s against 1.4-1.6 s at 0.5; 1.3-1.9 s in
+# one process).
+MAIN_SHARE = 0.65
+ENV = "GPUADVISOR_LOAD_SPLIT"
+_HEADER = struct.Struct("<Q")
+_BOUNDARY_WAIT_S = 120.0  # the worker reports its boundary within a fraction of a second normally
+_FIELDS = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "pyfuncs")
+_COUNTERS = ("no_dur", "no_ts", "bad_events", "kernels_without_args", "bad_launch_dims", "total")
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def text_size(path: Path) -> int | None:
+    """Bytes of decompressed text: the file size, or a gzip file's ISIZE trailer (None when unknown:
+    not a regular file, or a gzip whose size wrapped past 4 GiB)."""
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(2)
+            fh.seek(0, 2)
+            size = fh.tell()
+            if magic != b"\x1f\x8b":
+                return size
+            if size < 18:
+                return None
+            fh.seek(size - 4)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return None
+    return isize if isize >= size else None
+
+
+def start(path: Path, col: _Collector, chunk_bytes: int, min_bytes: int | None = None) -> SplitRead | None:
+    """A started split read of `path` feeding `col`, or None when it does not pay or cannot run."""
+    if os.environ.get(ENV, "").strip() in ("0", "false", "no", "off"):
+        return None
+    if usable_cpus() < 2 or not sys.executable:
+        return None
+    size = text_size(path)
+    if size is None or size < (SPLIT_MIN_BYTES if min_bytes is None else min_bytes):
+        return None
+    split = SplitRead(path, col, chunk_bytes, int(size * MAIN_SHARE))
+    return split if split.started else None
+
+
+class SplitRead:
+    """This process's side of the split (the `_stream.Handover` protocol)."""
+
+    def __init__(self, path: Path, col: _Collector, chunk_bytes: int, wait_offset: int) -> None:
+        self.col = col
+        self.wait_offset = wait_offset
+        self.messages: list[bytes] = []
+        self.worker_pos = 0  # on-disk bytes the worker has read past its start (for progress)
+        self._start_pos: int | None = None
+        self._boundary: int | None = None
+        self._told = threading.Event()  # the worker reported its boundary, or ended
+        self._ended = threading.Event()
+        self._failed = False
+        root = str(Path(__file__).resolve().parents[2])
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); "
+            "from gpuadvisor.trace._split import worker_main; worker_main(sys.argv[2:])"
+        )
+        argv = [sys.executable, "-c", code, root, str(path), str(wait_offset), str(chunk_bytes)]
+        argv.append("1" if col.keep_python_functions else "0")
+        try:
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+        except OSError:
+            self.proc = None
+            return
+        assert self.proc.stdout is not None
+        self._reader = threading.Thread(target=self._read_all, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+
+    @property
+    def started(self) -> bool:
+        return self.proc is not None
+
+    # -- the reader thread ---------------------------------------------------------------------
+
+    def _read_all(self, out: IO[bytes]) -> None:
+        try:
+            while True:
+                head = out.read(_HEADER.size)
+                if len(head) < _HEADER.size:
+                    break
+                (n,) = _HEADER.unpack(head)
+                body = out.read(n)
+                if len(body) < n:
+                    break
+                kind = body[:1]
+                if kind == b"B":  # the boundary: small, decoded here
+                    self._boundary, self._start_pos = pickle.loads(body[1:])
+                    self._told.set()
+                elif kind == b"C":  # a block's columns: decoded later, in this process's main thread
+                    self.messages.append(body)
+                    self.worker_pos = int.from_bytes(body[1:9], "little") - (self._start_pos or 0)
+                elif kind in (b"D", b"F"):
+                    self.messages.append(body)
+                    break
+        finally:
+            self._ended.set()
+            self._told.set()
+
+    # -- Handover ------------------------------------------------------------------------------
+
+    def boundary(self) -> int | None:
+        if not self._told.wait(_BOUNDARY_WAIT_S):
+            return None
+        return self._boundary
+
+    def finish(self) -> dict[str, Any] | None:
+        assert self.proc is not None
+        self._ended.wait()
+        self._reader.join()
+        last = self.messages[-1] if self.messages else b""
+        if last[:1] != b"D" or self.proc.wait() != 0:
+            self.close()
+            return None  # the worker failed: this process reads the rest
+        col = self.col
+        for body in self.messages[:-1]:
+            _extend(col, pickle.loads(body[9:]))
+        self.messages.clear()
+        counts, counters, top = pickle.loads(last[1:])
+        for key, n in counts.items():
+            col.counts[key] = col.counts.get(key, 0) + n
+        for name, n in zip(_COUNTERS, counters, strict=True):
+            setattr(col, name, getattr(col, name) + n)
+        return dict(top)
+
+    def abandon(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self.messages.clear()
+
+
+def _extend(col: _Collector, tables: list[list[Any]]) -> None:
+    """Append one block's columns from the worker to this process's columns (strings re-shared)."""
+    share = col._strings.setdefault
+    for field, data in zip(_FIELDS, tables, strict=True):
+        for mine, theirs in zip(getattr(col, field).data, data, strict=True):
+            if isinstance(mine, list):
+                mine.extend([v if v is None else share(v, v) for v in theirs])
+            else:
+                mine.extend(theirs)
+
+
+# -- the worker process ----------------------------------------------------------------------------
+
+
+def worker_main(argv: list[str]) -> None:
+    """Collect the events after the first boundary at or after `start` and send them on stdout."""
+    import gc
+
+    from gpuadvisor.trace._stream import EventStream
+    from gpuadvisor.trace.load import _Collector, decode_events
+
+    path, start_at, chunk_bytes, keep_py = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
+    out = sys.stdout.buffer
+    gc.disable()
+
+    def send(kind: bytes, payload: bytes) -> None:
+        out.write(_HEADER.pack(len(payload) + 1) + kind + payload)
+        out.flush()
+
+    pos = [0]
+
+    def progress(done: int, _total: int) -> None:
+        pos[0] = done
+
+    try:
+        col = _Collector(keep_py)
+        stream = EventStream(
+            path,
+            chunk_bytes=chunk_bytes,
+            progress=progress,
+            start_at=start_at,
+            decode=decode_events,
+            on_boundary=lambda b: send(b"B", pickle.dumps((b, pos[0]))),
+        )
+        for events in stream.chunks():
+            col.feed(events)
+            del events
+            tables = []
+            for field in _FIELDS:
+                columns = getattr(col, field)
+                tables.append(columns.data)
+                columns.data = columns.empty()
+            send(b"C", pos[0].to_bytes(8, "little") + pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
+        counters = [getattr(col, name) for name in _COUNTERS]
+        send(b"D", pickle.dumps((col.counts, counters, stream.top), protocol=pickle.HIGHEST_PROTOCOL))
+    except BaseException as exc:  # any failure: the parent reads the rest itself
+        with contextlib.suppress(Exception):  # the parent may be gone
+            send(b"F", pickle.dumps(f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from None
