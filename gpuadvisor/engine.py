@@ -401,12 +401,16 @@ def _nvml_usable(table: Any) -> bool:
 def _column_has_values(table: Any, column: str) -> bool:
     if not _has_rows(table) or column not in getattr(table, "columns", ()):
         return False
-    series = table[column]
     try:
-        present = series.notna() & (series.astype(str).str.len() > 0) & (series.astype(str) != "[]")
-        return bool(present.any())
+        # The first value that is not null, not empty and not "[]" decides (text of every row of a
+        # large trace's Input Dims took 0.1 s).
+        for v in table[column].dropna():
+            t = v if isinstance(v, str) else str(v)
+            if t and t != "[]":
+                return True
     except Exception:
         return False
+    return False
 
 
 def available_requirements(

@@ -94,6 +94,7 @@ class StepModel:
     _math: dict[str, bool | None] | None = field(default=None, repr=False)
     _scalars: dict[str, float | None] = field(default_factory=dict, repr=False)
     _patterns: tuple[int, int] | None = field(default=None, repr=False)
+    _frames: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     # ---- facts ---------------------------------------------------------------------------------
 
@@ -103,14 +104,20 @@ class StepModel:
 
     @property
     def window_ops(self) -> pd.DataFrame:
-        """GPU operations launched (or, launch unknown, started) in an analyzed step."""
-        out: pd.DataFrame = self.ops[self.ops["step"] >= 0]
+        """GPU operations launched (or, launch unknown, started) in an analyzed step. Computed once
+        and shared by every reader: read-only."""
+        out = self._frames.get("window_ops")
+        if out is None:
+            out = self._frames["window_ops"] = self.ops[self.ops["step"] >= 0]
         return out
 
     @property
     def window_kernels(self) -> pd.DataFrame:
-        o = self.window_ops
-        out: pd.DataFrame = o[o["kind"] == "kernel"]
+        """The kernels of `window_ops` (read-only, shared)."""
+        out = self._frames.get("window_kernels")
+        if out is None:
+            o = self.window_ops
+            out = self._frames["window_kernels"] = o[o["kind"] == "kernel"]
         return out
 
     @property

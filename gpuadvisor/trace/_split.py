@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -35,10 +36,11 @@ if TYPE_CHECKING:
 # Below this much decompressed text a second process does not pay for its start (~0.1 s).
 SPLIT_MIN_BYTES = 32 * 1024 * 1024
 # The share of the text this process reads. The worker starts ~0.2 s later (a new interpreter and
-# the loader's imports) and pickles its columns: on the 99 MB trace of benchmarks/scale, 2 cores,
-# both halves ended together at about 0.65 (collect 1.1-1.5 s against 1.4-1.6 s at 0.5; 1.3-1.9 s in
-# one process).
-MAIN_SHARE = 0.65
+# the loader's imports) and pickles its columns; this process imports pandas while it waits. On the
+# 99 MB trace of benchmarks/scale (2 cores) shares of 0.5-0.65 gave load times within the machine's
+# noise (1.5-2.1 s with the pandas import, against 2.0-2.6 s in one process); 0.55 balances the two
+# start-up costs.
+MAIN_SHARE = 0.55
 ENV = "GPUADVISOR_LOAD_SPLIT"
 _HEADER = struct.Struct("<Q")
 _BOUNDARY_WAIT_S = 120.0  # the worker reports its boundary within a fraction of a second normally
@@ -72,16 +74,21 @@ def text_size(path: Path) -> int | None:
     return isize if isize >= size else None
 
 
-def start(path: Path, col: _Collector, chunk_bytes: int, min_bytes: int | None = None) -> SplitRead | None:
-    """A started split read of `path` feeding `col`, or None when it does not pay or cannot run."""
+def start(
+    path: Path, col: _Collector, chunk_bytes: int, *, while_waiting: Callable[[], object] | None = None
+) -> SplitRead | None:
+    """A started split read of `path` feeding `col`, or None when it does not pay or cannot run.
+    while_waiting: work for this process once its part is read and the worker is still busy (the
+    loader imports pandas there, which it needs next)."""
     if os.environ.get(ENV, "").strip() in ("0", "false", "no", "off"):
         return None
     if usable_cpus() < 2 or not sys.executable:
         return None
     size = text_size(path)
-    if size is None or size < (SPLIT_MIN_BYTES if min_bytes is None else min_bytes):
+    if size is None or size < SPLIT_MIN_BYTES:
         return None
     split = SplitRead(path, col, chunk_bytes, int(size * MAIN_SHARE))
+    split.while_waiting = while_waiting
     return split if split.started else None
 
 
@@ -91,6 +98,7 @@ class SplitRead:
     def __init__(self, path: Path, col: _Collector, chunk_bytes: int, wait_offset: int) -> None:
         self.col = col
         self.wait_offset = wait_offset
+        self.while_waiting: Callable[[], object] | None = None
         self.messages: list[bytes] = []
         self.worker_pos = 0  # on-disk bytes the worker has read past its start (for progress)
         self._start_pos: int | None = None
@@ -155,6 +163,8 @@ class SplitRead:
 
     def finish(self) -> dict[str, Any] | None:
         assert self.proc is not None
+        if self.while_waiting is not None and not self._ended.is_set():
+            self.while_waiting()
         self._ended.wait()
         self._reader.join()
         last = self.messages[-1] if self.messages else b""
