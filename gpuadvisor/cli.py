@@ -9,6 +9,7 @@ or GPUADVISOR_DEBUG=1.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import os
@@ -143,5 +144,24 @@ def cli(verbose: bool) -> None:
     del verbose  # recorded by the option's callback for the error boundary
 
 
+# Commands that only read files and write their outputs (closed before they return): as the process's
+# entry point they end with os._exit once stdout and stderr are flushed, skipping the interpreter's
+# teardown, which frees every table and string of a large trace one by one (0.13-0.21 s after a 99 MB
+# analyze; mypy ends the same way). `profile` and `verify` run scripts and keep the normal exit.
+_HARD_EXIT_COMMANDS = frozenset({"analyze", "report", "diff", "rules"})
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
-    cli.main(args=argv, prog_name="gpuadvisor")
+    if argv is not None:  # called from Python (tests, notebooks): a normal SystemExit
+        cli.main(args=argv, prog_name="gpuadvisor")
+    words = [a for a in sys.argv[1:] if not a.startswith("-")]
+    try:
+        cli.main(args=None, prog_name="gpuadvisor")
+    except SystemExit as done:
+        code = done.code
+        if (code is None or isinstance(code, int)) and words[:1] and words[0] in _HARD_EXIT_COMMANDS:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code or 0)
+        raise

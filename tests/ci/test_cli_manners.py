@@ -487,3 +487,39 @@ def test_a_rule_that_exits_or_raises_keyboardinterrupt_is_contained(
     if fmt == "text":
         assert "XE001" in proc.stdout and "SystemExit" in proc.stdout
         assert "XE002" in proc.stdout and "KeyboardInterrupt" in proc.stdout
+
+
+_ENTRY = (
+    "import atexit, sys; atexit.register(lambda: sys.stderr.write('TEARDOWN\\n')); "
+    "sys.argv = ['gpuadvisor', *sys.argv[1:]]; from gpuadvisor.cli import main; main()"
+)
+
+
+def test_entry_point_skips_the_teardown_of_read_only_commands(item_trace: Path, tmp_path: Path) -> None:
+    """analyze/report/diff/rules end with os._exit once stdout and stderr are flushed (a large trace's
+    tables are not freed one by one): the JSON on a pipe arrives whole, the exit code of --fail-on is
+    kept, and the process's atexit hooks do not run. Other commands exit normally."""
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _ENTRY, "analyze", str(item_trace), "--format", "json", "--fail-on", "low"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert doc["findings"], doc
+    assert proc.returncode == 1, proc.stderr
+    assert "TEARDOWN" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", _ENTRY, "profile", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0 and "TEARDOWN" in proc.stderr, proc.stderr
