@@ -118,6 +118,7 @@ HOST_COLUMNS: tuple[str, ...] = (
     "sync_kind",  # SYNC_KINDS for syncs and blocking copies, "" otherwise
     "blocking",  # a launch the host waited for (pageable copy, cudaMemcpy)
     "backpressure",  # a launch call held up by a full launch queue
+    "in_flight",  # GPU operations launched and still running when the call returned
     "drain_ts",  # end of the GPU work the call waited for (NaN when it did not wait)
     "step",  # analyzed step index, -1 outside
     "seg",  # segmented step index, -1 outside
@@ -622,6 +623,26 @@ def _launch_tids(ops: pd.DataFrame) -> list[int]:
     return sorted({int(t) for t in tids.tolist()})
 
 
+# GPU operations launched and not finished when a long launch call returns, at least, for the call to
+# count as held up by a full launch queue. The queue holds about a thousand launches (the recorded
+# GPU-bound runs show 1016-1020 in flight behind their held calls); long calls with 1-5 in flight were
+# pageable copies staging their bytes, which is host work.
+BACKPRESSURE_MIN_IN_FLIGHT = 64
+
+
+def _in_flight(ops: pd.DataFrame, at: Any) -> Any:
+    """Number of GPU operations launched before and still running at each time of `at` (int64)."""
+    import numpy as np
+
+    k = ops[ops["launch_ts"].notna()] if len(ops) else ops
+    if len(k) == 0:
+        return np.zeros(len(at), dtype=np.int64)
+    lts = np.sort(k["launch_ts"].to_numpy(dtype=np.float64))
+    ends = np.sort(k["end"].to_numpy(dtype=np.float64))
+    out: Any = np.searchsorted(lts, at, side="left") - np.searchsorted(ends, at, side="right")
+    return np.maximum(out, 0).astype(np.int64)
+
+
 def build_host(
     trace: TraceModel,
     segments: StepWindow,
@@ -690,11 +711,15 @@ def build_host(
     blocking |= waited_for_copy & is_launch
     h["blocking"] = blocking
 
-    # Launch calls held up by a full launch queue (a GPU-bound run whose host ran ahead).
+    # Launch calls held up by a full launch queue (a GPU-bound run whose host ran ahead): far longer
+    # than usual, with the queue full behind them. A long call with little in flight took its time on
+    # the host (a pageable cudaMemcpyAsync staging its bytes, a lock): that is host work, kept.
     launch_dur = h["dur"].to_numpy(dtype=np.float64)
     plain_launch = is_launch & ~blocking
     typical = float(np.median(launch_dur[plain_launch])) if plain_launch.any() else 5.0
-    h["backpressure"] = plain_launch & (launch_dur > max(50.0, 10.0 * typical))
+    long_call = plain_launch & (launch_dur > max(50.0, 10.0 * typical))
+    h["in_flight"] = _in_flight(ops, h["end"].to_numpy(dtype=np.float64))
+    h["backpressure"] = long_call & (h["in_flight"].to_numpy() >= BACKPRESSURE_MIN_IN_FLIGHT)
 
     # Sync kinds
     ops_cpu = trace.cpu_ops
@@ -921,16 +946,9 @@ def estimate_facts(trace: TraceModel, ops: pd.DataFrame, host: pd.DataFrame, run
         if len(launches):
             call = float(np.median(launches["dur"].to_numpy(dtype=np.float64)))
         held = launches[launches["backpressure"].astype(bool)]
-        if len(held) >= 3 and len(ops):
-            k = ops[ops["launch_ts"].notna()]
-            lts = np.sort(k["launch_ts"].to_numpy(dtype=np.float64))
-            ends = np.sort(k["end"].to_numpy(dtype=np.float64))
-            he = held["end"].to_numpy(dtype=np.float64)
-            in_flight = np.searchsorted(lts, he, side="left") - np.searchsorted(ends, he, side="right")
-            in_flight = in_flight[in_flight > 0]
-            if len(in_flight):
-                depth = int(max(8, np.median(in_flight)))
-                depth_observed = True
+        if len(held) >= 3:
+            depth = int(np.median(held["in_flight"].to_numpy(dtype=np.int64)))
+            depth_observed = True
     pageable = pinned = None
     copies = ops[(ops["kind"] == "copy") & ops["direction"].astype(str).eq("HtoD")] if len(ops) else ops
     if len(copies):

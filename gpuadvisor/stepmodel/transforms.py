@@ -112,6 +112,7 @@ def remove_reads(model: StepModel, program: Program, c: Constants | None = None)
     program.gap_other = program.gap_other - program.gap_read
     program.gap_read = np.zeros_like(program.gap_read)
     program.ev_dur[inside] = 0.0
+    no_fixed_host(program, inside)
     program.ev_post[inside] = 0.0
     program.ev_block[inside] = False
     launches = inside & (program.ev_kind == EV_LAUNCH)
@@ -120,6 +121,12 @@ def remove_reads(model: StepModel, program: Program, c: Constants | None = None)
         program.op_dur[s : s + n] = 0.0
     program.ev_kind[inside & (program.ev_kind == EV_SYNC)] = EV_WORK
     return program
+
+
+def no_fixed_host(program: Program, where: Any) -> None:
+    """The selected calls no longer do host work of their own (`Program.ev_fixed`)."""
+    if program.ev_fixed is not None:
+        program.ev_fixed[where] = 0.0
 
 
 def remove_waits(
@@ -189,6 +196,8 @@ def pinned_async_copies(model: StepModel, program: Program, mask: Any, c: Consta
     program.ev_block[events] = False
     program.ev_post[events] = 0.0
     program.ev_dur[events] = np.minimum(program.ev_dur[events], model.facts.launch_call_us)
+    no_fixed_host(program, events)  # a pinned non_blocking copy stages nothing on the host
+    program.op_extra[mask] = 0.0  # nor waits for staging: it is ready when its call is made
     # the cudaStreamSynchronize of a non_blocking=False copy goes away too
     return remove_waits(model, program, (b.BLOCKING_COPY,), c)
 
@@ -493,6 +502,7 @@ def cuda_graphs(
             )
     launches = sel & (program.ev_kind == EV_LAUNCH)
     program.ev_dur = np.where(launches, np.minimum(program.ev_dur, c.graph_launch_gap_us), program.ev_dur)
+    no_fixed_host(program, launches)
     program.ev_dur = np.where(
         sel & (program.ev_kind == EV_WORK), program.ev_dur * c.graph_host_fraction, program.ev_dur
     )
@@ -558,6 +568,7 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = N
                 program.op_dur[m_] = 0.0
                 program.ev_kind[e] = EV_WORK
                 program.ev_dur[e] = 0.0
+                no_fixed_host(program, e)
                 program.ev_ops_count[e] = 0
                 if program.gap_model is not None:
                     program.gap_other[e] = program.gap_other[e] - program.gap_model[e]
@@ -737,5 +748,6 @@ def no_allocator_calls(model: StepModel, program: Program) -> Program:
     )
     program.ev_kind[alloc] = EV_WORK
     program.ev_dur[alloc] = 0.0
+    no_fixed_host(program, alloc)
     program.ev_post[alloc] = 0.0
     return program

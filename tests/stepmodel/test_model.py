@@ -383,3 +383,70 @@ def replace_impact(f: Any, impact: float) -> Any:
     from dataclasses import replace
 
     return replace(f, impact=impact)
+
+
+def _staging_copies(n: int = 6) -> SyntheticTrace:
+    """Steps of 1.6 ms: ten pageable host-to-device copies whose calls last 100 us each (the driver
+    stages the bytes; each copy runs after its call returned, so the host did not wait for it), then
+    thirty 10 us kernels launched with 5 us calls."""
+    st = SyntheticTrace()
+    for i in range(n):
+        t0 = i * 1600.0
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=1600.0, gpu_dur=1600.0)
+        t = t0 + 10
+        for _ in range(10):
+            st.add_copy("HtoD", "Pageable", 1 << 20, ts=t + 101, dur=40, launch_ts=t, launch_dur=100)
+            t += 110
+        for _ in range(30):
+            st.add_kernel(K_ELEMENTWISE, ts=t + 10, dur=10, launch_ts=t, launch_dur=5, op="aten::add")
+            t += 15
+    return st
+
+
+def test_a_long_copy_call_with_the_queue_empty_is_host_work_not_back_pressure(tmp_path: Path) -> None:
+    # dlrm-planted's pageable copies (90-120 us calls, 1 operation in flight) were read as launches held
+    # by a full queue: queue depth 8, their time replaced by a typical call. They are host work the
+    # profiler barely inflates: kept, and not scaled by the profiler correction.
+    from gpuadvisor.stepmodel import replay as rp
+
+    m = model_of(_staging_copies(), tmp_path)
+    copies = m.host[m.host["name"] == "cudaMemcpyAsync"]
+    assert len(copies) >= 40 and not copies["backpressure"].astype(bool).any()
+    assert int(copies["in_flight"].max()) <= 2
+    assert (m.facts.queue_depth, m.facts.queue_depth_observed) == (1024, False)
+    prog = m.program
+    staged = prog.ev_fixed[prog.ev_name == "cudaMemcpyAsync"]
+    assert staged == pytest.approx(100.0 - m.facts.launch_call_us, abs=1.0)
+    # halving the host work (the profiler correction) leaves the staging as it is
+    full, half = rp.replay(prog, 1.0).host_period_us, rp.replay(prog, 0.5).host_period_us
+    scaled = rp.host_work_per_step(prog)
+    assert full - half == pytest.approx(0.5 * scaled, rel=0.05)
+    assert half > 10 * (100.0 - m.facts.launch_call_us)
+    # pinned non_blocking copies stage nothing: the remedy removes the staging
+    # (host: 10 x 15 us + 30 x 15 us; GPU: 10 x 40 us + 30 x 10 us, both about 0.7 ms a step)
+    pred = predict(m, RemedyId.PINNED_ASYNC_COPIES, min_bytes=0)
+    assert m.baseline_step_ms == pytest.approx(1.6, abs=0.05)
+    assert pred.predicted_step_ms < 0.9
+
+
+def test_launches_held_with_the_queue_full_set_the_queue_depth(tmp_path: Path) -> None:
+    # a GPU-bound loop: 300 launches a step of 10 us kernels; from the 100th on, each launch call waits
+    # 60 us (over 10x the usual 5 us) with about a hundred kernels queued behind it
+    st = SyntheticTrace()
+    t_gpu = 0.0
+    for i in range(4):
+        t0 = i * 3000.0
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=3000.0, gpu_dur=3000.0)
+        t = t0
+        for j in range(300):
+            held = j >= 100 and i > 0
+            dur = 60.0 if held else 5.0
+            t_gpu = max(t_gpu, t + 6.0)
+            st.add_kernel(K_ELEMENTWISE, ts=t_gpu, dur=10.0, launch_ts=t, launch_dur=dur, op="aten::add")
+            t_gpu += 10.0
+            t += dur + 1.0
+    m = model_of(st, tmp_path)
+    held = m.host[m.host["backpressure"].astype(bool)]
+    assert len(held) > 100
+    assert int(held["in_flight"].min()) >= sb.BACKPRESSURE_MIN_IN_FLIGHT
+    assert m.facts.queue_depth_observed and m.facts.queue_depth >= sb.BACKPRESSURE_MIN_IN_FLIGHT
