@@ -44,8 +44,6 @@ MAIN_SHARE = 0.55
 ENV = "GPUADVISOR_LOAD_SPLIT"
 _HEADER = struct.Struct("<Q")
 _BOUNDARY_WAIT_S = 120.0  # the worker reports its boundary within a fraction of a second normally
-_FIELDS = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "pyfuncs")
-_COUNTERS = ("no_dur", "no_ts", "bad_events", "kernels_without_args", "bad_launch_dims", "total")
 
 
 def usable_cpus() -> int:
@@ -173,13 +171,10 @@ class SplitRead:
             return None  # the worker failed: this process reads the rest
         col = self.col
         for body in self.messages[:-1]:
-            _extend(col, pickle.loads(body[9:]))
+            col.append_columns(pickle.loads(body[9:]))
         self.messages.clear()
         counts, counters, top = pickle.loads(last[1:])
-        for key, n in counts.items():
-            col.counts[key] = col.counts.get(key, 0) + n
-        for name, n in zip(_COUNTERS, counters, strict=True):
-            setattr(col, name, getattr(col, name) + n)
+        col.add_counts(counts, counters)
         return dict(top)
 
     def abandon(self) -> None:
@@ -195,17 +190,6 @@ class SplitRead:
         if proc.stdout is not None:
             proc.stdout.close()
         self.messages.clear()
-
-
-def _extend(col: _Collector, tables: list[list[Any]]) -> None:
-    """Append one block's columns from the worker to this process's columns (strings re-shared)."""
-    share = col._strings.setdefault
-    for field, data in zip(_FIELDS, tables, strict=True):
-        for mine, theirs in zip(getattr(col, field).data, data, strict=True):
-            if isinstance(mine, list):
-                mine.extend([v if v is None else share(v, v) for v in theirs])
-            else:
-                mine.extend(theirs)
 
 
 # -- the worker process ----------------------------------------------------------------------------
@@ -244,13 +228,9 @@ def worker_main(argv: list[str]) -> None:
         for events in stream.chunks():
             col.feed(events)
             del events
-            tables = []
-            for field in _FIELDS:
-                columns = getattr(col, field)
-                tables.append(columns.data)
-                columns.data = columns.empty()
+            tables = col.take_columns()
             send(b"C", pos[0].to_bytes(8, "little") + pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
-        counters = [getattr(col, name) for name in _COUNTERS]
+        counters = [getattr(col, name) for name in col.COUNTERS]
         send(b"D", pickle.dumps((col.counts, counters, stream.top), protocol=pickle.HIGHEST_PROTOCOL))
     except BaseException as exc:  # any failure: the parent reads the rest itself
         with contextlib.suppress(Exception):  # the parent may be gone

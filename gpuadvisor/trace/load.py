@@ -377,27 +377,8 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _NO_ARGS = _Args()
-_ARG_KEYS = {
-    "External id": "external_id",
-    "external id": "external_id_2021",
-    "Sequence number": "sequence",
-    "flops": "flops",
-    "Input Dims": "dims",
-    "Input dims": "dims_2021",
-    "Input type": "types",
-    "correlation": "correlation",
-    "device": "device",
-    "stream": "stream",
-    "grid": "grid",
-    "block": "block",
-    "registers per thread": "registers",
-    "shared memory": "shared_memory",
-    "blocks per SM": "blocks_per_sm",
-    "warps per SM": "warps_per_sm",
-    "est. achieved occupancy %": "occupancy",
-    "bytes": "bytes",
-    "memory bandwidth (GB/s)": "bandwidth",
-}
+# JSON key -> field, for events parsed as dicts (the whole-document path, a block msgspec refused)
+_ARG_KEYS = {f.encode_name: f.name for f in msgspec.structs.fields(_Args)}
 _EVENT_DECODER = msgspec.json.Decoder(list[_Event])
 
 
@@ -597,6 +578,36 @@ class _Collector:
 
         self._dumps = orjson.dumps
         self._loads = orjson.loads
+
+    # the tables and counters that a split read's worker hands over (gpuadvisor/trace/_split.py)
+    TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "pyfuncs")
+    COUNTERS = ("no_dur", "no_ts", "bad_events", "kernels_without_args", "bad_launch_dims", "total")
+
+    def take_columns(self) -> list[list[Any]]:
+        """Every table's buffers collected so far, leaving empty ones (the worker sends these)."""
+        out = []
+        for name in self.TABLES:
+            columns: _Columns = getattr(self, name)
+            out.append(columns.data)
+            columns.data = columns.empty()
+        return out
+
+    def append_columns(self, tables: list[list[Any]]) -> None:
+        """Append another collector's `take_columns()` after this one's rows (strings re-shared)."""
+        share = self._strings.setdefault
+        for name, data in zip(self.TABLES, tables, strict=True):
+            for mine, theirs in zip(getattr(self, name).data, data, strict=True):
+                if isinstance(mine, list):
+                    mine.extend([v if v is None else share(v, v) for v in theirs])
+                else:
+                    mine.extend(theirs)
+
+    def add_counts(self, counts: dict[str, int], counters: Sequence[int]) -> None:
+        """Add another collector's category counts and `COUNTERS` to this one's."""
+        for key, n in counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        for name, n in zip(self.COUNTERS, counters, strict=True):
+            setattr(self, name, getattr(self, name) + n)
 
     def _is_span(self, name: str) -> bool:
         """A record_function span logged as an operator (2021 traces): ProfilerStep#N and friends."""
