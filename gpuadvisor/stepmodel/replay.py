@@ -98,6 +98,12 @@ class Program:
     # staging its bytes in a call far longer than a launch, with the launch queue not full); like
     # `tail_fixed`, `host_scale` does not apply to it. None: none.
     ev_fixed: Any = None
+    # per event: host work before it that a transform adds in plain-run microseconds, at the place in the
+    # step where the mechanism runs (CUDA graphs copy their inputs just before the replay); like
+    # `tail_fixed`, `host_scale` does not apply to it. None: none.
+    gap_fixed: Any = None
+    # per event: the index of its step within the block (0..steps-1), -1 outside. None: unknown.
+    ev_step: Any = None
 
     @property
     def n_events(self) -> int:
@@ -186,6 +192,10 @@ def build_program(model: StepModel) -> Program:
         if nh and model.read_spans.count
         else np.zeros(nh)
     )
+    steps_of = model.window.step_index(ts) if nh else np.zeros(0, dtype=np.int64)
+    if nh and nsteps:
+        first = int(model.window.step_index(np.array([b0]))[0])
+        steps_of = np.where(steps_of >= 0, steps_of - first, -1)
     spans = model.model_spans
     in_model = g_model = None
     if spans is not None and spans.count:
@@ -328,6 +338,7 @@ def build_program(model: StepModel) -> Program:
         queue_depth=facts.queue_depth,
         ev_in_model=in_model,
         gap_model=g_model,
+        ev_step=steps_of,
     )
 
 
@@ -363,7 +374,8 @@ def replay(program: Program, host_scale: float = 1.0, repetitions: int = REPETIT
         return ReplayResult(0.0, 0.0, 0.0, 0.0)
     f = float(host_scale)
     kind = program.ev_kind.tolist()
-    gap = ((program.gap_other + program.gap_opt) * f + program.gap_data).tolist()
+    gap_ = (program.gap_other + program.gap_opt) * f + program.gap_data
+    gap = (gap_ if program.gap_fixed is None else gap_ + program.gap_fixed).tolist()
     dur = (program.ev_dur * f + (0.0 if program.ev_fixed is None else program.ev_fixed)).tolist()
     post = (program.ev_post * f).tolist()
     block = program.ev_block.tolist()

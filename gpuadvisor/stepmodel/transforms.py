@@ -129,6 +129,32 @@ def no_fixed_host(program: Program, where: Any) -> None:
         program.ev_fixed[where] = 0.0
 
 
+def add_fixed_host_before(program: Program, where: Any, per_step_us: float) -> None:
+    """Add `per_step_us` of host work (plain-run microseconds, not scaled by the profiler correction)
+    in each step, just before the first selected event of the step: where the mechanism runs (CUDA
+    graphs copy their inputs into the static buffers before the first replay), so that it delays the
+    GPU work that follows. Without the events' steps or a selected event in every step, it goes to the
+    block's tail (host work after the last event)."""
+    import numpy as np
+
+    total = per_step_us * program.steps
+    if total <= 0:
+        return
+    firsts: list[int] = []
+    if program.ev_step is not None and program.n_events:
+        sel = np.asarray(where, dtype=bool) & (program.ev_step >= 0)
+        idx = np.flatnonzero(sel)
+        if len(idx):
+            _, first_pos = np.unique(program.ev_step[idx], return_index=True)
+            firsts = idx[first_pos].tolist()
+    if len(firsts) != program.steps:
+        program.tail_fixed += total
+        return
+    if program.gap_fixed is None:
+        program.gap_fixed = np.zeros(program.n_events)
+    program.gap_fixed[firsts] += per_step_us
+
+
 def remove_waits(
     model: StepModel, program: Program, kinds: Collection[str], c: Constants | None = None
 ) -> Program:
@@ -492,15 +518,18 @@ def cuda_graphs(
         program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
         if not graph_launches.any():
             program.tail_other = program.tail_other * c.graph_host_fraction
+    launches = sel & (program.ev_kind == EV_LAUNCH)
     if not graph_launches.any():
         inputs = graph_inputs_per_step(model, program) if input_copies else 0.0
-        program.tail_fixed += (c.graph_step_host_us + c.graph_input_copy_us * inputs) * program.steps
+        # the copies run just before the first replay: the first graphed launch of the step (a scalar
+        # read's copy or a blocking launch is not graphed: the graph breaks there)
+        replays = launches & ~program.ev_in_read & ~program.ev_block
+        add_fixed_host_before(program, replays, (c.graph_step_host_us + c.graph_input_copy_us * inputs))
         if inputs * c.graph_input_copy_us >= 500.0:
             program.notes.append(
                 f"the graphs copy the {inputs:g} tensors moved to the GPU each step into their static input "
                 f"buffers before every replay (~{inputs * c.graph_input_copy_us / 1000:.1f} ms of host time per step)"
             )
-    launches = sel & (program.ev_kind == EV_LAUNCH)
     program.ev_dur = np.where(launches, np.minimum(program.ev_dur, c.graph_launch_gap_us), program.ev_dur)
     no_fixed_host(program, launches)
     program.ev_dur = np.where(

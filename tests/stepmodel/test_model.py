@@ -283,6 +283,49 @@ def test_graphs_copy_each_new_input_before_a_replay(tmp_path: Path) -> None:
     assert not any("tensors moved to the GPU" in n for n in predict(one, RemedyId.TORCH_COMPILE).notes)
 
 
+def _read_first_gpu_bound(n: int = 6, inputs: int = 10) -> SyntheticTrace:
+    """SYNTHETIC steps of 1000 us shaped like dlrm's: each starts by reading the previous step's result
+    (`.item()` waits for its long kernel, until +57 us), copies `inputs` pinned tensors to the device
+    (10 us apart), launches 10 short kernels 20 us apart and one 582 us kernel at +470, and leaves the
+    host free for the rest of the step while that kernel runs."""
+    st = SyntheticTrace()
+    for i in range(n):
+        t0 = i * STEP
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=STEP, gpu_dur=STEP)
+        st.add_item_read(ts=t0, dur=60.0, copy_ts=t0 + 58.0)
+        for k in range(inputs):
+            at = t0 + 70.0 + 10.0 * k
+            st.add_copy("HtoD", "Pinned", 1 << 16, ts=at + 6.0, dur=3.0, launch_ts=at, launch_dur=4.0)
+        for j in range(10):
+            ts = t0 + 280.0 + 20.0 * j
+            st.add_kernel(K_ELEMENTWISE, ts=ts + 6.0, dur=5.0, launch_ts=ts, launch_dur=4.0, op="aten::mul")
+        st.add_kernel(K_NVJET_BF16, ts=t0 + 475.0, dur=582.0, launch_ts=t0 + 470.0, launch_dur=4.0, op="aten::mm")
+    return st
+
+
+def test_the_graphs_input_copies_delay_the_gpu_work_after_them(tmp_path: Path) -> None:
+    # The graphs copy their inputs on the host just before the first replay of the step, after the read
+    # that waited for the GPU: the GPU waits for those copies. Placed at the end of the block instead,
+    # the same host time would overlap the long kernel and cost nothing.
+    from gpuadvisor.stepmodel import transforms as tf
+    from gpuadvisor.stepmodel.replay import replay
+
+    m = model_of(_read_first_gpu_bound(inputs=10), tmp_path)
+    assert tf.graph_inputs_per_step(m, m.program) == pytest.approx(10.0)
+    with_copies = predict(m, RemedyId.CUDA_GRAPHS)
+    launches_only = predict(m, RemedyId.CUDA_GRAPHS, input_copies=False)
+    cost_us = tf.CONSTANTS.graph_input_copy_us * 10  # 360 us, shorter than the long kernel
+    extra_us = (with_copies.predicted_step_ms - launches_only.predicted_step_ms) * 1000
+    assert extra_us == pytest.approx(cost_us, rel=0.1)
+    # one step's copies at the block's tail (after the long kernel's launch) hide behind that kernel
+    program = tf.cuda_graphs(m, m.program.copy(), input_copies=False)
+    at_tail = program.copy()
+    at_tail.tail_fixed += cost_us
+    assert replay(at_tail, m.host_scale).period_us == pytest.approx(
+        replay(program, m.host_scale).period_us, abs=5.0
+    )
+
+
 @pytest.mark.parametrize(("cls", "factor"), [("Adam", 0.37), ("AdamW", 0.33), ("SGD", 0.63), ("Adagrad", 0.75)])
 def test_foreach_to_fused_gpu_time_by_optimizer_class(tmp_path: Path, cls: str, factor: float) -> None:
     # a GPU-bound step whose foreach update (3 multi-tensor kernels, 3 ms) dominates: fused=True does
