@@ -84,12 +84,19 @@ class WorkloadCheck:
     best_low: float | None = None  # the largest fix's noise band (lowest repeat), recovered share
     # the top finding's remedy measured alone: (median, highest repeat) recovered share, when it was
     top_measured: tuple[float, float] | None = None
+    # the top finding ranks by its group's combined impact (`gpuadvisor.model.rank_impact`: the findings
+    # of one problem, fixed together): the group's remedies and their measured median together, when
+    # a variant applied exactly those remedies
+    top_group: tuple[str, ...] = ()
+    top_group_measured: float | None = None
 
     @property
     def top_matches(self) -> bool | None:
         """The top finding names the remedy of the largest measured fix, or a finding of the same
-        problem category (bf16 where the measured fix was TF32: both are fp32_math), or a remedy
-        measured as large within the noise (its best repeat reaches the largest fix's worst: `tied`)."""
+        problem category (bf16 where the measured fix was TF32: both are fp32_math), or a finding that
+        ranks by its group whose remedies measured together at least the largest fix (`group_wins`),
+        or a remedy measured as large within the noise (its best repeat reaches the largest fix's
+        worst: `tied`)."""
         if self.control:
             return not self.loud
         if self.best_remedy is None or self.best_measured is None or self.best_measured < MIN_PAYING_FIX:
@@ -97,7 +104,18 @@ class WorkloadCheck:
         return (
             self.top_remedy == self.best_remedy
             or (self.top_category is not None and self.top_category == self.best_category)
+            or self.group_wins
             or self.tied
+        )
+
+    @property
+    def group_wins(self) -> bool:
+        """The top finding ranks by its group (one problem, its remedies applied together), and the
+        group's remedies measured together gained at least as much as the largest single fix."""
+        return (
+            self.top_group_measured is not None
+            and self.best_measured is not None
+            and self.top_group_measured >= self.best_measured
         )
 
     @property
@@ -201,6 +219,7 @@ def analyze_workload(
     analysis the plain-python step time measure.py measured; `capture` uses the capture's own
     reference steps, as a user's analysis does."""
     from gpuadvisor.analysis import analyze
+    from gpuadvisor.model import rank_impact
     from gpuadvisor.stepmodel.predict import predict_combined
 
     run = runs / f"{w.name}-planted"
@@ -216,6 +235,7 @@ def analyze_workload(
     rows: list[Row] = []
     best: tuple[float, str, str, str, float | None] | None = None
     alone: dict[str, tuple[float, float]] = {}  # remedy measured alone -> (median, highest repeat)
+    together: dict[frozenset[str], float] = {}  # the remedies a variant applied -> measured median
     for v in w.variants():
         if v.name == "planted":
             continue
@@ -247,12 +267,17 @@ def analyze_workload(
                 multiplier=mult if mult and mult != 1.0 else None,
             )
         )
+        if meas_rec is not None:
+            together[frozenset(remedies)] = meas_rec
         if len(remedies) == 1 and meas_rec is not None:
             high = recovered(m.get("speedup_max"))
             alone[remedies[0]] = (meas_rec, high if high is not None else meas_rec)
             if best is None or meas_rec > best[0]:
                 category = next((p.category for p in w.problems if p.fix == v.name), "")
                 best = (meas_rec, v.name, remedies[0], category, recovered(m.get("speedup_min")))
+    group: tuple[str, ...] = ()
+    if top is not None and top.prediction and rank_impact(top) > (top.impact or 0.0):
+        group = tuple(sorted(str(x) for x in top.prediction.get("group_remedies") or ()))
     check = WorkloadCheck(
         workload=w.name,
         split=w.split.value,
@@ -268,6 +293,8 @@ def analyze_workload(
         best_category=best[3] if best else None,
         best_low=best[4] if best else None,
         top_measured=alone.get(top.remedy) if top is not None and top.remedy else None,
+        top_group=group,
+        top_group_measured=together.get(frozenset(group)) if group else None,
     )
     return rows, check
 
@@ -330,7 +357,12 @@ def markdown(rows: Sequence[Row], checks: Sequence[WorkloadCheck], meta: dict[st
             verdict = {True: "yes", False: "NO", None: "n/a (no measured fix paid)" if c.best_fix else "not measured"}[
                 c.top_matches
             ]
-            if c.top_matches and c.tied and c.top_measured is not None:
+            if c.top_matches and c.group_wins and c.top_remedy != c.best_remedy:
+                verdict = (
+                    f"yes, as one problem: {c.top_rule} ranks by its group ({'+'.join(c.top_group)}), "
+                    f"measured {pct(c.top_group_measured)} together"
+                )
+            elif c.top_matches and c.tied and c.top_measured is not None:
                 verdict = (
                     f"yes, tied: {c.top_remedy} measured {pct(c.top_measured[0])} alone, its best repeat "
                     f"{pct(c.top_measured[1])} reaches the largest fix's worst ({pct(c.best_low)})"
