@@ -12,8 +12,8 @@ the array, must end exactly after a whole event (a `}` inside a string or a nest
 parse). The columns of both parts are then joined in file order, so the tables are the same as a
 one-process read.
 
-Anything unexpected (the worker cannot start, dies, reports no boundary or an error, or the boundary
-is not an event boundary) falls back to reading the rest in this process: the split only ever costs
+Anything unexpected (the worker cannot start, dies, reports no boundary or an error, stops sending
+for `_STALL_S` seconds, or the boundary is not an event boundary) falls back to reading the rest in this process: the split only ever costs
 time, never events. `GPUADVISOR_LOAD_SPLIT=0` turns it off.
 """
 
@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -44,6 +45,9 @@ MAIN_SHARE = 0.55
 ENV = "GPUADVISOR_LOAD_SPLIT"
 _HEADER = struct.Struct("<Q")
 _BOUNDARY_WAIT_S = 120.0  # the worker reports its boundary within a fraction of a second normally
+# After the boundary the worker sends a block every few tens of milliseconds: this long without one
+# (a worker stopped or stuck without dying), this process stops waiting and reads the rest itself.
+_STALL_S = 60.0
 
 
 def usable_cpus() -> int:
@@ -163,7 +167,9 @@ class SplitRead:
         assert self.proc is not None
         if self.while_waiting is not None and not self._ended.is_set():
             self.while_waiting()
-        self._ended.wait()
+        if not self._wait_for_end():
+            self.close()
+            return None  # the worker stalled: this process reads the rest
         self._reader.join()
         last = self.messages[-1] if self.messages else b""
         if last[:1] != b"D" or self.proc.wait() != 0:
@@ -177,6 +183,18 @@ class SplitRead:
         col.add_counts(counts, counters)
         return dict(top)
 
+    def _wait_for_end(self) -> bool:
+        """Wait for the worker's last message while it keeps sending; False when nothing came for
+        `_STALL_S` seconds."""
+        seen, since = -1, time.monotonic()
+        while not self._ended.wait(min(1.0, _STALL_S)):
+            count = len(self.messages)
+            if count != seen:
+                seen, since = count, time.monotonic()
+            elif time.monotonic() - since >= _STALL_S:
+                return False
+        return True
+
     def abandon(self) -> None:
         self.close()
 
@@ -187,6 +205,9 @@ class SplitRead:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        # the reader thread sees the end of the killed worker's output before the pipe is closed
+        if self._reader.is_alive():
+            self._reader.join(10.0)
         if proc.stdout is not None:
             proc.stdout.close()
         self.messages.clear()

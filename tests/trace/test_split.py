@@ -143,6 +143,36 @@ def test_worker_killed_midway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     _assert_same(got, expected)
 
 
+def test_worker_that_hangs_after_its_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped without dying (SIGSTOP) after reporting its boundary: nothing more arrives, and
+    after the stall limit this process kills it and reads the rest itself."""
+    import os
+    import signal
+    import time
+
+    p = _synthetic(200).write(tmp_path / "t.json")
+    expected = _one_process(p, chunk_bytes=4096)
+    spy = _Spy(monkeypatch)
+    monkeypatch.setattr(_split, "_STALL_S", 0.5)
+    boundary = _split.SplitRead.boundary
+    stopped: list[Any] = []
+
+    def stop_after_boundary(split: _split.SplitRead) -> int | None:
+        out = boundary(split)
+        assert split.proc is not None
+        os.kill(split.proc.pid, signal.SIGSTOP)
+        stopped.append(split.proc)
+        return out
+
+    monkeypatch.setattr(_split.SplitRead, "boundary", stop_after_boundary)
+    t0 = time.monotonic()
+    got = load_trace(p, chunk_bytes=4096)
+    assert time.monotonic() - t0 < 30
+    assert spy.finished == [False]
+    assert stopped and stopped[0].poll() is not None  # killed, not left stopped
+    _assert_same(got, expected)
+
+
 def test_worker_that_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = _synthetic(100).write(tmp_path / "t.json")
     expected = _one_process(p, chunk_bytes=4096)
