@@ -13,8 +13,8 @@ parse). The columns of both parts are then joined in file order, so the tables a
 one-process read.
 
 Anything unexpected (the worker cannot start, dies, reports no boundary or an error, stops sending
-for `_STALL_S` seconds, or the boundary is not an event boundary) falls back to reading the rest in this process: the split only ever costs
-time, never events. `GPUADVISOR_LOAD_SPLIT=0` turns it off.
+for `_STALL_S` seconds, or the boundary is not an event boundary) falls back to reading the rest in
+this process: the split only ever costs time, never events. `GPUADVISOR_LOAD_SPLIT=0` turns it off.
 """
 
 from __future__ import annotations
