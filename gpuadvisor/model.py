@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +143,33 @@ def rank_impact(f: Finding) -> float:
     if isinstance(group, (int, float)) and not isinstance(group, bool) and group > own:
         return float(group)
     return own
+
+
+def group_note(f: Finding, findings: Sequence[Finding]) -> str | None:
+    """The sentence that says why a finding ranks above findings of higher impact: it ranks by its
+    group's combined prediction (`rank_impact`). Said once per group, on its first finding in
+    `findings` (ranked order); None for the others and for a finding that ranks by its own impact."""
+    own = f.impact if f.impact is not None else -1.0
+    combined = rank_impact(f)
+    if combined <= own or f.prediction is None:
+        return None
+    if f.group is not None and next((g for g in findings if g.group == f.group), f) is not f:
+        return None
+    others = [g.rule for g in findings if g is not f and g.group is not None and g.group == f.group]
+    with_ = f" with {', '.join(others)}" if others else ""
+    remedies = [str(r) for r in f.prediction.get("group_remedies") or ()]
+    what = f" ({' + '.join(remedies)})" if remedies else ""
+    speedup = f.prediction.get("group_speedup")
+    times = (
+        f" ({float(speedup):.2f}x)"
+        if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) and speedup > 0
+        else ""
+    )
+    problem = (f.group or f.category.value).replace("_", " ")
+    return (
+        f"Ranked as one problem ({problem}){with_}: the fixes together{what} are predicted to save "
+        f"{100 * combined:.0f}% of the step{times}."
+    )
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

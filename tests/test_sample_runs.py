@@ -227,3 +227,33 @@ def test_compile_prediction_against_the_compiled_run_of_the_same_machine() -> No
     assert abs(ga501[0].impact - measured) <= 0.05, (ga501[0].impact, measured)
     # the compiled run is compiled already: no compile advice there
     assert not [f for f in compiled.findings if f.rule == "GA501" and f.severity.value != "info"]
+
+
+def test_a_finding_ranked_by_its_group_says_so_in_every_format() -> None:
+    """dlrm: GA502 (fused Adam, 15%) ranks above GA102 (15.3%) because it is one problem with GA501
+    (launch overhead, both fixes together 26%); the terminal, Markdown and HTML say so, and only on the
+    findings it applies to."""
+    from gpuadvisor.model import group_note
+    from gpuadvisor.render import markdown, text
+    from gpuadvisor.render.html import render_html
+
+    result = _result("dlrm-planted")
+    rules = [f.rule for f in result.findings]
+    ga102 = next(f for f in result.findings if f.rule == "GA102")
+    ga502 = next(f for f in result.findings if f.rule == "GA502")
+    assert rules.index("GA502") < rules.index("GA102") and (ga502.impact or 0) < (ga102.impact or 0)
+    note = group_note(ga502, result.findings)
+    assert note is not None and "with GA501" in note
+    combined = ga502.prediction["group_recovered_fraction"] if ga502.prediction else None
+    assert combined is not None and f"{100 * combined:.0f}% of the step" in note
+    assert group_note(ga102, result.findings) is None
+    ga501 = next(f for f in result.findings if f.rule == "GA501")
+    assert group_note(ga501, result.findings) is None  # said once, on the group's first finding
+    assert note in " ".join(text.render(result, verbose=True).split())
+    assert "combined gain" in text.render(result)
+    assert "Ranked as one problem (launch overhead) with GA501" in markdown.render(result)
+    assert "Ranked as one problem (launch overhead) with GA501" in render_html(result, generated_at="x")
+    # a run whose findings rank by their own impact carries no such note
+    plain = _result("low_occupancy-planted")
+    assert plain.findings and all(group_note(f, plain.findings) is None for f in plain.findings)
+    assert "combined gain" not in text.render(plain)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
 from gpuadvisor.errors import OutputLostError
-from gpuadvisor.model import Finding, Location, Severity, jsonable
+from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable
 from gpuadvisor.render._format import (
     clip,
     fmt_bytes,
@@ -589,6 +589,7 @@ def _finding_view(
         "impact_text": f"{f.impact * 100:.1f}% of step time" if f.impact is not None else "not measured",
         "impact_width": 0.0 if f.impact is None else round(max(0.0, min(1.0, f.impact)) * 100, 1),
         "impact_explanation": f.impact_explanation,
+        "group_note": group_note(f, result.findings) or "",
         "verified_text": _verified_text(f),
         "title": f.title,
         "message": f.message,

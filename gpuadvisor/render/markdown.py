@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gpuadvisor.model import Finding, Severity
+from gpuadvisor.model import Finding, Severity, group_note
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
 from gpuadvisor.render._format import clip, mfu_unknown_reason, rule_sort_key
 from gpuadvisor.result import AnalysisResult
@@ -108,6 +108,10 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
         if len(result.findings) > MAX_ROWS:
             lines.append(f"\n_…and {len(result.findings) - MAX_ROWS} more findings (see the full report)._")
         lines.append("")
+        notes = [(f, group_note(f, result.findings)) for f in result.findings[:MAX_ROWS]]
+        lines += [f"_{escape(f.rule)}: {escape(note, 300)}_" for f, note in notes if note]
+        if any(note for _, note in notes):
+            lines.append("")
         top = next((f for f in result.findings if not is_internal(f)), None)
         if top is not None and top.recommendation:
             lines += [

@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from gpuadvisor.model import Finding, Severity
+from gpuadvisor.model import Finding, Severity, group_note
 from gpuadvisor.render._format import (
     Style,
     fmt_number,
@@ -102,10 +102,15 @@ def _impact(f: Finding) -> str:
     return "   -" if f.impact is None else f"{100 * f.impact:3.0f}%"
 
 
-def _finding_lines(index: int, f: Finding, *, verbose: bool, style: Style) -> tuple[list[str], bool]:
-    """The lines of one finding and whether anything was shortened."""
+def _finding_lines(
+    index: int, f: Finding, *, verbose: bool, style: Style, group: str | None = None
+) -> tuple[list[str], bool]:
+    """The lines of one finding and whether anything was shortened. `group`: the sentence saying the
+    finding ranks by its group's combined gain (`gpuadvisor.model.group_note`)."""
     severity = style.severity(f"{f.severity.value.upper():<6}", f.severity.value)
     lines = [f"{index:2d}. {severity} {_impact(f)}  {style.bold(f.rule)} {f.name}: {f.title}"]
+    if group:
+        lines.extend(textwrap.wrap(group, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
     shortened = False
     shown = f.locations if verbose else f.locations[:MAX_LOCATIONS]
     for loc in shown:
@@ -187,11 +192,14 @@ def render(
     if real:
         counts = {s: sum(1 for f in real if f.severity is s) for s in Severity}
         summary = ", ".join(style.severity(f"{n} {s.value}", s.value) for s, n in counts.items() if n)
-        lines.append(f"{len(real)} finding{'s' if len(real) != 1 else ''} ({summary}), highest impact first:")
+        order = "highest impact first"
+        if any(group_note(f, real) for f in real):
+            order += " (the findings of one problem rank by their fixes' combined gain)"
+        lines.append(f"{len(real)} finding{'s' if len(real) != 1 else ''} ({summary}), {order}:")
         lines.append("")
         shown = real if verbose else real[:max_findings]
         for i, f in enumerate(shown, 1):
-            finding_lines, cut = _finding_lines(i, f, verbose=verbose, style=style)
+            finding_lines, cut = _finding_lines(i, f, verbose=verbose, style=style, group=group_note(f, real))
             lines.extend(finding_lines)
             lines.append("")
             shortened |= cut
