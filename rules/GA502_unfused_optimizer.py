@@ -35,7 +35,8 @@ class UnfusedOptimizer(Rule):
     How it is detected
     ------------------
     The `Optimizer.step#<Class>.step` spans of the analyzed steps; the kernels launched inside a span
-    are the optimizer's. A per-tensor update: fewer than half of them are multi-tensor kernels and
+    are the optimizer's. A span that holds the model's forward and backward (`optimizer.step(closure)`,
+    as PyTorch Lightning steps) starts after the backward: the closure's work is the model's. A per-tensor update: fewer than half of them are multi-tensor kernels and
     there are at least `min_kernels_per_step` per step. A foreach update (multi-tensor kernels) of a
     class that has a fused implementation gets a smaller finding for fused=True. Already fused
     (`multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata...>`, `fused_adam...` kernels, or the
@@ -43,7 +44,8 @@ class UnfusedOptimizer(Rule):
     tensor count come from environment.json.
 
     Impact: the step time recovered in a replay of the analyzed steps with the update fused: its host
-    time per step becomes a base cost plus a small cost per parameter tensor (never more than now),
+    time per step from the first launch to the last becomes a base cost plus a small cost per
+    parameter tensor (never more than now; the Python before the first launch stays),
     and its GPU time shrinks (by `per_tensor_to_fused_gpu` from a per-tensor update; from foreach, by
     the ratio of tensor passes of the fused update to the foreach one for the optimizer's class: Adam
     7/19, AdamW 7/21, SGD with momentum 5/8, else `foreach_to_fused_gpu`; docs/model.md). Only

@@ -520,6 +520,7 @@ def training_loop(
     engine: bool = True,
     batch_bytes: int = 0,
     batch_copies: int = 1,
+    closure: bool = False,
 ) -> SyntheticTrace:
     """SYNTHETIC host-bound training steps shaped like a real eager loop (the autograd bookkeeping as
     Kineto records it). Each step: `prep_us` of batch preparation in Python (one CPU op that carries the
@@ -528,7 +529,9 @@ def training_loop(
     thread (same sequence numbers), and a 100 us optimizer step. With `nonzero`, forward op 10 waits
     for a data-dependent size (`aten::nonzero`'s device-to-host copy of the count). With `batch_bytes`,
     the prepared batch is copied to the device (pinned, 20 us) just before the forward, as `batch_copies`
-    tensors (copies 25 us apart)."""
+    tensors (copies 25 us apart). With `closure`, the step runs as `optimizer.step(closure)` does (PyTorch
+    Lightning): the Optimizer.step span opens 10 us before the forward and holds the forward, the
+    backward and then the 100 us update, which launches 5 kernels 20 us apart."""
     st = SyntheticTrace()
     period = prep_us + 1400.0
     seq = 1000
@@ -562,6 +565,12 @@ def training_loop(
                 K_ELEMENTWISE, ts=ts + 10.0, dur=5.0, launch_ts=ts + 3.0, launch_dur=4.0,
                 op="MulBackward0", op_ts=ts + 1.0, op_dur=12.0, op_seq=s, launch_tid=BACKWARD_TID,
             )
-        st.add_optimizer_step(bwd0 + 620.0, 100.0)
+        if closure:
+            st.add_optimizer_step(fwd0 - 10.0, 620.0 + 620.0 + 100.0 + 10.0)
+            for k in range(5):
+                at = bwd0 + 625.0 + 20.0 * k
+                st.add_kernel(K_MULTI_TENSOR, ts=at + 6.0, dur=3.0, launch_ts=at, launch_dur=4.0, op="aten::_foreach_add_")
+        else:
+            st.add_optimizer_step(bwd0 + 620.0, 100.0)
         seq += 20
     return st

@@ -496,6 +496,28 @@ def optimizer_spans(trace: TraceModel) -> Spans:
     return host_spans(trace, _OPTIMIZER_SPAN_RE)
 
 
+def optimizer_own_spans(optimizer: Spans, model: Spans | None) -> Spans:
+    """The optimizer spans without the closure an optimizer ran before its update.
+
+    `optimizer.step(closure)` runs the closure (forward and backward) inside the step's span before it
+    updates the parameters: PyTorch Lightning always steps this way (its `training_step`, hooks and
+    backward run in the closure), as do LBFGS-style loops. That work is the model's, not the
+    optimizer's: a fused optimizer does not remove it. An optimizer span that holds model spans
+    (`model_spans`) starts after the last of them; the others are kept whole."""
+    import numpy as np
+
+    if not optimizer.count or model is None or not model.count:
+        return optimizer
+    last = np.searchsorted(model.ends, optimizer.ends, side="right") - 1
+    ok = last >= 0
+    idx = np.clip(last, 0, None)
+    inside = ok & (model.starts[idx] >= optimizer.starts) & (model.ends[idx] <= optimizer.ends)
+    if not inside.any():
+        return optimizer
+    starts = np.where(inside, model.ends[idx], optimizer.starts)
+    return Spans(starts, optimizer.ends.copy(), optimizer.names)
+
+
 def dataloader_spans(trace: TraceModel) -> Spans:
     return host_spans(trace, _DATALOADER_RE)
 

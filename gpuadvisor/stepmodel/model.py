@@ -384,6 +384,7 @@ def build_step_model(
     optimizer = b.optimizer_spans(trace)
     reads = b.scalar_read_spans(trace)
     compute = b.model_spans(trace, segments)
+    optimizer = b.optimizer_own_spans(optimizer, compute)
     ops = b.build_ops(trace, segments, window, optimizer)
     host = b.build_host(trace, segments, window, ops, data, optimizer, reads)
     busy = b.busy_intervals(ops)

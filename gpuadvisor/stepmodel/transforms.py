@@ -628,10 +628,12 @@ def fused_optimizer(
 
     steps = max(1, program.steps)
     in_opt = program.ev_in_optimizer
+    gaps, calls, whole_tail = optimizer_update_events(program)
+    tail = program.tail_opt if whole_tail else 0.0
     host_now = (
-        float(program.gap_opt.sum())
-        + program.tail_opt
-        + float((program.ev_dur[in_opt]).sum() + program.ev_post[in_opt].sum())
+        float(program.gap_opt[gaps].sum())
+        + tail
+        + float(program.ev_dur[calls].sum() + program.ev_post[calls].sum())
     )
     if host_now <= 0:
         return program
@@ -642,10 +644,11 @@ def fused_optimizer(
     )
     target = steps * (c.fused_optimizer_host_base_us + c.fused_optimizer_host_per_tensor_us * tensors)
     factor = min(1.0, target / host_now)
-    program.gap_opt = program.gap_opt * factor
-    program.tail_opt = program.tail_opt * factor
-    program.ev_dur = np.where(in_opt, program.ev_dur * factor, program.ev_dur)
-    program.ev_post = np.where(in_opt, program.ev_post * factor, program.ev_post)
+    program.gap_opt = np.where(gaps, program.gap_opt * factor, program.gap_opt)
+    if whole_tail:
+        program.tail_opt = program.tail_opt * factor
+    program.ev_dur = np.where(calls, program.ev_dur * factor, program.ev_dur)
+    program.ev_post = np.where(calls, program.ev_post * factor, program.ev_post)
     gpu_factor = (
         c.per_tensor_to_fused_gpu
         if per_tensor
@@ -654,6 +657,38 @@ def fused_optimizer(
     ops_in_opt = _op_column(model, program, "in_optimizer").astype(bool)
     program.op_dur = np.where(ops_in_opt, program.op_dur * gpu_factor, program.op_dur)
     return program
+
+
+def optimizer_update_events(program: Program) -> tuple[Any, Any, bool]:
+    """Where the optimizer's update runs on the host, per optimizer call (a run of consecutive events
+    inside an optimizer span): the host work between its first and its last launch and those calls.
+    The Python before the first launch (building the parameter lists: the same for a fused update)
+    and after the last one (the caller's hooks) stay. A call without launches counts whole.
+    Returns (gaps, calls, whole_tail): masks over the events whose preceding host work and whose call
+    belong to the update, and whether the optimizer time after the block's last event does (the
+    block ends inside an update with no launch seen)."""
+    import numpy as np
+
+    n = program.n_events
+    gaps = np.zeros(n, dtype=bool)
+    calls = np.zeros(n, dtype=bool)
+    idx = np.flatnonzero(program.ev_in_optimizer)
+    if not len(idx):
+        return gaps, calls, True
+    launch = program.ev_kind == EV_LAUNCH
+    cut = np.flatnonzero(np.diff(idx) > 1)
+    whole_tail = False
+    for a, z in zip(np.r_[idx[0], idx[cut + 1]].tolist(), np.r_[idx[cut], idx[-1]].tolist(), strict=True):
+        launches = np.flatnonzero(launch[a : z + 1]) + a
+        if not len(launches):
+            gaps[a : z + 1] = True
+            calls[a : z + 1] = True
+            whole_tail |= z == n - 1
+            continue
+        first, last = int(launches[0]), int(launches[-1])
+        gaps[first + 1 : last + 1] = True
+        calls[first : last + 1] = True
+    return gaps, calls, whole_tail
 
 
 def fix_grids(
