@@ -212,6 +212,7 @@ CATALOG: tuple[Workload, ...] = (
         _p("larger_batch", "small_batch", "larger_batch"),
         _p("bf16_mixed", "fp32_math", "bf16_autocast"),
     ), HOLD, framework=Framework.LIGHTNING, isolated=True,
+        probes=(("fused_adam", ("--fused-adam",)),), probe_remedies=(("fused_adam", "fused_optimizer"),),
         measure=MeasureSettings(est_run_s=6.0, est_first_s=0.0), record=RecordSettings(est_run_s=14.0)),
     Workload("hf_trainer_fp32", F.TRANSFORMER, (_p("bf16", "fp32_math", "bf16_autocast"),), HOLD,
              framework=Framework.HF_TRAINER, isolated=True,

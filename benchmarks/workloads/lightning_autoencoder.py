@@ -19,6 +19,9 @@ the same per-step host work carries 256 images.
 (the math is a negligible part of the step; autocast adds host work): measured to calibrate advice
 that would recommend it.
 --fixed: both.
+--fused-adam (a probe, not a fix): `torch.optim.Adam(..., fused=True)` in `configure_optimizers`, to
+measure what GA502's advice gains here (Lightning steps the optimizer with a closure that runs the
+training step and the backward inside `optimizer.step`: only the update after it is the optimizer's).
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from torch import nn
 
 
 class LitAutoEncoder(L.LightningModule):
-    def __init__(self) -> None:
+    def __init__(self, fused_adam: bool = False) -> None:
         super().__init__()
+        self.fused_adam = fused_adam
         self.encoder = nn.Sequential(nn.Linear(28 * 28, 128), nn.ReLU(), nn.Linear(128, 3))
         self.decoder = nn.Sequential(nn.Linear(3, 128), nn.ReLU(), nn.Linear(128, 28 * 28))
 
@@ -56,7 +60,7 @@ class LitAutoEncoder(L.LightningModule):
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        optimizer = torch.optim.Adam(self.parameters(), lr=1e-3)
+        optimizer = torch.optim.Adam(self.parameters(), lr=1e-3, fused=True if self.fused_adam else None)
         return optimizer
 
 
@@ -77,6 +81,7 @@ class BenchCallback(L.Callback):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_workload_args(parser, fixes=["larger_batch", "bf16_mixed"], steps=3000)
+    parser.add_argument("--fused-adam", action="store_true", help="probe: Adam(fused=True)")
     args = parser.parse_args()
     fixes = chosen_fixes(args)
     torch.manual_seed(0)
@@ -92,7 +97,7 @@ def main() -> None:
     device = pick_device(args.tiny)
     bench = StepBench("lightning_autoencoder", variant_name(args), device, batch_size, args.steps)
 
-    autoencoder = LitAutoEncoder()
+    autoencoder = LitAutoEncoder(fused_adam=args.fused_adam and device.type == "cuda")
     trainer = L.Trainer(
         max_steps=args.steps,
         accelerator="cpu" if args.tiny else "auto",
