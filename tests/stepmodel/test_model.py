@@ -131,18 +131,26 @@ def test_larger_batch_keeps_underfilled_short_kernels_and_scales_full_ones(tmp_p
     assert x16.batch_multiplier == 16.0
 
 
-def test_fused_optimizer_replaces_per_tensor_host_time(tmp_path: Path) -> None:
+def _per_tensor_update(python_before_us: float = 0.0) -> SyntheticTrace:
+    """SYNTHETIC steps of (2000 + python_before_us) us: a 300 us kernel, then Optimizer.step: after
+    `python_before_us` of Python without launches, 150 launches of 2 us kernels 10 us apart (a
+    host-bound per-tensor update)."""
     st = SyntheticTrace()
+    step = 2000.0 + python_before_us
     for i in range(6):
-        t0 = i * 2000.0
-        st.add_step(i + 1, cpu_start=t0, cpu_dur=2000.0, gpu_dur=2000.0)
+        t0 = i * step
+        st.add_step(i + 1, cpu_start=t0, cpu_dur=step, gpu_dur=step)
         st.add_kernel(K_ELEMENTWISE, ts=t0 + 20, dur=300, grid=(1024, 1, 1), launch_ts=t0 + 5, launch_dur=4)
-        st.add_optimizer_step(t0 + 400, 1500)
-        t = t0 + 410
-        for _ in range(150):  # 150 launches of 2 us kernels, 10 us apart: host-bound update
+        st.add_optimizer_step(t0 + 400, 1500 + python_before_us)
+        t = t0 + 410 + python_before_us
+        for _ in range(150):
             st.add_kernel(K_ADAM, ts=t + 4, dur=2, grid=(8, 1, 1), launch_ts=t, launch_dur=3)
             t += 10
-    m = model_of(st, tmp_path)
+    return st
+
+
+def test_fused_optimizer_replaces_per_tensor_host_time(tmp_path: Path) -> None:
+    m = model_of(_per_tensor_update(), tmp_path)
     pred = predict(m, RemedyId.FUSED_OPTIMIZER, per_tensor=True, param_tensors=50)
     # the update's host time (~1.5 ms) becomes 60 + 0.5 x 50 = 85 us; the rest of the host step stays
     assert pred.predicted_step_ms * 1000 == pytest.approx(2000 - 1500 + 85, rel=0.05)
@@ -151,17 +159,7 @@ def test_fused_optimizer_replaces_per_tensor_host_time(tmp_path: Path) -> None:
 def test_fused_optimizer_keeps_the_python_before_the_first_launch(tmp_path: Path) -> None:
     # the same update after 600 us of Python inside Optimizer.step (building the parameter lists, which a
     # fused update does too): only the launches' stretch becomes the fused cost
-    st = SyntheticTrace()
-    for i in range(6):
-        t0 = i * 2600.0
-        st.add_step(i + 1, cpu_start=t0, cpu_dur=2600.0, gpu_dur=2600.0)
-        st.add_kernel(K_ELEMENTWISE, ts=t0 + 20, dur=300, grid=(1024, 1, 1), launch_ts=t0 + 5, launch_dur=4)
-        st.add_optimizer_step(t0 + 400, 2100)
-        t = t0 + 1010
-        for _ in range(150):
-            st.add_kernel(K_ADAM, ts=t + 4, dur=2, grid=(8, 1, 1), launch_ts=t, launch_dur=3)
-            t += 10
-    m = model_of(st, tmp_path)
+    m = model_of(_per_tensor_update(python_before_us=600.0), tmp_path)
     pred = predict(m, RemedyId.FUSED_OPTIMIZER, per_tensor=True, param_tensors=50)
     # 1.49 ms from the first launch to the end of the last becomes 85 us; the 600 us before stay
     assert pred.predicted_step_ms * 1000 == pytest.approx(2600 - 1493 + 85, rel=0.05)
