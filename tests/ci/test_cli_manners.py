@@ -523,3 +523,15 @@ def test_entry_point_skips_the_teardown_of_read_only_commands(item_trace: Path, 
         env=env,
     )
     assert proc.returncode == 0 and "TEARDOWN" in proc.stderr, proc.stderr
+
+
+def test_the_together_line_needs_two_fixes() -> None:
+    """The summary's "With the fixes of A, B together" line adds the combined replay of several fixes;
+    with one fix it would repeat that finding's own prediction (and read "the fixes of GA502 together")."""
+    from gpuadvisor.render import text
+
+    base = _long_result()
+    one = {"rules": ["GA502"], "baseline_step_ms": 3.08, "predicted_step_ms": 2.87, "speedup": 1.07}
+    two = {**one, "rules": ["GA502", "GA501"], "predicted_step_ms": 2.5, "speedup": 1.23}
+    assert "together (predicted" not in text.render(replace(base, prediction=one))
+    assert "With the fixes of GA502, GA501 together" in text.render(replace(base, prediction=two))
