@@ -117,7 +117,8 @@ HOST_COLUMNS: tuple[str, ...] = (
     "kind",  # LAUNCH / SYNC / ALLOC / WORK
     "sync_kind",  # SYNC_KINDS for syncs and blocking copies, "" otherwise
     "blocking",  # a launch the host waited for (pageable copy, cudaMemcpy)
-    "backpressure",  # a launch call held up by a full launch queue
+    "long_call",  # a non-blocking launch call far longer than the typical one (held up, or host work)
+    "backpressure",  # a long launch call held up by a full launch queue
     "in_flight",  # GPU operations launched and still running when the call returned
     "drain_ts",  # end of the GPU work the call waited for (NaN when it did not wait)
     "step",  # analyzed step index, -1 outside
@@ -740,6 +741,7 @@ def build_host(
     plain_launch = is_launch & ~blocking
     typical = float(np.median(launch_dur[plain_launch])) if plain_launch.any() else 5.0
     long_call = plain_launch & (launch_dur > max(50.0, 10.0 * typical))
+    h["long_call"] = long_call
     h["in_flight"] = _in_flight(ops, h["end"].to_numpy(dtype=np.float64))
     h["backpressure"] = long_call & (h["in_flight"].to_numpy() >= BACKPRESSURE_MIN_IN_FLIGHT)
 

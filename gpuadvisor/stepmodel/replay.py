@@ -171,6 +171,7 @@ def build_program(model: StepModel) -> Program:
     kinds = h["kind"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object)
     blocking = h["blocking"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
     backpressure = h["backpressure"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
+    long_call = h["long_call"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
     drain = h["drain_ts"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
 
     # host work before each event: from the running max of previous ends (threads may overlap)
@@ -260,11 +261,12 @@ def build_program(model: StepModel) -> Program:
         elif ev_kind[i] == EV_LAUNCH:
             ev_post[i] = max(0.0, dur[i] - facts.launch_call_us)
             ev_dur[i] = min(dur[i], facts.launch_call_us)
-    # a launch call far longer than usual while the queue was not full did host work of its own (a
-    # pageable copy staging its bytes through the driver's buffer: 90-120 us a call in dlrm-planted,
-    # 1.2x longer under the profiler where the model's own host work took 2x); the profiler adds a few
-    # microseconds to such a call, not a share of it: the part beyond a typical call is not scaled
-    long_host = (ev_kind == EV_LAUNCH) & ~blocking & ~backpressure & (dur > max(50.0, 10.0 * facts.launch_call_us))
+    # a launch call far longer than usual while the queue was not full (build.build_host: `long_call`
+    # without `backpressure`) did host work of its own (a pageable copy staging its bytes through the
+    # driver's buffer: 90-120 us a call in dlrm-planted, 1.2x longer under the profiler where the
+    # model's own host work took 2x); the profiler adds a few microseconds to such a call, not a share
+    # of it: the part beyond a typical call is not scaled
+    long_host = (ev_kind == EV_LAUNCH) & long_call & ~backpressure
     ev_fixed = np.where(long_host, dur - facts.launch_call_us, 0.0)
     ev_dur[long_host] = facts.launch_call_us
 
