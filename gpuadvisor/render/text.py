@@ -192,14 +192,15 @@ def render(
     if real:
         counts = {s: sum(1 for f in real if f.severity is s) for s in Severity}
         summary = ", ".join(style.severity(f"{n} {s.value}", s.value) for s, n in counts.items() if n)
+        notes = [group_note(f, real) for f in real]
         order = "highest impact first"
-        if any(group_note(f, real) for f in real):
+        if any(notes):
             order += " (the findings of one problem rank by their fixes' combined gain)"
         lines.append(f"{len(real)} finding{'s' if len(real) != 1 else ''} ({summary}), {order}:")
         lines.append("")
         shown = real if verbose else real[:max_findings]
-        for i, f in enumerate(shown, 1):
-            finding_lines, cut = _finding_lines(i, f, verbose=verbose, style=style, group=group_note(f, real))
+        for i, (f, note) in enumerate(zip(shown, notes, strict=False), 1):
+            finding_lines, cut = _finding_lines(i, f, verbose=verbose, style=style, group=note)
             lines.extend(finding_lines)
             lines.append("")
             shortened |= cut
