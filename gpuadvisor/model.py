@@ -25,6 +25,7 @@ class Category(str, enum.Enum):
     LAUNCH_OVERHEAD = "launch_overhead"
     LOW_OCCUPANCY = "low_occupancy"
     FP32_MATH = "fp32_math"
+    KERNEL_EFFICIENCY = "kernel_efficiency"  # busy GPU time far from its roofline (issue 31)
     MEMORY = "memory"
     COMMUNICATION = "communication"
     GPU_HEALTH = "gpu_health"

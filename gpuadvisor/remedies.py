@@ -32,6 +32,10 @@ class RemedyId(str, enum.Enum):
     # input pipeline
     DATALOADER_WORKERS = "dataloader_workers"  # num_workers, persistent_workers, prefetch_factor
     DATALOADER_PIN_MEMORY = "dataloader_pin_memory"
+    PERSISTENT_WORKERS = "persistent_workers"  # keep workers alive across epochs
+    # costs that come every N steps (issue 27)
+    EVALUATE_LESS_OFTEN = "evaluate_less_often"  # evaluation interval / batches, or asynchronously
+    ASYNC_CHECKPOINT = "async_checkpoint"  # save checkpoints less often or in the background
     # batch and launches
     LARGER_BATCH = "larger_batch"
     CUDA_GRAPHS = "cuda_graphs"
@@ -43,6 +47,10 @@ class RemedyId(str, enum.Enum):
     TF32 = "tf32"
     CHANNELS_LAST = "channels_last"
     CUDNN_BENCHMARK = "cudnn_benchmark"
+    # busy-time efficiency (issue 31)
+    SDPA = "sdpa"  # F.scaled_dot_product_attention instead of hand-written attention
+    PAD_GEMM_SHAPES = "pad_gemm_shapes"  # matmul dimensions padded to multiples of 8/64
+    FUSED_CROSS_ENTROPY = "fused_cross_entropy"  # the loss without an FP32 copy of the logits
     # memory
     EXPANDABLE_SEGMENTS = "expandable_segments"
     REDUCE_MEMORY = "reduce_memory"
@@ -76,6 +84,11 @@ REMEDIES: dict[RemedyId, RemedySpec] = {
         RemedySpec(RemedyId.DATALOADER_WORKERS, "Load batches in DataLoader worker processes", True),
         RemedySpec(RemedyId.DATALOADER_PIN_MEMORY, "Pin DataLoader batches (pin_memory=True)", True),
         RemedySpec(
+            RemedyId.PERSISTENT_WORKERS, "Keep DataLoader workers alive across epochs (persistent_workers=True)", True
+        ),
+        RemedySpec(RemedyId.EVALUATE_LESS_OFTEN, "Evaluate less often or on fewer batches", False),
+        RemedySpec(RemedyId.ASYNC_CHECKPOINT, "Save checkpoints less often or in the background", False),
+        RemedySpec(
             RemedyId.LARGER_BATCH, "Raise the batch size", True, changes_batch=True, changes_numerics=True
         ),
         RemedySpec(RemedyId.CUDA_GRAPHS, "Replay the step as a CUDA graph", False),
@@ -93,6 +106,14 @@ REMEDIES: dict[RemedyId, RemedySpec] = {
         ),
         RemedySpec(RemedyId.CHANNELS_LAST, "Use channels_last memory format for the conv net", True),
         RemedySpec(RemedyId.CUDNN_BENCHMARK, "Enable cudnn.benchmark", True),
+        RemedySpec(RemedyId.SDPA, "Use F.scaled_dot_product_attention (flash attention)", False),
+        RemedySpec(RemedyId.PAD_GEMM_SHAPES, "Pad matmul dimensions to multiples of 64", False),
+        RemedySpec(
+            RemedyId.FUSED_CROSS_ENTROPY,
+            "Compute the loss on the bf16 logits (no FP32 copy of the logits)",
+            False,
+            changes_numerics=True,
+        ),
         RemedySpec(
             RemedyId.EXPANDABLE_SEGMENTS, "Use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", True
         ),
