@@ -275,6 +275,37 @@ CATALOG: tuple[Workload, ...] = (
              record=RecordSettings(profile_args=INFERENCE_WINDOW, steps=50_000)),
     Workload("control_hf_trainer", F.TRANSFORMER, (), CAL, framework=Framework.HF_TRAINER, isolated=True,
              measure=MeasureSettings(est_run_s=10.0, est_first_s=0.0), record=RecordSettings(est_run_s=18.0)),
+    # --- issue 31: busy time (kernel efficiency) ------------------------------------------------------
+    Workload("resnet50_fp32_nchw", F.CNN, (
+        _p("bf16_autocast", "kernel_efficiency", "bf16_autocast"),
+        _p("channels_last", "kernel_efficiency", "channels_last"),
+    ), CAL, measure=MeasureSettings(est_run_s=5.0, est_first_s=5.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("gpt_manual_attention", F.TRANSFORMER, (_p("sdpa", "kernel_efficiency", "sdpa"),), HOLD,
+             probes=(("torch_compile", ("--compile",)),), probe_remedies=(("torch_compile", "torch_compile"),),
+             measure=MeasureSettings(est_run_s=5.0, est_first_s=40.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("vit_manual_attention", F.TRANSFORMER, (
+        _p("sdpa", "kernel_efficiency", "sdpa"),
+        _p("bf16_autocast", "fp32_math", "bf16_autocast"),
+    ), HOLD, measure=MeasureSettings(est_run_s=5.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("unet_bf16_nchw", F.UNET, (_p("channels_last", "kernel_efficiency", "channels_last"),), CAL,
+             measure=MeasureSettings(est_run_s=5.0, est_first_s=5.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("resnet50_bf16_nchw", F.CNN, (_p("channels_last", "kernel_efficiency", "channels_last"),), HOLD,
+             measure=MeasureSettings(est_run_s=5.0, est_first_s=5.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("mlp_unfused_chain", F.MLP, (_p("torch_compile", "kernel_efficiency", "torch_compile"),), CAL,
+             measure=MeasureSettings(est_run_s=5.0, est_first_s=40.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("gemm_odd_shapes", F.TRANSFORMER, (_p("pad_gemm_shapes", "kernel_efficiency", "pad_gemm_shapes"),),
+             HOLD, measure=MeasureSettings(est_run_s=4.0), record=RecordSettings(est_run_s=15.0)),
+    Workload("vocab_fp32_loss", F.TRANSFORMER, (_p("fused_cross_entropy", "kernel_efficiency", "fused_cross_entropy"),),
+             CAL, measure=MeasureSettings(est_run_s=4.0), record=RecordSettings(est_run_s=15.0)),
+    # --- issue 27: costs that come every N steps --------------------------------------------------------
+    Workload("epoch_restart_workers", F.CNN, (_p("persistent_workers", "data_loading", "persistent_workers"),),
+             HOLD, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("eval_every_n", F.TRANSFORMER, (_p("evaluate_less_often", "periodic_cost", "evaluate_less_often"),),
+             CAL, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("checkpoint_every_n", F.CNN, (_p("async_checkpoint", "periodic_cost", "async_checkpoint"),),
+             HOLD, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(est_run_s=20.0)),
+    Workload("control_resnet50", F.CNN, (), CAL, measure=MeasureSettings(est_run_s=5.0, est_first_s=5.0),
+             record=RecordSettings(est_run_s=20.0)),
 )
 
 # Scripts in benchmarks/workloads/ that are not part of the single-GPU corpus, and why.

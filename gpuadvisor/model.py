@@ -26,6 +26,7 @@ class Category(str, enum.Enum):
     LOW_OCCUPANCY = "low_occupancy"
     FP32_MATH = "fp32_math"
     KERNEL_EFFICIENCY = "kernel_efficiency"  # busy GPU time far from its roofline (issue 31)
+    PERIODIC_COST = "periodic_cost"  # a cost every N steps outside the window: eval, checkpoints (issue 27)
     MEMORY = "memory"
     COMMUNICATION = "communication"
     GPU_HEALTH = "gpu_health"
