@@ -1,11 +1,16 @@
 """The analysis pipeline: input path -> traces (+ run info) -> metrics -> rules -> AnalysisResult.
 
 `analyze()` is what `gpuadvisor analyze`, `gpuadvisor report`, `gpuadvisor diff` and the Python API
-call; `analyze_run_and_write()` is what `gpuadvisor profile` calls at the end of a capture.
+call; `analyze_fresh_run()` (findings.json, report.html and the summary, never raising) is what
+`gpuadvisor profile` calls after the capture returned (the capture never imports the analysis), and
+`python -m gpuadvisor.analysis RUN` is how the last rank of an external torchrun launch hands its
+run over.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import sys
 import time
@@ -13,16 +18,37 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from gpuadvisor import rundir
-from gpuadvisor.errors import ConfigError, InputError, OutputLostError
-from gpuadvisor.model import sort_findings
+from gpuadvisor import engine, rundir
+from gpuadvisor._atomic import write_text_atomic
+from gpuadvisor.config import load_config
+from gpuadvisor.errors import EXIT_OUTPUT_LOST, ConfigError, InputError, OutputLostError
+from gpuadvisor.metrics import compute_metrics
+from gpuadvisor.model import RuleMeta, sort_findings
+from gpuadvisor.multirank import job_cross_rank
+from gpuadvisor.render import html, json_out, text
 from gpuadvisor.result import AnalysisResult, SourceInfo
+from gpuadvisor.rules_api import Rule
+from gpuadvisor.runinfo import load_run_info, resolve_input
+from gpuadvisor.stepmodel import build_step_model
+from gpuadvisor.stepmodel.predict import combine_findings, group_findings
+from gpuadvisor.trace import load
+from gpuadvisor.trace import model as tm
+from gpuadvisor.trace.kind import job_labels, kind_of
+from gpuadvisor.verify.results import attach_from_run
 
 if TYPE_CHECKING:
     from gpuadvisor.runinfo import RunInfo
     from gpuadvisor.trace.model import TraceModel
 
-__all__ = ["analyze", "analyze_run_and_write", "environment_of", "notes_of", "write_findings_json"]
+__all__ = [
+    "analyze",
+    "analyze_fresh_run",
+    "analyze_run_and_write",
+    "environment_of",
+    "finding_dicts",
+    "notes_of",
+    "write_findings_json",
+]
 
 NOTE_RAW_TRACE = "raw trace: NVML, settings and call sites unavailable"
 NOTE_CPU_ONLY = "CPU-only trace: GPU rules not applicable"
@@ -58,8 +84,6 @@ def _is_tty(stream: IO[str]) -> bool:
 
 
 def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
-    from gpuadvisor.trace.load import load_trace, load_trace_files
-
     # A progress bar only where a person watches (never in a log or piped JSON).
     show = progress and _is_tty(sys.stderr)
     traces: list[TraceModel] = []
@@ -70,7 +94,7 @@ def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
             sys.stderr.write("\n" if n == total else "")
             sys.stderr.flush()
 
-        traces = load_trace_files(paths, on_done=done if show else None)
+        traces = load.load_trace_files(paths, on_done=done if show else None)
     else:
         for path in paths:
             callback = None
@@ -81,7 +105,7 @@ def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
             if show and big:
                 callback = _progress_printer(path.name, sys.stderr)
             # The loader takes the rank from distributedInfo.rank, else from the file name (rankN).
-            traces.append(load_trace(path, progress=callback))
+            traces.append(load.load_trace(path, progress=callback))
     for t in traces:
         if t.all_steps_cut:
             raise InputError(
@@ -97,8 +121,6 @@ def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
 def _empty_trace(path: Path) -> TraceModel:
     """A trace with every table empty: a run whose trace was never exported still gets a report."""
     import pandas as pd
-
-    from gpuadvisor.trace import model as tm
 
     def table(columns: tuple[str, ...]) -> pd.DataFrame:
         frame: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype="float64") for c in columns})
@@ -152,8 +174,6 @@ def environment_of(trace: TraceModel, run: RunInfo | None) -> dict[str, Any]:
         for key in ("world_size", "backend"):
             if key in meta.distributed_info:
                 env.setdefault(f"distributed_{key}", meta.distributed_info[key])
-    from gpuadvisor.trace.kind import kind_of
-
     env["trace_kind"] = kind_of(trace).to_dict()
     return env
 
@@ -163,8 +183,6 @@ def notes_of(
 ) -> list[str]:
     """Human notes on degraded inputs and what the trace is (its TraceKind labels), de-duplicated, in a
     stable order. `traces`: every rank of a multi-rank analysis (adds the job's label)."""
-    from gpuadvisor.trace.kind import job_labels, kind_of
-
     notes: list[str] = []
     if run is None:
         notes.append(NOTE_RAW_TRACE)
@@ -210,9 +228,6 @@ def analyze(
     becomes an internal-error finding and the other rules still run. `step_time_ms`: the step time
     the run reaches without the profiler, when you know it (from the script's logs); the replay
     calibrates its host work to it instead of the steps the capture timed before the window."""
-    from gpuadvisor import engine
-    from gpuadvisor.runinfo import load_run_info, resolve_input
-
     started = time.monotonic()
     source_path = Path(path)
     # Rules first: a broken --rules folder or a bad selector is reported before a long trace load.
@@ -238,9 +253,6 @@ def analyze(
     if step_time_ms is not None:
         if not (step_time_ms > 0 and step_time_ms < float("inf")):
             raise ConfigError(f"step_time_ms={step_time_ms!r}: give the milliseconds per step, > 0")
-        from gpuadvisor.metrics import compute_metrics
-        from gpuadvisor.stepmodel import build_step_model
-
         metrics = compute_metrics(
             trace, run, build_step_model(trace, run, reference_step_ms=float(step_time_ms))
         )
@@ -250,12 +262,8 @@ def analyze(
     )
     step_model = getattr(metrics, "model", None)
     if step_model is not None and step_model.program.steps:
-        from gpuadvisor.stepmodel.predict import group_findings
-
         findings = group_findings(step_model, findings)
     if run is not None:  # measured remedies (gpuadvisor verify) join their findings
-        from gpuadvisor.verify.results import attach_from_run
-
         findings, verify_notes = attach_from_run(findings, run.run_dir)
         extra_notes.extend(verify_notes)
     prediction = _combined_prediction(metrics, findings)
@@ -277,7 +285,24 @@ def analyze(
         run=run,
         traces=tuple(traces) if len(traces) > 1 else (),
         prediction=prediction,
+        cross_rank=job_cross_rank(traces, trace, metrics) if len(traces) > 1 else None,
+        rule_docs=rule_docs(rule_classes),
     )
+
+
+def rule_docs(rule_classes: Iterable[type[Rule]]) -> dict[str, RuleMeta]:
+    """The documentation of the loaded rules, by id (`AnalysisResult.rule_docs`)."""
+    return {
+        cls.id: RuleMeta(
+            id=cls.id,
+            name=cls.name,
+            category=cls.category.value,
+            summary=cls.summary(),
+            doc=inspect.cleandoc(cls.__doc__ or ""),
+            references=tuple(cls.references),
+        )
+        for cls in rule_classes
+    }
 
 
 def _combined_prediction(metrics: Any, findings: list[Any]) -> dict[str, Any] | None:
@@ -285,8 +310,6 @@ def _combined_prediction(metrics: Any, findings: list[Any]) -> dict[str, Any] | 
     model = getattr(metrics, "model", None)
     if model is None or model.program.steps == 0:
         return None
-    from gpuadvisor.stepmodel.predict import combine_findings
-
     pred, rules = combine_findings(model, findings)
     if pred is None:
         return None
@@ -295,15 +318,18 @@ def _combined_prediction(metrics: Any, findings: list[Any]) -> dict[str, Any] | 
     return out
 
 
+def finding_dicts(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The findings of a fresh analysis of `run_dir`, as the JSON objects of findings.json (what
+    `gpuadvisor verify` plans its trials from when the run has no findings.json)."""
+    return [f.to_dict() for f in analyze(run_dir).findings]
+
+
 def write_findings_json(result: AnalysisResult, path: Path) -> Path:
     """Write `result` as the JSON contract, atomically (temporary file in the same folder, then rename)."""
-    from gpuadvisor._atomic import write_text_atomic
-    from gpuadvisor.render.json_out import render as render_json
-
-    text = render_json(result)
+    body = json_out.render(result)
     path = Path(path)
     try:
-        write_text_atomic(path, text)
+        write_text_atomic(path, body)
     except OSError as err:
         raise OutputLostError(f"cannot write {path}: {err.strerror or err}") from None
     return path
@@ -316,15 +342,11 @@ def analyze_run_and_write(
     RUN/report.html, and print the terminal summary and the report's path (to `stream`, default
     stderr, so that the script's own stdout stays clean). Used by `profile`.
     Configuration ([tool.gpuadvisor] of the nearest pyproject.toml) applies when it can be read."""
-    from gpuadvisor.render.text import render as render_text
-
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     thresholds: Mapping[str, Mapping[str, float]] | None = None
     dirs: tuple[Path, ...] = ()
     try:
-        from gpuadvisor.config import load_config
-
         config = load_config()
         select, ignore, thresholds, dirs = config.select, config.ignore, config.thresholds, config.rules_dirs
     except ImportError:
@@ -334,11 +356,53 @@ def analyze_run_and_write(
     )
     write_findings_json(result, Path(run_dir) / rundir.FINDINGS)
     out = stream if stream is not None else sys.stderr
-    out.write(render_text(result))
+    out.write(text.render(result))
     if report:
-        from gpuadvisor.render.html import default_rule_docs, write_report
-
-        page = write_report(result, Path(run_dir) / rundir.REPORT, rule_docs=default_rule_docs(dirs))
+        page = html.write_report(result, Path(run_dir) / rundir.REPORT)
         out.write(f"gpuadvisor: report: {page}\n")
     out.flush()
     return result
+
+
+def analyze_fresh_run(run_dir: str | os.PathLike[str], *, quiet: bool) -> str | None:
+    """`analyze_run_and_write` for a run the capture just wrote: never fails the profile. Returns what
+    could not be written (findings.json / report.html on a full disk), else None; errors go to the
+    run's log and, unless `quiet`, to stderr."""
+    run_dir = Path(run_dir)
+    log = run_dir / rundir.LOG
+    try:
+        analyze_run_and_write(run_dir)
+    except (OSError, OutputLostError) as err:
+        lost = [n for n in (rundir.FINDINGS, rundir.REPORT) if not (run_dir / n).is_file()]
+        what = " and ".join(lost) or "the analysis outputs"
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        _append_log(log, f"analysis outputs not written: {err}")
+        if not quiet:
+            sys.stderr.write(f"gpuadvisor: {what} could not be written ({why}); the run is kept\n")
+        return f"{what} could not be written ({why})"
+    except Exception as err:
+        _append_log(log, f"analysis failed: {type(err).__name__}: {err}")
+        if not quiet:
+            sys.stderr.write(f"gpuadvisor: analysis failed ({type(err).__name__}: {err}); the run is kept\n")
+    return None
+
+
+def _append_log(path: Path, msg: str) -> None:
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [analysis {os.getpid()}] {msg}\n")
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m gpuadvisor.analysis RUN [--quiet]`: analyze a fresh run directory (what the last rank
+    of an external torchrun launch runs, `gpuadvisor/capture/rank.py`). Exit 0, or 74 when outputs
+    were lost."""
+    quiet = "--quiet" in argv
+    paths = [a for a in argv if a != "--quiet"]
+    if len(paths) != 1:
+        sys.stderr.write("usage: python -m gpuadvisor.analysis RUN_DIR [--quiet]\n")
+        return 2
+    return EXIT_OUTPUT_LOST if analyze_fresh_run(paths[0], quiet=quiet) is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

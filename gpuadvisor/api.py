@@ -26,11 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor import analysis
+from gpuadvisor.capture import runner as capture_runner
+from gpuadvisor.capture.inprocess import Capture
+from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.config import resolve_options
+from gpuadvisor.diff import diff as run_diff
 from gpuadvisor.errors import InputError
+from gpuadvisor.rundir import MANIFEST, REPORT
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.inprocess import Capture
-    from gpuadvisor.capture.options import ProfileOptions
+    from gpuadvisor.capture.runner import ProfileOutcome
     from gpuadvisor.config import AnalysisConfig
     from gpuadvisor.diff import DiffInput, DiffResult
     from gpuadvisor.result import AnalysisResult
@@ -56,8 +63,6 @@ class Run:
     @classmethod
     def open(cls, run_dir: PathLike) -> Run:
         """Open an existing run directory (InputError when it has no readable manifest.json)."""
-        from gpuadvisor.rundir import MANIFEST
-
         path = Path(run_dir)
         manifest_path = path / MANIFEST
         try:
@@ -94,8 +99,6 @@ class Run:
         return analyze(self, select=select, ignore=ignore, thresholds=thresholds, rules=rules, config=config)
 
     def report_path(self) -> Path:
-        from gpuadvisor.rundir import REPORT
-
         return self.run_dir / REPORT
 
 
@@ -124,11 +127,13 @@ def profile(
     (missing script, syntax error, unwritable output, unknown option) raise `UsageError` before anything
     runs.
     """
-    from gpuadvisor.capture import run_profile
-
+    # the capture never imports the analysis: it runs here, after the capture returned
+    asked = options if options is not None else ProfileOptions()
+    analyze = bool(capture_options.get("analyze", asked.analyze))
+    quiet = bool(capture_options.get("quiet", asked.quiet))
     if options is not None:
         capture_options["options"] = options
-    outcome = run_profile(
+    outcome = capture_runner.run_profile(
         str(script),
         list(args),
         out=None if out is None else Path(out),
@@ -137,31 +142,17 @@ def profile(
         full=full,
         **capture_options,
     )
+    if analyze:
+        outcome = analyze_profiled(outcome, quiet=quiet)
     return Run(run_dir=Path(outcome.run_dir), exit_status=int(outcome.exit_status), manifest=outcome.manifest)
 
 
-def _resolve_options(
-    config: AnalysisConfig | PathLike | None,
-    select: Iterable[str],
-    ignore: Iterable[str],
-    thresholds: Mapping[str, Mapping[str, float]] | None,
-    rules: Iterable[PathLike],
-) -> AnalysisConfig:
-    from gpuadvisor.config import AnalysisConfig, load_config, merge
-
-    if config is None:
-        base = AnalysisConfig()
-    elif isinstance(config, AnalysisConfig):
-        base = config
-    else:
-        base = load_config(explicit=Path(config))
-    return merge(
-        base,
-        select=tuple(select),
-        ignore=tuple(ignore),
-        thresholds=thresholds,
-        rules_dirs=[Path(r) for r in rules],
-    )
+def analyze_profiled(outcome: ProfileOutcome, *, quiet: bool) -> ProfileOutcome:
+    """`profile`'s last step, after the capture returned: write findings.json and report.html and print
+    the summary (never failing the profile); outputs that could not be written are recorded in the
+    manifest, and a successful run then exits 74."""
+    lost = analysis.analyze_fresh_run(outcome.run_dir, quiet=quiet)
+    return outcome if lost is None else capture_runner.record_lost_outputs(outcome, lost)
 
 
 def analyze(
@@ -184,11 +175,9 @@ def analyze(
     Returns an `AnalysisResult`; `result.exit_code(fail_on=...)` gives the CI verdict.
     Raises InputError / ConfigError for unreadable input or bad options.
     """
-    from gpuadvisor.analysis import analyze as run_analysis
-
-    options = _resolve_options(config, select, ignore, thresholds, rules)
+    options = resolve_options(config, select, ignore, thresholds, rules)
     target = path_or_run.run_dir if isinstance(path_or_run, Run) else Path(os.fspath(path_or_run))
-    return run_analysis(
+    return analysis.analyze(
         target,
         select=options.select,
         ignore=options.ignore,
@@ -212,8 +201,6 @@ def diff(
     `base`/`new`: run directories, trace files, `Run`s or `AnalysisResult`s. See `gpuadvisor.diff`
     (the module) for the exact definitions; `result.regressed(pct)` is the CI gate.
     """
-    from gpuadvisor.diff import diff as run_diff
-
     return run_diff(base, new, select=select, ignore=ignore, thresholds=thresholds, rules=rules)
 
 
@@ -229,6 +216,4 @@ else:
         NVML is sampled from a thread of this process; the run directory has the same layout as
         `profile`'s. Options: force, skip_steps, warmup_steps, active_steps, with_stack, nvml,
         nvml_interval, quiet, steps ("manual" or "auto")."""
-        from gpuadvisor.capture import Capture
-
         return Capture(Path(out), **options)

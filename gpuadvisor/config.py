@@ -28,6 +28,7 @@ TOML file whose top level holds the same keys).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gpuadvisor import engine
 from gpuadvisor.errors import ConfigError
 
 __all__ = [
@@ -304,8 +306,6 @@ def check_against_rules(
 
     `config` is the configuration as read from its file (before command-line values were merged in);
     `select`/`ignore`/`thresholds` are the command-line values. Raises ConfigError (exit 2)."""
-    from gpuadvisor import engine
-
     classes = [r.cls for r in engine.load_rules(rules_dirs)]
 
     def check_selectors(values: Iterable[str], where: str) -> None:
@@ -331,3 +331,27 @@ def check_against_rules(
     check_selectors(select, "--select")
     check_selectors(ignore, "--ignore")
     check_thresholds(thresholds or {}, lambda rule, key: f"--threshold {rule}.{key}")
+
+
+def resolve_options(
+    config: AnalysisConfig | str | os.PathLike[str] | None,
+    select: Iterable[str],
+    ignore: Iterable[str],
+    thresholds: Mapping[str, Mapping[str, float]] | None,
+    rules: Iterable[str | os.PathLike[str]],
+) -> AnalysisConfig:
+    """The options of one API analysis: `config` (an AnalysisConfig, the path of a TOML file, or None
+    for no configuration file) with the explicit arguments over it (the CLI's precedence)."""
+    if config is None:
+        base = AnalysisConfig()
+    elif isinstance(config, AnalysisConfig):
+        base = config
+    else:
+        base = load_config(explicit=Path(config))
+    return merge(
+        base,
+        select=tuple(select),
+        ignore=tuple(ignore),
+        thresholds=thresholds,
+        rules_dirs=[Path(r) for r in rules],
+    )

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from gpuadvisor import analysis
+from gpuadvisor.config import resolve_options
 from gpuadvisor.errors import ConfigError
 from gpuadvisor.model import Finding, jsonable
 from gpuadvisor.result import AnalysisResult
@@ -243,6 +245,25 @@ class DiffResult:
         st = self.step_time
         return st is not None and st.delta_ms < 0 and st.beyond_noise is True
 
+    def verdict(self, fail_on_regression: float | None = None) -> str:
+        """One line: regression / improvement / within noise, with the gate when one is set."""
+        st = self.step_time
+        if st is None:
+            return "no step-time comparison (step time unknown)"
+        pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
+        if fail_on_regression is not None and self.regressed(fail_on_regression):
+            return (
+                f"REGRESSION: step time {pct}, above the {fail_on_regression:g}% threshold and beyond the noise"
+            )
+        if st.beyond_noise is None:
+            return f"step time {pct} (noise unknown)"
+        if not st.beyond_noise:
+            return f"no significant change: step time {pct} is within the noise"
+        if st.delta_ms < 0:
+            return f"improvement: step time {pct}, beyond the noise"
+        gate = "" if fail_on_regression is None else f" (within the {fail_on_regression:g}% threshold)"
+        return f"slower: step time {pct}, beyond the noise{gate}"
+
     def exit_code(self, fail_on_regression: float | None) -> int:
         """0, or 1 when `fail_on_regression` (percent) is given and the step time regressed beyond it."""
         return 1 if fail_on_regression is not None and self.regressed(fail_on_regression) else 0
@@ -432,11 +453,16 @@ def compare_environments(base: Mapping[str, Any], new: Mapping[str, Any]) -> tup
 def _as_result(item: DiffInput, options: Mapping[str, Any]) -> AnalysisResult:
     if isinstance(item, AnalysisResult):
         return item
-    from gpuadvisor.api import Run, analyze
-
-    if isinstance(item, Run):
-        return analyze(item, **options)
-    return analyze(Path(os.fspath(item)), **options)
+    # a `gpuadvisor.api.Run` (read by its run_dir: the API imports this module, not the other way)
+    target = item.run_dir if hasattr(item, "run_dir") else Path(os.fspath(item))
+    config = resolve_options(None, options["select"], options["ignore"], options["thresholds"], options["rules"])
+    return analysis.analyze(
+        target,
+        select=config.select,
+        ignore=config.ignore,
+        thresholds=config.thresholds or None,
+        rules_dirs=config.rules_dirs,
+    )
 
 
 def diff_results(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
@@ -506,22 +532,7 @@ def parse_regression_pct(value: float | None) -> float | None:
 
 def verdict(result: DiffResult, fail_on_regression: float | None = None) -> str:
     """One line: regression / improvement / within noise, with the gate when one is set."""
-    st = result.step_time
-    if st is None:
-        return "no step-time comparison (step time unknown)"
-    pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
-    if fail_on_regression is not None and result.regressed(fail_on_regression):
-        return (
-            f"REGRESSION: step time {pct}, above the {fail_on_regression:g}% threshold and beyond the noise"
-        )
-    if st.beyond_noise is None:
-        return f"step time {pct} (noise unknown)"
-    if not st.beyond_noise:
-        return f"no significant change: step time {pct} is within the noise"
-    if st.delta_ms < 0:
-        return f"improvement: step time {pct}, beyond the noise"
-    gate = "" if fail_on_regression is None else f" (within the {fail_on_regression:g}% threshold)"
-    return f"slower: step time {pct}, beyond the noise{gate}"
+    return result.verdict(fail_on_regression)
 
 
 class _CallableModule(types.ModuleType):

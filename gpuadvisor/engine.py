@@ -38,9 +38,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.errors import ConfigError
-from gpuadvisor.model import Category, Finding, Severity
-from gpuadvisor.result import RuleStatus
+from gpuadvisor.metrics import compute_metrics
+from gpuadvisor.model import Category, Finding, RuleStatus, Severity
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.rundir import CALLSITES
+from gpuadvisor.trace.kind import TraceKind, Vendor, Workload, kind_of
+from gpuadvisor.trace.model import TraceModel
 
 if TYPE_CHECKING:
     from gpuadvisor.metrics import Metrics
@@ -459,9 +462,6 @@ def available_requirements(
 
 def _kind(trace: Any) -> TraceKind | None:
     """The trace's `TraceKind` (classified once for a TraceModel); None for a stand-in without tables."""
-    from gpuadvisor.trace.kind import TraceKind, kind_of
-    from gpuadvisor.trace.model import TraceModel
-
     if isinstance(trace, TraceModel):
         return kind_of(trace)
     kind = getattr(trace, "kind", None)
@@ -475,8 +475,6 @@ def _callsites_recorded(run: RunInfo) -> bool:
         return bool(flag)
     run_dir = getattr(run, "run_dir", None)
     if run_dir is not None:
-        from gpuadvisor.rundir import CALLSITES
-
         return (Path(run_dir) / CALLSITES).is_file()
     return bool(getattr(run, "callsites", None))
 
@@ -511,8 +509,6 @@ def describe_missing(
 
 def _kind_reason(req: Requirement, kind: TraceKind) -> str | None:
     """Why `req` is missing, in the words of what the trace is (None: the generic text says it)."""
-    from gpuadvisor.trace.kind import Vendor, Workload
-
     if req is Requirement.TRAINING:
         if kind.workload is Workload.INFERENCE:
             return "inference run: no optimizer step or backward pass in the trace"
@@ -659,8 +655,6 @@ def make_context(
 ) -> tuple[Metrics, frozenset[Requirement], ContextFactory]:
     """Compute metrics (unless given) and requirements, and return a context factory for run_rules."""
     if metrics is None:
-        from gpuadvisor.metrics import compute_metrics
-
         metrics = compute_metrics(trace, run)
     ranks = max(1, len(traces))
     available = available_requirements(trace, run, metrics, ranks=ranks)

@@ -2,7 +2,7 @@
 
 One module writes and reads the record: the capture's writers (`capture/runner.py`, `capture/rank.py`,
 `capture/ranks.py`, `capture/inprocess.py`) build a `Manifest`, the child session hands over a
-`ChildState`, and readers (`runinfo.RunInfo.record`, `metrics.host_step_durations`) parse the same
+`ChildState`, and readers (`runinfo.RunInfo.record`, `manifest.host_step_durations`) parse the same
 classes. `to_json()` gives the on-disk dict (sorted keys are applied by the writer); `from_json()`
 accepts every manifest written so far (schema_version 1, the `sample_runs/` recordings included),
 tolerates missing keys and wrong types (a run killed early leaves a partial record) and keeps keys it
@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuadvisor import rundir
+from gpuadvisor import __version__, rundir
+from gpuadvisor.redact import redact_argv
 
 __all__ = [
     "CaptureState",
@@ -296,6 +297,48 @@ class CaptureWindow:
         )
 
 
+MIN_REFERENCE_STEPS_AFTER = 3  # steps after the window that make it the reference (the capture times 5)
+
+
+def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[list[float], list[float]]:
+    """Host-measured step durations (ms) from the manifest's `capture.step_ends`, split into steps run
+    without the profiler (steady state: the second half of the skipped steps, and steps after the
+    window once the export is over) and steps inside the recorded window.
+
+    `step_ends` holds (steps completed, wall time) at every step boundary; step k (0-based) runs from
+    boundary k to boundary k+1. The profiler starts at boundary `skip_steps` and stops (and exports)
+    at boundary `last_recorded_step + 1`, so step `last_recorded_step + 1` carries the export. When the
+    first steps were recorded speculatively (`speculation_end_step` s), steps before s ran under the
+    profiler and step s carries its stop: the unprofiled steps start at s + 1. A short run (the trace
+    holds the speculative steps, no window) has no unprofiled steps to compare with.
+    """
+    cap = capture if isinstance(capture, CaptureWindow) else CaptureWindow.from_json(capture)
+    ends = cap.step_end_times()
+    first, last = cap.first_recorded_step, cap.last_recorded_step
+    if not ends or first is None or last is None or cap.short_run:
+        return [], []
+    skip = cap.skip_steps
+
+    def dur(k: int) -> float | None:
+        a, b = ends.get(k), ends.get(k + 1)
+        return (b - a) * 1e3 if a is not None and b is not None and b >= a else None
+
+    lo = max(1, skip // 2)
+    if cap.speculation_end_step is not None:
+        lo = max(lo, cap.speculation_end_step + 1)
+    after = [d for k in range(last + 2, max(ends)) if (d := dur(k)) is not None]
+    if len(after) >= MIN_REFERENCE_STEPS_AFTER:
+        # The steps after the window are the cleaner reference: the profiler is gone (CUPTI finalized,
+        # the capture's wrappers removed) and the run is warm. Before the window, CUPTI stays attached
+        # after a speculative recording and the first steps still warm up (cudnn autotuning, workers):
+        # on an H200 those steps ran 1.2-1.4x slower than plain python on host-bound runs.
+        return after, [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
+    outside = [lo, skip - 1], [last + 2, max(ends) - 1]
+    unprofiled = [d for a, b in outside for k in range(a, b + 1) if (d := dur(k)) is not None]
+    profiled = [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
+    return unprofiled, profiled
+
+
 def _pick_int(v: Any, default: int) -> int:
     got = _int(v)
     return default if got is None else got
@@ -560,7 +603,7 @@ class RankEntry:
     environment: str | None = None
     callsites: str | None = None
     degraded: tuple[str, ...] = ()
-    # this rank's host-timed step medians outside and inside the window (gpuadvisor.metrics.host_step_durations)
+    # this rank's host-timed step medians outside and inside the window (gpuadvisor.manifest.host_step_durations)
     unprofiled_step_ms: float | None = None
     profiled_step_ms: float | None = None
 
@@ -684,12 +727,8 @@ class Manifest:
         import os
         import sys
 
-        from gpuadvisor import __version__
-
         masked: tuple[int, ...] = ()
         if redact:
-            from gpuadvisor.redact import redact_argv
-
             command, _ = redact_argv(command)
             argv, masked = redact_argv(target.argv)
             target = replace(target, argv=tuple(argv))

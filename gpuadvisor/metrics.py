@@ -15,11 +15,11 @@ Everything is vectorized with numpy/pandas (an 80k-event trace takes well under 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.manifest import CaptureWindow
+from gpuadvisor.manifest import host_step_durations
+from gpuadvisor.trace.flops import matmul_flops
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from gpuadvisor.trace.model import TraceModel
 
 from gpuadvisor.stepmodel import build as _intervals
+from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel import build_step_model
+from gpuadvisor.trace.kernels import MATMUL_FAMILIES, tensor_core_from_name
 
 WindowValue = float | int | str | bool | None
 
@@ -356,8 +359,6 @@ def classify_tensor_core(
     import numpy as np
     import pandas as pd
 
-    from gpuadvisor.trace.kernels import MATMUL_FAMILIES, tensor_core_from_name
-
     k = kernels_with_ops[kernels_with_ops["family"].astype(str).isin(MATMUL_FAMILIES)]
     rows: list[tuple[str, bool | None, str]] = []
     if len(k) == 0:
@@ -396,54 +397,6 @@ def _empty(cols: tuple[str, ...]) -> pd.DataFrame:
 
     df: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in cols})
     return df
-
-
-_MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
-
-
-def _dims_flops(name: str, dims_text: Any) -> float:
-    """2*M*K*N (times batch) from an op's `Input Dims` text; NaN when the shapes do not fit."""
-    import ast
-
-    if not isinstance(dims_text, str):
-        return float("nan")
-    try:
-        dims = ast.literal_eval(dims_text)
-    except (ValueError, SyntaxError):
-        return float("nan")
-    if not isinstance(dims, (list, tuple)):
-        return float("nan")
-    shapes = [d for d in dims if isinstance(d, (list, tuple))]
-    # addmm/baddbmm inputs are (bias, mat1, mat2)
-    shapes = shapes[1:3] if name in ("aten::addmm", "aten::baddbmm") else shapes[:2]
-    if len(shapes) != 2:
-        return float("nan")
-    a, b = shapes
-    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
-        return float(2.0 * a[0] * a[1] * b[1])
-    if len(a) == 3 and len(b) == 3 and a[2] == b[1]:
-        return float(2.0 * a[0] * a[1] * a[2] * b[2])
-    return float("nan")
-
-
-def matmul_flops(ops: pd.DataFrame) -> Any:
-    """FLOPs per cpu op: the trace's `flops` arg when present, else 2*M*K*N from `Input Dims` for
-    aten::mm / addmm / bmm / baddbmm (torch 2.11 traces recorded with with_flops=True carry no `flops`
-    arg). Other ops: 0. Leaf ops only, so aten::linear / aten::matmul are not counted twice."""
-    import numpy as np
-
-    f = ops["flops"].to_numpy(dtype=np.float64).copy()
-    names = ops["name"].astype(str).to_numpy()
-    need = np.isnan(f) & np.isin(names, list(_MATMUL_OPS))
-    if need.any():
-        dims = ops["input_dims"].to_numpy()
-        cache: dict[tuple[str, Any], float] = {}
-        for i in np.flatnonzero(need).tolist():
-            key = (str(names[i]), dims[i])
-            if key not in cache:
-                cache[key] = _dims_flops(key[0], key[1])
-            f[i] = cache[key]
-    return np.nan_to_num(f, nan=0.0)
 
 
 def _op_self_times(ops: pd.DataFrame) -> Any:
@@ -560,10 +513,6 @@ def compute_metrics(
     Never raises for missing inputs: values become None."""
     import numpy as np
     import pandas as pd
-
-    from gpuadvisor.stepmodel import build as sb
-    from gpuadvisor.stepmodel import build_step_model
-    from gpuadvisor.trace.kernels import MATMUL_FAMILIES
 
     if model is None:
         model = build_step_model(trace, run)
@@ -1020,48 +969,6 @@ def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
         w[key] = _i(v.min()) if len(v) else None
     for key, col in (("nvml_pcie_gen_max", "pcie_gen_max"), ("nvml_pcie_width_max", "pcie_width_max")):
         w[key] = _i(mx(d, col))
-
-
-MIN_REFERENCE_STEPS_AFTER = 3  # steps after the window that make it the reference (the capture times 5)
-
-
-def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[list[float], list[float]]:
-    """Host-measured step durations (ms) from the manifest's `capture.step_ends`, split into steps run
-    without the profiler (steady state: the second half of the skipped steps, and steps after the
-    window once the export is over) and steps inside the recorded window.
-
-    `step_ends` holds (steps completed, wall time) at every step boundary; step k (0-based) runs from
-    boundary k to boundary k+1. The profiler starts at boundary `skip_steps` and stops (and exports)
-    at boundary `last_recorded_step + 1`, so step `last_recorded_step + 1` carries the export. When the
-    first steps were recorded speculatively (`speculation_end_step` s), steps before s ran under the
-    profiler and step s carries its stop: the unprofiled steps start at s + 1. A short run (the trace
-    holds the speculative steps, no window) has no unprofiled steps to compare with.
-    """
-    cap = capture if isinstance(capture, CaptureWindow) else CaptureWindow.from_json(capture)
-    ends = cap.step_end_times()
-    first, last = cap.first_recorded_step, cap.last_recorded_step
-    if not ends or first is None or last is None or cap.short_run:
-        return [], []
-    skip = cap.skip_steps
-
-    def dur(k: int) -> float | None:
-        a, b = ends.get(k), ends.get(k + 1)
-        return (b - a) * 1e3 if a is not None and b is not None and b >= a else None
-
-    lo = max(1, skip // 2)
-    if cap.speculation_end_step is not None:
-        lo = max(lo, cap.speculation_end_step + 1)
-    after = [d for k in range(last + 2, max(ends)) if (d := dur(k)) is not None]
-    if len(after) >= MIN_REFERENCE_STEPS_AFTER:
-        # The steps after the window are the cleaner reference: the profiler is gone (CUPTI finalized,
-        # the capture's wrappers removed) and the run is warm. Before the window, CUPTI stays attached
-        # after a speculative recording and the first steps still warm up (cudnn autotuning, workers):
-        # on an H200 those steps ran 1.2-1.4x slower than plain python on host-bound runs.
-        return after, [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
-    outside = [lo, skip - 1], [last + 2, max(ends) - 1]
-    unprofiled = [d for a, b in outside for k in range(a, b + 1) if (d := dur(k)) is not None]
-    profiled = [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
-    return unprofiled, profiled
 
 
 def _profiler_overhead(run: RunInfo, w: dict[str, WindowValue]) -> None:

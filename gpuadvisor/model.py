@@ -213,3 +213,65 @@ def _jsonable(value: Any) -> Any:
 
 
 jsonable = _jsonable
+
+
+@dataclass(frozen=True)
+class RuleStatus:
+    """Per rule: ran / not_applicable (with the missing inputs) / error (internal error text)."""
+
+    rule: str
+    name: str
+    status: str  # "ran" | "not_applicable" | "error" | "deselected"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "name": self.name, "status": self.status, "detail": self.detail}
+
+
+def _x(value: Any) -> str:
+    return f"{float(value):.2f}x" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
+def predicted_speedup(f: Finding) -> float | None:
+    """The replay's prediction, else 1 / (1 - impact) (the Amdahl bound the impact states)."""
+    if f.prediction and isinstance(f.prediction.get("speedup"), (int, float)):
+        return float(f.prediction["speedup"])
+    if f.impact is not None and 0 < f.impact < 1:
+        return 1.0 / (1.0 - f.impact)
+    return None
+
+
+def summary_line(f: Finding) -> str | None:
+    """A verified finding's measurement (`Finding.verified`, from RUN/verify.json), as the terminal
+    summary and the HTML report show it: "predicted 2.70x, measured 2.90x (2.80-3.00, 3 trials)" or "verify: failed (reason)"; None
+    when the finding was not verified."""
+    v = f.verified
+    if not v:
+        return None
+    remedy = v.get("remedy", "?")
+    status = v.get("status")
+    if status != "ok":
+        return f"verify {remedy}: {status} ({v.get('reason') or 'no reason given'})"
+    predicted = predicted_speedup(f)
+    head = f"predicted {_x(predicted)}, " if predicted is not None else ""
+    unit = " in samples/s" if v.get("compared_in") == "samples_per_s" else ""
+    trials = v.get("trials")
+    band = f"{float(v.get('low', 0)):.2f}-{float(v.get('high', 0)):.2f}"
+    text = f"{head}measured {_x(v.get('speedup'))}{unit} ({band}, {trials} trial{'s' if trials != 1 else ''})"
+    verdict = v.get("verdict")
+    if verdict and verdict != "faster":
+        text += f", {str(verdict).replace('_', ' ')}"
+    return f"{text} [{remedy}]"
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    """A rule's documentation as the renderers show it (SARIF/JUnit rule entries, the report's doc links):
+    from the rule class the analysis loaded (`AnalysisResult.rule_docs`), else from its findings."""
+
+    id: str
+    name: str
+    category: str
+    summary: str
+    doc: str
+    references: tuple[str, ...] = ()

@@ -31,13 +31,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.metrics import compute_metrics, covered, union_intervals
+from gpuadvisor.trace.job import (
+    RankClaim,
+    check_one_job,
+    claim_of,
+    job_problems,
+    rank_problems,
+)
 from gpuadvisor.trace.model import name_mask
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from gpuadvisor.errors import InputError
     from gpuadvisor.metrics import Metrics
     from gpuadvisor.rules_api import RuleContext
     from gpuadvisor.trace.model import TraceModel
@@ -59,6 +66,7 @@ __all__ = [
     "cross_rank",
     "cross_rank_of",
     "host_collectives",
+    "job_cross_rank",
     "job_problems",
     "micro_batches",
     "rank_problems",
@@ -306,8 +314,6 @@ class RankSummary:
 def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSummary:
     """Reduce one rank's trace (and its metrics, computed when not given) to per-step numbers."""
     import numpy as np
-
-    from gpuadvisor.metrics import compute_metrics, covered, union_intervals
 
     if metrics is None:
         metrics = compute_metrics(trace, None)
@@ -635,105 +641,6 @@ def straggler_verdict(
     )
 
 
-# ---- is a folder one job? ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RankClaim:
-    """Which rank a trace file says it is (from its metadata, else its name), for the one-job check."""
-
-    name: str  # file name
-    rank: int | None  # None: the file says no rank (no distributedInfo.rank, no rankN in its name)
-    world_size: int | None = None
-
-
-def claim_of(trace: TraceModel) -> RankClaim:
-    from gpuadvisor.trace.load import rank_in_name
-
-    info = trace.meta.distributed_info or {}
-    rank = info.get("rank")
-    size = info.get("world_size")
-    known = (isinstance(rank, int) and not isinstance(rank, bool)) or rank_in_name(trace.path.name) is not None
-    return RankClaim(
-        name=trace.path.name,
-        rank=trace.rank if known else None,
-        world_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-    )
-
-
-def rank_problems(claims: Sequence[RankClaim]) -> list[str]:
-    """Why these files' rank claims are not distinct ranks of one job: a file that says no rank, two
-    that claim the same rank, world sizes that differ or a rank not below the world size."""
-    if len(claims) <= 1:
-        return []
-    problems: list[str] = []
-    unknown = [c.name for c in claims if c.rank is None]
-    if unknown:
-        problems.append(
-            f"{_names(unknown)} say{'s' if len(unknown) == 1 else ''} no rank (no distributedInfo.rank, "
-            "no rankN in the file name)"
-        )
-    by_rank: dict[int, list[str]] = {}
-    for c in claims:
-        if c.rank is not None:
-            by_rank.setdefault(c.rank, []).append(c.name)
-    for rank, names in sorted(by_rank.items()):
-        if len(names) > 1:
-            problems.append(f"{_names(names)} all claim rank {rank}")
-    sizes = sorted({c.world_size for c in claims if c.world_size is not None})
-    if len(sizes) > 1:
-        problems.append(f"world sizes differ ({', '.join(map(str, sizes))})")
-    elif sizes:
-        beyond = sorted(c.rank for c in claims if c.rank is not None and c.rank >= sizes[0])
-        if beyond:
-            problems.append(f"rank {beyond[0]} is not below the world size {sizes[0]}")
-    return problems
-
-
-def job_problems(traces: Sequence[TraceModel]) -> list[str]:
-    """Why these traces are not the distinct ranks of one job (empty when they are).
-
-    One job: every file says which rank it is (distributedInfo.rank, else rankN in its name), no two
-    claim the same rank, world sizes agree and every rank is below it (`rank_problems`), and every file
-    has the same schema version and accelerator vendor (a rank that recorded no GPU activity is allowed)."""
-    from gpuadvisor.trace.kind import Vendor, kind_of
-
-    if len(traces) <= 1:
-        return []
-    problems = rank_problems([claim_of(t) for t in traces])
-    kinds = [kind_of(t) for t in traces]
-    schemas = sorted({str(k.schema_version) for k in kinds})
-    if len(schemas) > 1:
-        problems.append(f"schema versions differ ({', '.join(schemas)})")
-    vendors = sorted({k.vendor.value for k in kinds if k.vendor is not Vendor.NONE})
-    if len(vendors) > 1:
-        problems.append(f"accelerators differ ({', '.join(vendors)})")
-    return problems
-
-
-def _names(names: Sequence[str], limit: int = 3) -> str:
-    shown = ", ".join(sorted(names)[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def not_one_job_error(where: object, count: int, problems: Sequence[str]) -> InputError:
-    from gpuadvisor.errors import InputError
-
-    return InputError(
-        f"{where}: the {count} traces in it are not the distinct ranks of one job: "
-        + "; ".join(problems)
-        + ". Analyze each file on its own (gpuadvisor analyze FILE), or put each job's rank files in a "
-        "folder of their own."
-    )
-
-
-def check_one_job(traces: Sequence[TraceModel], where: object) -> None:
-    """Raise InputError (exit 2) when `traces` (the files of folder `where`) are not one job's ranks."""
-    problems = job_problems(traces)
-    if problems:
-        raise not_one_job_error(where, len(traces), problems)
-
-
 # One-entry caches: every communication rule of one analysis asks for the same numbers. The cached
 # objects themselves are kept and compared by identity (an id() alone could be reused after GC).
 _CACHE: dict[str, tuple[tuple[object, ...], Any]] = {}
@@ -759,13 +666,17 @@ def summary_of(ctx: RuleContext) -> RankSummary:
 
 def cross_rank_of(ctx: RuleContext) -> CrossRank:
     """`cross_rank` of every rank in the context (rank 0's metrics reused)."""
-    traces = tuple(ctx.traces) or (ctx.trace,)
-    key = (*traces, ctx.metrics)
+    return job_cross_rank(tuple(ctx.traces) or (ctx.trace,), ctx.trace, ctx.metrics)
+
+
+def job_cross_rank(traces: Sequence[TraceModel], primary: TraceModel, metrics: Metrics) -> CrossRank:
+    """`cross_rank` of one analysis's ranks, `primary`'s metrics reused: computed once per analysis,
+    whether a rule asks first (`cross_rank_of`) or the analysis does (`AnalysisResult.cross_rank`)."""
+    key = (*traces, metrics)
     hit = _cached("cross", key)
     if isinstance(hit, CrossRank):
         return hit
-    metrics = [ctx.metrics if t is ctx.trace else None for t in traces]
-    out = cross_rank(traces, metrics)
+    out = cross_rank(traces, [metrics if t is primary else None for t in traces])
     _CACHE["cross"] = (key, out)
     return out
 

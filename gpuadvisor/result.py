@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
-from gpuadvisor.model import SCHEMA_VERSION, Finding, Severity, jsonable
+from gpuadvisor.model import SCHEMA_VERSION, Finding, RuleMeta, RuleStatus, Severity, jsonable
+from gpuadvisor.render.html import write_report
+
+__all__ = ["AnalysisResult", "RuleMeta", "RuleStatus", "SourceInfo"]
 
 if TYPE_CHECKING:
     from gpuadvisor.metrics import Metrics
+    from gpuadvisor.multirank import CrossRank
     from gpuadvisor.runinfo import RunInfo
     from gpuadvisor.trace.model import TraceModel
 
@@ -27,19 +31,6 @@ class SourceInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "ranks": list(self.ranks)}
-
-
-@dataclass(frozen=True)
-class RuleStatus:
-    """Per rule: ran / not_applicable (with the missing inputs) / error (internal error text)."""
-
-    rule: str
-    name: str
-    status: str  # "ran" | "not_applicable" | "error" | "deselected"
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "name": self.name, "status": self.status, "detail": self.detail}
 
 
 @dataclass
@@ -59,6 +50,12 @@ class AnalysisResult:
     run: RunInfo | None = field(default=None, repr=False, compare=False)
     # Every rank's trace of a multi-rank input (rank order; `trace` is the first); () for one rank.
     traces: tuple[TraceModel, ...] = field(default=(), repr=False, compare=False)
+    # The ranks compared (stragglers, per-rank step times) of a multi-rank input, computed once by the
+    # analysis; None for one rank.
+    cross_rank: CrossRank | None = field(default=None, repr=False, compare=False)
+    # The documentation of every rule the analysis loaded (built-in, entry-point and --rules folders),
+    # by rule id: what the renderers show, so that none of them loads the rules again.
+    rule_docs: Mapping[str, RuleMeta] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,8 +84,6 @@ class AnalysisResult:
         return 0
 
     def write_html(self, path: str | Path, *, cdn: bool = False) -> Path:
-        from gpuadvisor.render.html import write_report
-
         return write_report(self, Path(path), cdn=cdn)
 
     def by_rule(self) -> Mapping[str, list[Finding]]:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuadvisor.model import Category, Finding, Location, Severity
+from gpuadvisor.stepmodel import build_step_model
+from gpuadvisor.stepmodel.predict import predict
 
 if TYPE_CHECKING:
     from gpuadvisor.metrics import Metrics
@@ -100,16 +102,12 @@ class RuleContext:
         idle time by cause, and the what-if replay. Built once, shared by every rule."""
         model = getattr(self.metrics, "model", None)
         if model is None:
-            from gpuadvisor.stepmodel import build_step_model
-
             model = build_step_model(self.trace, self.run)
             self.metrics.model = model
         return model
 
     def predict(self, remedy: RemedyId | str, **params: Any) -> Prediction:
         """What `remedy` would gain on this run, from the replay (gpuadvisor.stepmodel.predict)."""
-        from gpuadvisor.stepmodel.predict import predict
-
         return predict(self.model, remedy, **params)
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gpuadvisor import rundir
 from gpuadvisor.errors import InputError
-from gpuadvisor.manifest import Manifest
+from gpuadvisor.manifest import ChildState, Manifest
+from gpuadvisor.trace.identify import sniff_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,8 +149,6 @@ def _completed_manifest(run_dir: Path, manifest: dict[str, Any], notes: list[str
     state = _read_json(run_dir / CHILD_STATE_FILE, [])
     if not state:
         return manifest
-    from gpuadvisor.manifest import ChildState, Manifest
-
     merged = Manifest.from_json(manifest).with_child(ChildState.from_json(state))
     note = (
         "the run was cut off: gpuadvisor profile ended (killed?) before it finished this run directory; "
@@ -220,8 +219,6 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
     if path.is_file():
         if not _is_trace_name(path):
             # Another name: a trace all the same (read it), or say what it is.
-            from gpuadvisor.trace.identify import sniff_file
-
             is_trace, what = sniff_file(path)
             if not is_trace:
                 raise InputError(

@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor import engine, rundir
 from gpuadvisor.model import Finding, Severity, sort_findings
 from gpuadvisor.rules_api import Rule
+from gpuadvisor.runinfo import load_run_info
+from gpuadvisor.trace.load import load_trace
 
 if TYPE_CHECKING:
     from gpuadvisor.runinfo import RunInfo
@@ -264,9 +266,6 @@ class RuleHarness:
         steps_counted: int | None = None,
     ) -> tuple[TraceModel, RunInfo | None]:
         """(TraceModel, RunInfo | None) loaded by the real readers from files written here."""
-        from gpuadvisor.runinfo import load_run_info
-        from gpuadvisor.trace.load import load_trace
-
         self._n += 1
         if environment is None and callsites is None and manifest is None and nvml_rows is None:
             path = write_trace(trace, self.tmp_path / f"raw{self._n}" / "trace.json.gz")

@@ -6,8 +6,10 @@ notebooks and tests) are imported lazily: importing this package imports neither
 
 from __future__ import annotations
 
+import os
 import sys
 import types
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,10 +40,12 @@ class _CallableModule(types.ModuleType):
     """`gpuadvisor.capture(out=...)` is the public in-process API (DESIGN.md). Importing this subpackage
     rebinds the attribute `gpuadvisor.capture` to the package, so the package itself forwards calls."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from gpuadvisor.api import capture
+    def __call__(self, out: str | os.PathLike[str], **options: Any) -> Any:
+        # (`Capture` itself, not `gpuadvisor.api.capture`: the capture never imports the API above it)
+        # lazy: importing the package stays light (the training child imports capture.child alone)
+        from gpuadvisor.capture.inprocess import Capture
 
-        return capture(*args, **kwargs)
+        return Capture(Path(out), **options)
 
 
 sys.modules[__name__].__class__ = _CallableModule

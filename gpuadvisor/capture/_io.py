@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpuadvisor._atomic import write_text_atomic
+
 
 def utc_iso(unix_s: float) -> str:
     """ISO 8601 UTC timestamp (seconds precision plus microseconds) for manifest fields."""
@@ -18,8 +20,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
     A reader never sees a half-written file; a crash leaves at most a stray `.tmp` file.
     """
-    from gpuadvisor._atomic import write_text_atomic
-
     write_text_atomic(path, json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, default=str) + "\n")
 
 

@@ -18,6 +18,12 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.capture import session as session_mod
+from gpuadvisor.capture.execfile import run_module, run_script, set_script_path, strip_own_frames
+from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
+from gpuadvisor.capture.watchdog import TermWatchdog
+from gpuadvisor.manifest import Degraded, ExitReason
+
 if TYPE_CHECKING:
     from gpuadvisor.capture.session import CaptureSession
 
@@ -47,8 +53,6 @@ def _system_exit_status(code: Any) -> int:
 
 
 def _print_user_traceback(exc: BaseException) -> None:
-    from gpuadvisor.capture.execfile import strip_own_frames
-
     tb = strip_own_frames(exc.__traceback__)
     exc.__traceback__ = tb  # the default excepthook prints the exception's own traceback
     try:
@@ -165,13 +169,8 @@ def run_child(
     cfg = dict(cfg)
     target = cfg.pop("target")
 
-    from gpuadvisor.capture.execfile import run_module, run_script, set_script_path
-
     if target["kind"] != "module":
         set_script_path(target["path_or_name"])  # before the session imports torch (PyRunner order)
-
-    from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
-    from gpuadvisor.manifest import Degraded, ExitReason
 
     session = CaptureSession(SessionConfig(**cfg))
     terminated = {"count": 0, "after_script": 0}
@@ -206,8 +205,6 @@ def run_child(
         signal.signal(signal.SIGTERM, on_term)
     session.start()
     if term_grace_s is not None:
-        from gpuadvisor.capture.watchdog import TermWatchdog
-
         TermWatchdog(session, term_grace_s, after_finish).start()
 
     status = 0
@@ -264,8 +261,6 @@ def run_child(
 
     if sig == signal.SIGINT:
         # A second Ctrl-C while the trace is exported skips the export, keeps everything else.
-        from gpuadvisor.capture import session as session_mod
-
         def second_interrupt(signum: int, frame: Any) -> None:
             if time.monotonic() - last_int["t"] < DEBOUNCE_S:
                 return
@@ -277,8 +272,6 @@ def run_child(
     except BaseException as exc:  # _SkipExport outside the export proper, or a bug: keep the rest
         session.log(f"finish interrupted: {type(exc).__name__}: {exc}")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        from gpuadvisor.capture import session as session_mod
-
         session.finish(
             skip_export=True,
             skip_reason=(

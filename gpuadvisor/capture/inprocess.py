@@ -22,7 +22,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.capture.runner import (
+    _with_sampler,
+    initial_capture,
+    prepare_out_dir,
+    release_out_dir,
+    write_manifest,
+)
+from gpuadvisor.capture.session import STATE_FILE, CaptureSession, SessionConfig
+from gpuadvisor.errors import UsageError
 from gpuadvisor.manifest import Degraded, ExitReason, Manifest, NvmlInfo, Target, TargetKind
 
 
@@ -44,8 +54,6 @@ class Capture:
         steps: str = "manual",
         short_run_seconds: float = 2.0,
     ) -> None:
-        from gpuadvisor.errors import UsageError
-
         if steps not in ("manual", "auto"):
             raise UsageError(f"steps must be 'manual' or 'auto' (got {steps!r})")
         if active_steps < 1 or skip_steps < 0 or warmup_steps < 0:
@@ -54,8 +62,6 @@ class Capture:
         self._force = force
         self._nvml = nvml
         self._nvml_interval = nvml_interval
-        from gpuadvisor.capture.session import SessionConfig
-
         self._options = ProfileOptions(
             out=str(self.run_dir),
             force=force,
@@ -78,10 +84,6 @@ class Capture:
         self.manifest: dict[str, Any] | None = None
 
     def __enter__(self) -> Capture:
-        from gpuadvisor.capture.nvml import NvmlSampler
-        from gpuadvisor.capture.runner import prepare_out_dir
-        from gpuadvisor.capture.session import CaptureSession
-
         prepare_out_dir(self.run_dir, self._force)
         self._started = time.time()
         self._sampler = NvmlSampler(self.run_dir, self._nvml_interval)
@@ -101,9 +103,6 @@ class Capture:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        from gpuadvisor.capture.runner import _with_sampler, initial_capture, write_manifest
-        from gpuadvisor.capture.session import STATE_FILE
-
         s = self.session
         if exc is None:
             s.exit_reason, s.exit_status = ExitReason.COMPLETED, 0
@@ -140,6 +139,4 @@ class Capture:
         write_manifest(self.run_dir, record)
         with contextlib.suppress(OSError):
             (self.run_dir / STATE_FILE).unlink()
-        from gpuadvisor.capture.runner import release_out_dir
-
         release_out_dir(self.run_dir)

@@ -27,7 +27,8 @@ class ProfileOptions:
     NVML samples; quiet: no progress lines; time_step_seconds / time_fallback_after: steps by time;
     short_run_seconds: how long the first steps are recorded speculatively so that a script that ends
     before the window is still captured (0: never); term_timeout: seconds between a forwarded SIGTERM
-    and SIGKILL; analyze: analyze the run at the end; redact: mask credentials of the command line in
+    and SIGKILL; analyze: analyze the run at the end (done by the caller, `gpuadvisor.api.profile` or
+    the profile command, after `run_profile` returns: the capture never imports the analysis); redact: mask credentials of the command line in
     everything written (gpuadvisor.redact).
     """
 

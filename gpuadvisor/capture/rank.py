@@ -27,7 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import rundir
 from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture.child import _unblock_signals, run_child
+from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.capture.ranks import manifest_lock, merge_ranks
+from gpuadvisor.capture.runner import (
+    _add_driver,
+    initial_capture,
+    validate_module,
+    validate_script,
+    write_manifest,
+)
+from gpuadvisor.capture.session import SessionConfig, rank_file_name, rank_state_file
+from gpuadvisor.errors import UsageError
 from gpuadvisor.manifest import Degraded, Distributed, ExitReason, Manifest, NvmlInfo, Target, TargetKind
 
 if TYPE_CHECKING:
@@ -76,8 +88,6 @@ def _fail(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from gpuadvisor.capture.child import _unblock_signals, run_child
-
     _unblock_signals()
     ns = _parser().parse_args(argv)
     if ns.config:
@@ -93,11 +103,6 @@ def main(argv: list[str] | None = None) -> None:
 
 # ---------------------------------------------------------------------------------- existing launcher
 def _external(ns: argparse.Namespace) -> None:
-    from gpuadvisor.capture.child import run_child
-    from gpuadvisor.capture.runner import validate_module, validate_script, write_manifest
-    from gpuadvisor.capture.session import SessionConfig
-    from gpuadvisor.errors import UsageError
-
     rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     node_rank = _env_int("GROUP_RANK", 0)
     if ns.out is None:
@@ -161,9 +166,6 @@ def _options(ns: argparse.Namespace) -> ProfileOptions:
 
 def _prepare_rank_files(run_dir: Path, rank: int, force: bool) -> None:
     """Every rank creates the folders and clears only its own files (with --force)."""
-    from gpuadvisor.capture.session import rank_file_name, rank_state_file
-    from gpuadvisor.errors import UsageError
-
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"output path exists and is not a directory: {run_dir}")
     try:
@@ -189,8 +191,6 @@ def _prepare_rank_files(run_dir: Path, rank: int, force: bool) -> None:
 
 
 def _base_manifest(ns: argparse.Namespace, opts: ProfileOptions, command: list[str], started: float) -> Manifest:
-    from gpuadvisor.capture.runner import initial_capture
-
     return Manifest.begin(
         command=command,
         target=Target(
@@ -214,9 +214,6 @@ def _merge_external(
     command: list[str],
     nvml_state: dict[str, Any] | None,
 ) -> None:
-    from gpuadvisor.capture.ranks import manifest_lock, merge_ranks
-    from gpuadvisor.capture.runner import write_manifest
-
     world = _env_int("WORLD_SIZE", 1)
     with manifest_lock(run_dir):
         raw = read_json(run_dir / rundir.MANIFEST)
@@ -241,8 +238,6 @@ def _merge_external(
             )
         manifest = dataclasses.replace(manifest, ended_unix_s=time.time())
         if nvml_state is not None and nvml_state.get("driver"):
-            from gpuadvisor.capture.runner import _add_driver
-
             _add_driver(run_dir, str(nvml_state["driver"]))
         write_manifest(run_dir, manifest)
         complete = all(r.exit_reason is not ExitReason.RUNNING for r in manifest.ranks or ())
@@ -253,9 +248,12 @@ def _merge_external(
             claim.touch(exist_ok=False)  # one rank analyzes: the one that saw every rank finished first
         except FileExistsError:
             return
-    from gpuadvisor.capture.runner import _analyze
-
-    _analyze(run_dir, ns.quiet)
+    # The capture never imports the analysis: a process of its own analyzes the run (errors go to its log).
+    root = str(Path(__file__).resolve().parents[2])  # this gpuadvisor, whatever the rank's sys.path
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from gpuadvisor.analysis import main; sys.exit(main(sys.argv[2:]))"
+    analysis = [sys.executable, "-c", code, root, str(run_dir), *(["--quiet"] if ns.quiet else [])]
+    with contextlib.suppress(OSError):
+        subprocess.run(analysis, stdin=subprocess.DEVNULL, check=False)
 
 
 # ---------------------------------------------------------------------------------- NVML, once per node
@@ -298,8 +296,6 @@ def _stop_nvml_process(proc: subprocess.Popen[bytes], run_dir: Path, node_rank: 
 def nvml_sampler_main(run_dir: str, interval: str, node_rank: str, watch_pid: str) -> None:
     """Sample NVML until SIGTERM or until the process `watch_pid` is gone; write the sampler's state."""
     import threading
-
-    from gpuadvisor.capture.nvml import NvmlSampler
 
     out = Path(run_dir)
     node = int(node_rank)

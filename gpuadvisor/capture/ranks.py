@@ -24,6 +24,7 @@ from gpuadvisor.manifest import (
     ExitReason,
     Manifest,
     RankEntry,
+    host_step_durations,
     merge_flags,
 )
 
@@ -94,8 +95,6 @@ def rank_entry(
 def _step_medians(state: ChildState) -> tuple[float | None, float | None]:
     """The rank's own unprofiled and profiled step medians (ms), from its step boundary times."""
     import statistics
-
-    from gpuadvisor.metrics import host_step_durations
 
     outside, inside = host_step_durations(state.capture)
     return (

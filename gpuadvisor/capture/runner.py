@@ -23,7 +23,10 @@ from gpuadvisor import rundir
 from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import read_json, write_json_atomic
 from gpuadvisor.capture.experiment import Suspect
+from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
+from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
 from gpuadvisor.errors import EXIT_OUTPUT_LOST, UsageError
 from gpuadvisor.manifest import (
     CaptureState,
@@ -402,8 +405,6 @@ def _run_profile(
     )
     write_manifest(run_dir, manifest)  # a parent killed outright still leaves one
 
-    from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
-
     cfg = dataclasses.asdict(
         SessionConfig.from_options(opts, str(run_dir.resolve()), distributed=launch is not None)
     )
@@ -411,8 +412,6 @@ def _run_profile(
     write_json_atomic(run_dir / CONFIG_FILE, cfg)
     with contextlib.suppress(OSError):  # it holds the real command line: owner only
         os.chmod(run_dir / CONFIG_FILE, 0o600)
-
-    from gpuadvisor.capture.nvml import NvmlSampler
 
     sampler = NvmlSampler(run_dir, opts.nvml_interval, pcie_throughput=Suspect.NVML_PCIE not in off)
     child_cmd = [
@@ -460,7 +459,7 @@ def _run_profile(
     ended = time.time()
 
     if launch is not None:
-        return _finish_distributed(run_dir, manifest, launch, returncode, ended, sampler, opts.analyze, opts.quiet)
+        return _finish_distributed(run_dir, manifest, launch, returncode, ended, sampler, opts)
 
     state_raw = read_json(run_dir / STATE_FILE)
     state = ChildState.from_json(state_raw) if isinstance(state_raw, dict) else None
@@ -540,8 +539,6 @@ def _run_profile(
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
     _remove_stray_temporaries(run_dir)
-    if opts.analyze:
-        manifest, exit_status = _analyze_and_account(run_dir, manifest, exit_status, opts.quiet)
     if not opts.quiet:
         sys.stderr.write(f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n")
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
@@ -609,13 +606,9 @@ def _finish_distributed(
     returncode: int,
     ended: float,
     sampler: Any,
-    analyze: bool,
-    quiet: bool,
+    opts: ProfileOptions,
 ) -> ProfileOutcome:
     """The manifest of a torchrun run: the ranks' states merged, NVML and the launcher's status added."""
-    from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
-    from gpuadvisor.capture.session import rank_state_file
-
     launcher_status = exit_status_for(returncode, [])
     manifest, exit_status = merge_ranks(
         run_dir,
@@ -638,9 +631,7 @@ def _finish_distributed(
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
     _remove_stray_temporaries(run_dir)
-    if analyze:
-        manifest, exit_status = _analyze_and_account(run_dir, manifest, exit_status, quiet)
-    if not quiet:
+    if not opts.quiet:
         failed = manifest.distributed.failed_rank if manifest.distributed is not None else None
         why = f", rank {failed} failed" if failed is not None else ""
         sys.stderr.write(
@@ -670,46 +661,16 @@ def _add_driver(run_dir: Path, driver: str | None) -> None:
             write_json_atomic(env_path, env)
 
 
-def _analyze(run_dir: Path, quiet: bool) -> str | None:
-    """Hand the run to the analysis when it is installed; never fail the profile because of it.
-    Returns what could not be written (findings.json / report.html on a full disk), else None."""
-    log = run_dir / rundir.LOG
-    try:
-        from gpuadvisor.analysis import analyze_run_and_write
-    except ImportError as err:
-        _append_log(log, f"analysis not available: {err}")
-        return None
-    from gpuadvisor.errors import OutputLostError
-
-    try:
-        analyze_run_and_write(run_dir)
-    except (OSError, OutputLostError) as err:
-        lost = [n for n in (rundir.FINDINGS, rundir.REPORT) if not (run_dir / n).is_file()]
-        what = " and ".join(lost) or "the analysis outputs"
-        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        _append_log(log, f"analysis outputs not written: {err}")
-        if not quiet:
-            sys.stderr.write(f"gpuadvisor: {what} could not be written ({why}); the run is kept\n")
-        return f"{what} could not be written ({why})"
-    except Exception as err:
-        _append_log(log, f"analysis failed: {type(err).__name__}: {err}")
-        if not quiet:
-            sys.stderr.write(f"gpuadvisor: analysis failed ({type(err).__name__}: {err}); the run is kept\n")
-    return None
-
-
-def _analyze_and_account(run_dir: Path, manifest: Manifest, exit_status: int, quiet: bool) -> tuple[Manifest, int]:
-    """Analyze; when its outputs could not be written, the manifest says so and a successful run
-    exits 74 (no output of a run is lost silently)."""
-    lost = _analyze(run_dir, quiet)
-    if lost is None:
-        return manifest, exit_status
-    status = EXIT_OUTPUT_LOST if exit_status == 0 else exit_status
+def record_lost_outputs(outcome: ProfileOutcome, lost: str) -> ProfileOutcome:
+    """The analysis that followed the capture could not write its outputs (`lost` says which and
+    why): the manifest says so and a successful run exits 74 (no output of a run is lost silently)."""
+    manifest = outcome.record
+    status = EXIT_OUTPUT_LOST if outcome.exit_status == 0 else outcome.exit_status
     manifest = dataclasses.replace(manifest.with_degraded(Degraded.OUTPUT_INCOMPLETE, lost + "."), exit_status=status)
-    if status != exit_status:
+    if status != outcome.exit_status:
         manifest = manifest.with_message("exit status 74: the script succeeded but some outputs could not be written.")
-    write_manifest(run_dir, manifest)
-    return manifest, status
+    write_manifest(outcome.run_dir, manifest)
+    return dataclasses.replace(outcome, exit_status=status, manifest=manifest.to_json())
 
 
 def _append_log(path: Path, msg: str) -> None:

@@ -47,6 +47,9 @@ from gpuadvisor import rundir
 from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import write_json_atomic
 from gpuadvisor.capture.experiment import Suspect
+from gpuadvisor.capture.forward import ForwardTracker
+from gpuadvisor.capture.frameworks import FrameworkRecorder
+from gpuadvisor.capture.hooks import Recorder
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.manifest import (
     CaptureState,
@@ -282,10 +285,6 @@ class CaptureSession:
     def start(self) -> None:
         """Install the hooks (torch is imported here) and the time fallback."""
         import torch
-
-        from gpuadvisor.capture.forward import ForwardTracker
-        from gpuadvisor.capture.frameworks import FrameworkRecorder
-        from gpuadvisor.capture.hooks import Recorder
 
         (self.out / rundir.TRACE_DIR).mkdir(parents=True, exist_ok=True)
         self.cuda_available = bool(torch.cuda.is_available())
@@ -531,7 +530,7 @@ class CaptureSession:
                 self._maybe_speculate(c)
             if c == max(1, cfg.skip_steps // 2) and self.state is WindowState.IDLE and self.recorder is not None:
                 # The steps from here to the window are the unprofiled reference of the analysis
-                # (gpuadvisor.metrics.host_step_durations): without the per-call Tensor wrappers.
+                # (gpuadvisor.manifest.host_step_durations): without the per-call Tensor wrappers.
                 self.recorder.remove_tensor_hooks()
                 self._wrappers_off_since = c
             if self.state is WindowState.IDLE and c >= cfg.skip_steps:
@@ -684,7 +683,7 @@ class CaptureSession:
         if not self.cfg.full:
             # Step c carries the export; the REFERENCE_STEPS_AFTER after it run as under plain python
             # (profiler detached, CUPTI finalized, wrappers removed): the analysis's unprofiled
-            # reference (gpuadvisor.metrics.host_step_durations). Then the script is stopped.
+            # reference (gpuadvisor.manifest.host_step_durations). Then the script is stopped.
             # Not for time-based steps (seconds of wall time, not the script's steps), nor when no step
             # hook stays installed after the window (an overhead experiment): no boundary would come.
             no_steps_after = self.method is StepDetection.TIME or Suspect.STEP_TIMER in self.off

@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuadvisor._atomic import why_not_written, write_text_atomic
+from gpuadvisor.errors import OutputLostError
+from gpuadvisor.render._format import color_enabled
+
 if TYPE_CHECKING:
     from gpuadvisor.config import AnalysisConfig
     from gpuadvisor.result import AnalysisResult
@@ -43,8 +47,6 @@ def verbose_option(f: F) -> F:
 def stdout_color(output: Path | None) -> bool:
     """Colour for text written to stdout (never into a file given with -o)."""
     import sys
-
-    from gpuadvisor.render._format import color_enabled
 
     return output is None and color_enabled(sys.stdout)
 
@@ -124,9 +126,6 @@ def emit(text: str, output: Path | None, *, color: bool = False) -> None:
     if output is None:
         click.echo(text, nl=False, color=color or None)
         return
-    from gpuadvisor._atomic import why_not_written, write_text_atomic
-    from gpuadvisor.errors import OutputLostError
-
     try:
         write_text_atomic(output, text)
     except OSError as err:
@@ -144,6 +143,7 @@ def resolve_options(
     """Command-line options over [tool.gpuadvisor] (CLI > pyproject > defaults), checked against the
     rules that will run, so that a bad value names its file and key, or its option. Without a
     configuration file the gate is off unless --fail-on is given."""
+    # lazy: `gpuadvisor --help` imports this module; the rule engine loads when a command runs
     from gpuadvisor import config as cfg
 
     base = cfg.load_config(explicit=config_file) if config_file else cfg.load_config()
@@ -183,6 +183,7 @@ def analyze_path(
     path: Path, options: AnalysisConfig, *, progress: bool, step_time_ms: float | None = None
 ) -> AnalysisResult:
     """Analyze PATH with the resolved options (what analyze and report share)."""
+    # lazy: `gpuadvisor --help` imports this module; the analysis loads when a command runs
     from gpuadvisor.analysis import analyze
 
     return analyze(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuadvisor import api
 from gpuadvisor.commands._options import (
     emit,
     output_option,
@@ -17,8 +18,11 @@ from gpuadvisor.commands._options import (
     stdout_color,
     verbose_option,
 )
+from gpuadvisor.diff import diff_results, parse_regression_pct, verdict
 from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from gpuadvisor.render._ci import fmt_impact
 from gpuadvisor.render._format import Style
+from gpuadvisor.render.markdown import render_diff
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
@@ -34,9 +38,6 @@ def _fmt_ms(value: float | None, signed: bool = False) -> str:
 
 def render_text(result: DiffResult, fail_on_regression: float | None = None, *, color: bool = False) -> str:
     """The terminal form of a diff (ANSI colours only with `color`)."""
-    from gpuadvisor.diff import verdict
-    from gpuadvisor.render._ci import fmt_impact
-
     style = Style(color)
     lines = [style.bold(f"gpuadvisor diff: {result.base_source} -> {result.new_source}")]
     if not result.compatible:
@@ -124,13 +125,9 @@ def diff(
     different GPU/driver/CUDA/torch without --allow-mismatch; 70 internal error; 130 interrupted.
     """
     del verbose  # nothing in a diff is shortened; the error boundary reads it
-    from gpuadvisor.api import analyze
-    from gpuadvisor.diff import diff_results, parse_regression_pct
-    from gpuadvisor.render.markdown import render_diff
-
     pct = parse_regression_pct(fail_on_regression)
     config = resolve_options(select, ignore, rules_dirs, (), config_file, None)
-    result = diff_results(analyze(base, config=config), analyze(new, config=config))
+    result = diff_results(api.analyze(base, config=config), api.analyze(new, config=config))
     if not result.compatible and not allow_mismatch:
         reasons = "; ".join(result.mismatches)
         raise UsageError(f"runs are not comparable ({reasons}); pass --allow-mismatch to compare anyway")

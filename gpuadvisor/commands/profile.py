@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import IO
 
 import click
 
-from gpuadvisor.errors import GpuAdvisorError
+from gpuadvisor.analysis import finding_dicts
+from gpuadvisor.api import analyze_profiled
+from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.capture.runner import LaunchOptions, ProfileOutcome, run_profile
+from gpuadvisor.errors import GpuAdvisorError, UsageError
+from gpuadvisor.verify.runner import VerifyOptions, verify_run
 
 
 @click.command(
@@ -198,16 +205,11 @@ def profile(
     """
     import importlib.util
 
-    from gpuadvisor.errors import UsageError
-
     if importlib.util.find_spec("torch") is None:
         raise UsageError(
             "profile needs PyTorch, which is not installed in this environment: "
             "pip install 'gpuadvisor[profile]' (on a GPU machine, install your CUDA build of torch first)"
         )
-    from gpuadvisor.capture.options import ProfileOptions
-    from gpuadvisor.capture.runner import LaunchOptions, run_profile
-
     launch: LaunchOptions | None = None
     torchrun_only = {
         "--nnodes": nnodes,
@@ -261,11 +263,11 @@ def profile(
         click.echo(f"gpuadvisor: error: {err}", err=True)
         sys.exit(err.exit_code)
     if verify_after:
-        from gpuadvisor.verify.runner import profile_then_verify
-
-        profile_then_verify(
+        outcome = _verify_then_analyze(
             outcome, verify_trials, verify_only, verify_budget, analyze=analyze, quiet=quiet, argv=[target, *args]
         )
+    elif analyze:
+        outcome = analyze_profiled(outcome, quiet=quiet)
     report = outcome.run_dir / "report.html"
     if open_report and report.is_file():
         import webbrowser
@@ -273,3 +275,38 @@ def profile(
         if not webbrowser.open(report.resolve().as_uri()):
             click.echo(f"gpuadvisor: could not open a web browser; the report is {report}", err=True)
     sys.exit(outcome.exit_status)
+
+
+def _verify_then_analyze(
+    outcome: ProfileOutcome,
+    trials: int,
+    only: Sequence[str],
+    budget_s: float | None,
+    *,
+    analyze: bool,
+    quiet: bool,
+    stream: IO[str] | None = None,
+    argv: Sequence[str] | None = None,
+) -> ProfileOutcome:
+    """`gpuadvisor profile --verify`: verify the fresh run (when the script succeeded), then analyze it
+    once, so findings.json and report.html carry `verified`. Verify's own errors are printed and never
+    change profile's exit status (outputs the analysis could not write do, as without --verify)."""
+
+    out = stream if stream is not None else sys.stderr
+    if outcome.exit_status != 0:
+        out.write(f"gpuadvisor: verify skipped: the script exited with status {outcome.exit_status}\n")
+    else:
+        try:
+            verify_run(
+                outcome.run_dir,
+                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet),
+                stream=out,
+                argv=argv,
+                analyze=finding_dicts,
+            )
+        except GpuAdvisorError as err:
+            out.write(f"gpuadvisor: verify: error: {err}\n")
+        except KeyboardInterrupt:
+            out.write("gpuadvisor: verify interrupted; what was measured is in verify.json\n")
+    out.flush()
+    return analyze_profiled(outcome, quiet=quiet) if analyze else outcome

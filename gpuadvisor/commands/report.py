@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from gpuadvisor import rundir
 from gpuadvisor.commands._options import (
     analyze_path,
     resolve_options,
@@ -14,13 +15,12 @@ from gpuadvisor.commands._options import (
     verbose_option,
 )
 from gpuadvisor.errors import UsageError
+from gpuadvisor.render.html import write_report
 
 
 def default_output(path: Path) -> Path:
     """Where the report goes without -o: RUN/report.html for a run directory, FOLDER/report.html for
     a folder of traces, and NAME.report.html next to a trace file NAME.json[.gz]."""
-    from gpuadvisor import rundir
-
     if path.is_dir():
         return path / rundir.REPORT
     name = path.name
@@ -76,14 +76,12 @@ def report(
     70 internal error; 74 the report could not be written; 130 interrupted.
     """
     del verbose  # only the error boundary reads it
-    from gpuadvisor.render.html import default_rule_docs, write_report
-
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
     result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     target = output if output is not None else default_output(path)
-    written = write_report(result, target, cdn=cdn, rule_docs=default_rule_docs(options.rules_dirs))
+    written = write_report(result, target, cdn=cdn)
     click.echo(str(written))
     if open_browser:
         import webbrowser

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpuadvisor import engine
 from gpuadvisor.commands._options import verbose_option
 from gpuadvisor.engine import LoadedRule
 from gpuadvisor.render._format import Style, color_enabled, rule_sort_key
@@ -32,8 +33,6 @@ def rules(rule: str | None, rules_dirs: tuple[Path, ...], markdown: bool, verbos
     Exit codes: 0 ok; 2 unknown rule (close matches are suggested) or a broken rules folder.
     """
     del verbose  # only the error boundary reads it
-    from gpuadvisor import engine
-
     loaded = sorted(engine.load_rules(rules_dirs), key=lambda r: rule_sort_key(r.id))
     style = Style(not markdown and color_enabled(sys.stdout))
     if rule is None:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+from gpuadvisor.analysis import finding_dicts
 from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError
+from gpuadvisor.verify.runner import VerifyOptions, verify_run
 
 
 def verify_options(f: click.decorators.FC) -> click.decorators.FC:
@@ -85,8 +87,6 @@ def verify(
     Exit codes: 0 verify.json written; 1 the baseline (the recorded command) failed;
     2 usage error; 70 internal error; 74 verify.json could not be written; 130 Ctrl-C.
     """
-    from gpuadvisor.verify.runner import VerifyOptions, verify_run
-
     options = VerifyOptions(
         trials=trials,
         budget_s=budget_s,
@@ -97,7 +97,7 @@ def verify(
         quiet=quiet,
     )
     try:
-        outcome = verify_run(run, options)
+        outcome = verify_run(run, options, analyze=finding_dicts)
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {err}", err=True)
         sys.exit(err.exit_code)

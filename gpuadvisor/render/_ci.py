@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpuadvisor.errors import ConfigError, GpuAdvisorError
-from gpuadvisor.model import Finding, Severity
+from gpuadvisor.errors import ConfigError
+from gpuadvisor.model import Finding, RuleMeta, Severity
 from gpuadvisor.render._format import fmt_number, is_version_key, rule_sort_key
-from gpuadvisor.result import AnalysisResult
 
-
-@dataclass(frozen=True)
-class RuleMeta:
-    """What a CI format says about a rule: from the rule class when it can be loaded, else from findings."""
-
-    id: str
-    name: str
-    category: str
-    summary: str
-    doc: str
-    references: tuple[str, ...] = ()
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
 
 
 def gate(fail_on: str | Severity | None, default: str | None) -> Severity | None:
@@ -54,32 +43,9 @@ def is_internal(finding: Finding) -> bool:
     return finding.category.value == "internal"
 
 
-def _builtin_catalog() -> dict[str, RuleMeta]:
-    """Built-in and entry-point rules. Loading can fail (a broken plugin): the renderers must still
-    work, so they fall back to what the findings say."""
-    try:
-        from gpuadvisor.engine import load_rules
-
-        loaded = load_rules()
-    except (GpuAdvisorError, ImportError):
-        return {}
-    out: dict[str, RuleMeta] = {}
-    for rule in loaded:
-        cls = rule.cls
-        out[cls.id] = RuleMeta(
-            id=cls.id,
-            name=cls.name,
-            category=cls.category.value,
-            summary=cls.summary(),
-            doc=inspect.getdoc(cls) or "",
-            references=tuple(cls.references),
-        )
-    return out
-
-
 def rule_catalog(result: AnalysisResult) -> dict[str, RuleMeta]:
     """Metadata of every rule the result mentions (statuses and findings), in natural id order."""
-    known = _builtin_catalog()
+    known = result.rule_docs
     out: dict[str, RuleMeta] = {}
     by_rule: Mapping[str, list[Finding]] = result.by_rule()
     ids = {s.rule for s in result.rules} | set(by_rule)

@@ -12,9 +12,13 @@ so no finding text can start a workflow command of its own.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuadvisor.model import Finding, Severity
 from gpuadvisor.render._ci import fails, fmt_impact, gate, is_internal
-from gpuadvisor.result import AnalysisResult
+
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
 
 __all__ = ["render"]
 

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
+from gpuadvisor._atomic import why_not_written, write_text_atomic
 from gpuadvisor.errors import OutputLostError
-from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable
+from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable, summary_line
+from gpuadvisor.render import figures
 from gpuadvisor.render._format import (
     clip,
     fmt_bytes,
@@ -75,8 +77,6 @@ def write_report(
     """Render the report of `result` and write it to `path` atomically (temporary file + rename).
 
     Returns the path written. Raises OutputLostError (exit 74) when the file cannot be written."""
-    from gpuadvisor._atomic import why_not_written, write_text_atomic
-
     path = Path(path)
     html = render_html(
         result, cdn=cdn, rule_docs=rule_docs, generated_at=generated_at, report_dir=path.parent
@@ -102,10 +102,10 @@ def render_html(
 
     `generated_at` (shown in the header; default: now, UTC) is the only part that varies between two
     renders of the same result. `rule_docs` maps rule id -> docstring; default: the docstrings of the
-    built-in and entry-point rules (rules from `--rules DIR` folders need it passed in)."""
+    rules the analysis loaded (`result.rule_docs`)."""
     if generated_at is None:
         generated_at = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-    docs = dict(rule_docs) if rule_docs is not None else default_rule_docs()
+    docs = dict(rule_docs) if rule_docs is not None else {k: m.doc for k, m in result.rule_docs.items() if m.doc}
     html = ""
     for max_events, max_points in _BUDGETS:
         context = build_context(
@@ -120,18 +120,6 @@ def render_html(
         if len(html.encode("utf-8")) <= MAX_REPORT_BYTES:
             break
     return html
-
-
-def default_rule_docs(rules_dirs: Sequence[str | Path] = ()) -> dict[str, str]:
-    """Rule id -> docstring from the rule registry; {} when the rules cannot be loaded (the report then
-    simply has no documentation links rather than failing)."""
-    try:
-        from gpuadvisor.engine import load_rules
-
-        loaded = load_rules(rules_dirs)
-    except Exception:  # a broken rule folder must not cost the user the report
-        return {}
-    return {r.id: inspect.cleandoc(r.cls.__doc__ or "") for r in loaded if r.cls.__doc__}
 
 
 def script_json(value: Any) -> str:
@@ -168,8 +156,6 @@ def build_context(
     report_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Everything the template shows, as plain values (strings are escaped by the template)."""
-    from gpuadvisor.render import figures
-
     data = result.to_dict()
     metrics = result.metrics
     run = result.run
@@ -322,12 +308,9 @@ def ranks_section(result: AnalysisResult) -> dict[str, Any] | None:
     """The per-rank section of a multi-rank input (None for one rank): per rank the median step
     time and communication (exposed vs overlapped when NCCL kernels were recorded), and the step time
     of each rank in every step, aligned by ProfilerStep number."""
-    if len(result.traces) < 2:
+    cr = result.cross_rank
+    if cr is None or len(cr.ranks) < 2:
         return None
-    from gpuadvisor.multirank import cross_rank
-
-    metrics = [result.metrics_detail if t is result.trace else None for t in result.traces]
-    cr = cross_rank(result.traces, metrics)
     rows: list[dict[str, str]] = []
     for r in cr.ranks:
         n = len(r.analyzed)
@@ -609,8 +592,6 @@ def _finding_view(
 
 
 def _verified_text(f: Finding) -> str | None:
-    from gpuadvisor.verify.results import summary_line
-
     return summary_line(f)
 
 

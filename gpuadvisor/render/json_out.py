@@ -7,8 +7,11 @@ one newline, so the same analysis always gives the same bytes (snapshot tests, `
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from gpuadvisor.result import AnalysisResult
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
+
 
 __all__ = ["render"]
 

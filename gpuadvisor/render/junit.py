@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
 
-from gpuadvisor.model import Finding
+from gpuadvisor.model import Finding, RuleStatus
 from gpuadvisor.render._ci import fails, fmt_impact, gate, is_internal, rule_catalog
-from gpuadvisor.result import AnalysisResult, RuleStatus
+
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
 
 __all__ = ["render"]
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from gpuadvisor.model import Finding, Severity, group_note
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
 from gpuadvisor.render._format import clip, mfu_unknown_reason, rule_sort_key
-from gpuadvisor.result import AnalysisResult
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
+    from gpuadvisor.result import AnalysisResult
 
 __all__ = ["escape", "render", "render_diff"]
 
@@ -157,8 +157,6 @@ def _ms(value: float | None, signed: bool = False) -> str:
 
 def render_diff(result: DiffResult, *, fail_on_regression: float | None = None) -> str:
     """Markdown of a `gpuadvisor diff`: verdict, step time vs noise, per-category table, finding changes."""
-    from gpuadvisor.diff import verdict
-
     lines = ["## gpuadvisor diff", ""]
     lines += [f"{escape(result.base_source, 200)} → {escape(result.new_source, 200)}", ""]
     if not result.compatible:
@@ -167,7 +165,7 @@ def render_diff(result: DiffResult, *, fail_on_regression: float | None = None) 
             + escape("; ".join(result.mismatches), 600),
             "",
         ]
-    lines += [f"**Verdict:** {escape(verdict(result, fail_on_regression))}", ""]
+    lines += [f"**Verdict:** {escape(result.verdict(fail_on_regression))}", ""]
     st = result.step_time
     if st is not None:
         pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"

@@ -13,14 +13,16 @@ import hashlib
 import json
 import re
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpuadvisor import __version__
-from gpuadvisor.model import Finding, Location, Severity
-from gpuadvisor.render._ci import RuleMeta, fmt_impact, is_internal, rule_catalog
+from gpuadvisor.model import Finding, Location, RuleMeta, Severity
+from gpuadvisor.render._ci import fmt_impact, is_internal, rule_catalog
 from gpuadvisor.render._format import rule_sort_key
-from gpuadvisor.result import AnalysisResult
+
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
 
 __all__ = ["INFORMATION_URI", "SARIF_SCHEMA", "SARIF_VERSION", "level_of", "render"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.model import Finding, Severity, group_note
+from gpuadvisor.model import Finding, Severity, group_note, summary_line
 from gpuadvisor.render._format import (
     Style,
     fmt_number,
@@ -20,7 +20,9 @@ from gpuadvisor.render._format import (
     rule_sort_key,
     wrap_clipped,
 )
-from gpuadvisor.result import AnalysisResult
+
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
 
 __all__ = ["render"]
 
@@ -123,8 +125,6 @@ def _finding_lines(
     message, cut = wrap_clipped(f.message, WIDTH, limit, initial_indent=_INDENT, subsequent_indent=_INDENT)
     lines.extend(message)
     shortened |= cut
-    from gpuadvisor.verify.results import summary_line
-
     verified = summary_line(f)
     if verified:
         lines.extend(textwrap.wrap(verified, WIDTH, initial_indent=f"{_INDENT}Verify: ", subsequent_indent=_INDENT))

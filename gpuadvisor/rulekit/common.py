@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.model import Location
+from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel.build import main_loader
 
 if TYPE_CHECKING:
     from gpuadvisor.rules_api import RuleContext
@@ -166,8 +168,6 @@ def env_list(ctx: RuleContext, key: str) -> list[dict[str, Any]]:
 
 
 def main_dataloader(ctx: RuleContext) -> dict[str, Any] | None:
-    from gpuadvisor.stepmodel.build import main_loader
-
     loader = main_loader({"dataloaders": env_list(ctx, "dataloaders")})
     return dict(loader) if loader is not None else None
 
@@ -207,8 +207,6 @@ class WaitStats:
 
 
 def wait_stats(ctx: RuleContext, kind: str) -> WaitStats:
-    from gpuadvisor.stepmodel import build as sb
-
     model = ctx.model
     win = model.window
     waits = model.waits(kind)

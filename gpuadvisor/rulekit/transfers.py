@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel.predict import DEFAULT_MIN_COPY_BYTES, predict_combined
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,8 +141,6 @@ class CopyStats:
 def copy_stats(model: StepModel, copies: pd.DataFrame) -> CopyStats:
     import numpy as np
 
-    from gpuadvisor.stepmodel import build as sb
-
     k = model.ops[model.ops["kind"] == "kernel"]
     ks, ke = sb.union_intervals(k["ts"].to_numpy("float64"), k["end"].to_numpy("float64"))
     if len(copies) == 0:
@@ -162,8 +162,6 @@ def group_remedies(ctx: RuleContext) -> list[tuple[RemedyId, dict[str, Any]]]:
     """Every copy remedy this run calls for, in the order a user would apply them."""
     model = ctx.model
     out: list[tuple[RemedyId, dict[str, Any]]] = []
-    from gpuadvisor.stepmodel.predict import DEFAULT_MIN_COPY_BYTES
-
     htod = window_copies(model, DEFAULT_MIN_COPY_BYTES, ("HtoD",))
     if len(htod) == 0:
         return out
@@ -177,8 +175,6 @@ def group_remedies(ctx: RuleContext) -> list[tuple[RemedyId, dict[str, Any]]]:
 
 
 def group_prediction(ctx: RuleContext) -> Prediction | None:
-    from gpuadvisor.stepmodel.predict import predict_combined
-
     remedies = group_remedies(ctx)
     if len(remedies) < 2:
         return None

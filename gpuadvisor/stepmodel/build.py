@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.stepmodel.window import StepWindow
-from gpuadvisor.trace.model import name_mask
+from gpuadvisor.trace.model import _join_launch, name_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -373,8 +373,6 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
         if len(table) == 0:
             continue
         if launched is None:
-            from gpuadvisor.trace.model import _join_launch
-
             launched = _join_launch(table, trace.runtime)
         is_copy = kind == "copy"
         parts.append(

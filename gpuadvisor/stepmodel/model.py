@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
+from gpuadvisor.trace.kind import Workload, kind_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,8 +142,6 @@ class StepModel:
             mode = mode.get("mode")
         if mode in ("training", "inference"):
             return bool(mode == "training")
-        from gpuadvisor.trace.kind import Workload, kind_of
-
         return kind_of(self.trace).workload is not Workload.INFERENCE
 
     def idle_us(self, cause: str | None = None, sync_kind: str | None = None) -> float:
@@ -180,6 +181,7 @@ class StepModel:
         unknown (None): the name, else the op's input dtypes with the captured TF32 settings, and the
         achieved FLOP/s against the FP32 peak (gpuadvisor.metrics.classify_tensor_core)."""
         if self._math is None:
+            # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
             from gpuadvisor.metrics import classify_tensor_core, gpu_peak_for
 
             k = self.window_kernels
@@ -248,8 +250,6 @@ class StepModel:
     @property
     def program(self) -> Program:
         if self._program is None:
-            from gpuadvisor.stepmodel.replay import build_program
-
             self._program = build_program(self)
         return self._program
 
@@ -264,8 +264,6 @@ class StepModel:
     @property
     def host_scale(self) -> float:
         if self._host_scale is None:
-            from gpuadvisor.stepmodel.replay import calibrate_host_scale
-
             u, p = self.unprofiled_step_ms, self.profiled_step_ms
             self._host_scale = calibrate_host_scale(
                 self.program,
@@ -278,8 +276,6 @@ class StepModel:
     @property
     def baseline(self) -> ReplayResult:
         if self._baseline is None:
-            from gpuadvisor.stepmodel.replay import replay
-
             self._baseline = replay(self.program, self.host_scale)
         return self._baseline
 
@@ -288,8 +284,6 @@ class StepModel:
         """Replayed step (profiler cost kept) / measured median step: 1.0 when the replay reproduces the
         trace. (A GPU-bound run whose host ran ahead shows more than 1: the trace's CPU-to-CPU step was
         the host's pace, not the step the run settles at.)"""
-        from gpuadvisor.stepmodel.replay import replay
-
         if "fit" not in self._scalars:
             measured = self.window.median_step_us
             fit = None
@@ -322,8 +316,6 @@ class StepModel:
         hit = self._cache.get(cache_key)
         if hit is not None:
             return hit
-        from gpuadvisor.stepmodel.replay import replay
-
         base = self.baseline.period_us
         new_program = transform(self, self.program.copy())
         new = replay(new_program, self.host_scale).period_us
@@ -362,8 +354,6 @@ def _profiler_times(run: RunInfo | None) -> tuple[float | None, float | None]:
     if not isinstance(capture, dict):
         return None, None
     import numpy as np
-
-    from gpuadvisor.metrics import host_step_durations
 
     unprofiled, profiled = host_step_durations(capture)
     if len(unprofiled) < 2 or len(profiled) < 2:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
+from gpuadvisor.trace.kernels import low_precision_data
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -366,8 +367,6 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
     c = c or CONSTANTS
     import numpy as np
 
-    from gpuadvisor.metrics import gpu_peak_for
-
     d = program.op_dur.copy()
     kind = _op_column(model, program, "kind")
     family = _op_column(model, program, "family").astype(str)
@@ -377,6 +376,9 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
     flops = _op_column(model, program, "op_flops").astype(np.float64)
     types = _op_column(model, program, "op_input_types")
     sms = float(model.facts.num_sms or 0)
+    # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
+    from gpuadvisor.metrics import gpu_peak_for
+
     peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
     out = d.copy()
     for j in range(program.n_ops):
@@ -744,8 +746,6 @@ def fp32_matmul_mask(model: StepModel, program: Program) -> Any:
     """Ops of the program that are matmul/conv/attention kernels running in plain FP32."""
     import numpy as np
 
-    from gpuadvisor.trace.kernels import low_precision_data
-
     math_of = model.matmul_math()
     name = _op_column(model, program, "name").astype(str)
     types = _op_column(model, program, "op_input_types")
@@ -763,6 +763,7 @@ def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants 
     c = c or CONSTANTS
     import numpy as np
 
+    # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
     from gpuadvisor.metrics import gpu_peak_for
 
     peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)

@@ -2,7 +2,7 @@
 two thirds into the file, a worker process reads the ones after it.
 
 Parsing and sorting the events (msgspec, then the collector's per-event pass) is most of the time
-of `load_trace` on a large trace and runs on one core. With a second core, a worker process started
+of `load_trace` on a large trace and runs on one core. With a second core, a worker process (`_split_worker.py`) started
 with the same Python (`sys.executable`, importing only the loader, not pandas) skips to the split
 point of the decompressed text (`MAIN_SHARE`), finds the first `}` `,` `{` after it, reports that
 offset, and collects the events from there to the end with the same `_Collector`; it sends each
@@ -19,7 +19,6 @@ this process: the split only ever costs time, never events. `GPUADVISOR_LOAD_SPL
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import struct
@@ -111,7 +110,7 @@ class SplitRead:
         root = str(Path(__file__).resolve().parents[2])
         code = (
             "import sys; sys.path.insert(0, sys.argv[1]); "
-            "from gpuadvisor.trace._split import worker_main; worker_main(sys.argv[2:])"
+            "from gpuadvisor.trace._split_worker import worker_main; worker_main(sys.argv[2:])"
         )
         argv = [sys.executable, "-c", code, root, str(path), str(wait_offset), str(chunk_bytes)]
         argv.append("1" if col.keep_python_functions else "0")
@@ -211,49 +210,3 @@ class SplitRead:
         if proc.stdout is not None:
             proc.stdout.close()
         self.messages.clear()
-
-
-# -- the worker process ----------------------------------------------------------------------------
-
-
-def worker_main(argv: list[str]) -> None:
-    """Collect the events after the first boundary at or after `start` and send them on stdout."""
-    import gc
-
-    from gpuadvisor.trace._stream import EventStream
-    from gpuadvisor.trace.load import _Collector, decode_events
-
-    path, start_at, chunk_bytes, keep_py = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
-    out = sys.stdout.buffer
-    gc.disable()
-
-    def send(kind: bytes, payload: bytes) -> None:
-        out.write(_HEADER.pack(len(payload) + 1) + kind + payload)
-        out.flush()
-
-    pos = [0]
-
-    def progress(done: int, _total: int) -> None:
-        pos[0] = done
-
-    try:
-        col = _Collector(keep_py)
-        stream = EventStream(
-            path,
-            chunk_bytes=chunk_bytes,
-            progress=progress,
-            start_at=start_at,
-            decode=decode_events,
-            on_boundary=lambda b: send(b"B", pickle.dumps((b, pos[0]))),
-        )
-        for events in stream.chunks():
-            col.feed(events)
-            del events
-            tables = col.take_columns()
-            send(b"C", pos[0].to_bytes(8, "little") + pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
-        counters = [getattr(col, name) for name in col.COUNTERS]
-        send(b"D", pickle.dumps((col.counts, counters, stream.top), protocol=pickle.HIGHEST_PROTOCOL))
-    except BaseException as exc:  # any failure: the parent reads the rest itself
-        with contextlib.suppress(Exception):  # the parent may be gone
-            send(b"F", pickle.dumps(f"{type(exc).__name__}: {exc}"))
-        raise SystemExit(1) from None

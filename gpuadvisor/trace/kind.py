@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.trace.kernels import is_triton
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -547,8 +549,6 @@ def _capture_in_window(spans: Iterable[tuple[float, float]], steps: pd.DataFrame
 def classify(model: TraceModel, capture: CaptureScan | None = None) -> TraceKind:
     """Decide what `model` is. `capture`: the loader's scan (it removed the captured launches from the
     runtime table); without it the runtime table is scanned here."""
-    from gpuadvisor.trace.kernels import is_triton
-
     meta = model.meta
     if capture is None:
         corr = [*model.kernels["correlation"], *model.copies["correlation"], *model.memsets["correlation"]]

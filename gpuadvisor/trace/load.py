@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gpuadvisor.errors import InputError
-from gpuadvisor.trace.kind import CaptureScan, scan_graph_captures
+from gpuadvisor.trace import _split
+from gpuadvisor.trace._stream import CHUNK_BYTES, EventStream, StreamFallback
+from gpuadvisor.trace.identify import describe_document, read_head
+from gpuadvisor.trace.job import RankClaim, check_one_job, not_one_job_error, rank_in_name, rank_problems
+from gpuadvisor.trace.kernels import kernel_family
+from gpuadvisor.trace.kind import CaptureScan, classify, scan_graph_captures
 from gpuadvisor.trace.model import (
     ANNOTATION_COLUMNS,
     COPY_COLUMNS,
@@ -36,11 +41,11 @@ from gpuadvisor.trace.model import (
     TraceMeta,
     TraceModel,
 )
+from gpuadvisor.trace.steps import segment_steps
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from gpuadvisor.multirank import RankClaim
 
 Progress = Callable[[int, int], None]
 
@@ -63,7 +68,6 @@ _CAT_ALIASES = {
 }
 
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\(\s*(\w+)\s*->\s*(\w+)\s*\)")
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 _OPEN_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 # record_function spans that 2021 traces (category "Operator") log like ops; today they are
 # user_annotation events. Read as annotations so that steps, optimizer steps and DataLoader waits count.
@@ -159,8 +163,6 @@ def _salvage_truncated(data: bytes) -> Any | None:
 
 def _parse(path: Path, data: bytes, warnings: list[str], damage: _Damage | None = None) -> dict[str, Any]:
     import orjson
-
-    from gpuadvisor.trace.identify import describe_document
 
     if not data.strip():
         raise InputError(f"{path}: empty file, not a trace")
@@ -843,9 +845,6 @@ def _collect_streaming(
 ) -> tuple[dict[str, Any], _Collector]:
     """Stream the file in blocks (bounded memory); raises StreamFallback when it cannot. With `split`,
     a large file's second half is read by a worker process (`gpuadvisor.trace._split`)."""
-    from gpuadvisor.trace import _split
-    from gpuadvisor.trace._stream import EventStream
-
     col = _Collector(keep_python_functions)
     handover = _split.start(path, col, chunk_bytes, while_waiting=_import_table_libraries) if split else None
     report = progress
@@ -908,10 +907,6 @@ def load_trace(
     re-read as a whole document so that its complete part can be salvaged.
     Raises InputError (one line) when the file cannot be read as a trace at all.
     """
-    from gpuadvisor.trace._stream import CHUNK_BYTES, StreamFallback
-    from gpuadvisor.trace.kind import classify
-    from gpuadvisor.trace.steps import segment_steps
-
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -973,12 +968,6 @@ def load_trace(
     return model
 
 
-def rank_in_name(name: str) -> int | None:
-    """N of `rankN` / `rank-N` / `rank_N` in a file name, else None."""
-    m = _RANK_IN_NAME.search(name)
-    return int(m.group(1)) if m else None
-
-
 def _rank(meta: TraceMeta, path: Path) -> int:
     if meta.distributed_info is not None:
         r = _int_or_none(meta.distributed_info.get("rank"))
@@ -1023,8 +1012,6 @@ def _build_tables(
     released once its table is built)."""
     import numpy as np
     import pandas as pd
-
-    from gpuadvisor.trace.kernels import kernel_family
 
     k = kernels.frame()
     k["blocks"] = k["grid_x"] * k["grid_y"] * k["grid_z"]
@@ -1101,7 +1088,7 @@ def load_traces(
     """Load every `.json` / `.json.gz` trace in a folder (or one file), sorted by rank.
 
     The rank of each comes from distributedInfo.rank, else `rankN` in the file name. The files of a
-    folder must be the distinct ranks of one job (`gpuadvisor.multirank.check_one_job`), else
+    folder must be the distinct ranks of one job (`gpuadvisor.trace.job.check_one_job`), else
     InputError. Several files load in parallel processes (see `load_trace_files`); `progress` is only
     used for a single file.
     """
@@ -1138,7 +1125,7 @@ def load_trace_files(
     called in this process as each file finishes. An InputError of any file is raised as is.
     one_job: several files are the ranks of one job; when they are not (two files claim one rank, a
     file says no rank, world sizes, schemas or accelerators differ) InputError names why
-    (`gpuadvisor.multirank.check_one_job`).
+    (`gpuadvisor.trace.job.check_one_job`).
     """
     paths = [Path(p) for p in paths]
     if one_job and len(paths) > 1:
@@ -1154,8 +1141,6 @@ def load_trace_files(
     else:
         models = _load_parallel(paths, keep_python_functions, workers, on_done)
     if one_job and len(models) > 1:
-        from gpuadvisor.multirank import check_one_job
-
         check_one_job(models, _common_folder(paths))
     return models
 
@@ -1164,8 +1149,6 @@ def _refuse_early(paths: list[Path]) -> None:
     """Refuse a folder that cannot be one job before parsing it, when every file's rank claim can be
     read cheaply (`peek_rank_claim`): a folder of 30 MB traces that all say no rank fails in a
     fraction of a second instead of after loading them all."""
-    from gpuadvisor.multirank import not_one_job_error, rank_problems
-
     claims = []
     for p in paths:
         claim = peek_rank_claim(p)
@@ -1185,9 +1168,6 @@ def peek_rank_claim(path: Path) -> RankClaim | None:
     when that cannot be told cheaply. Kineto writes `distributedInfo` before `traceEvents`; hand-made
     traces may write it after, so a header without it is confirmed by the file's last 64 KB."""
     import orjson
-
-    from gpuadvisor.multirank import RankClaim
-    from gpuadvisor.trace.identify import read_head
 
     name_rank = rank_in_name(path.name)
     try:

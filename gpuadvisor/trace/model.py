@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.trace.flops import matmul_flops
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -275,8 +277,6 @@ class TraceModel:
             out["op_flops"] = pd.Series(float("nan"), index=k.index, dtype="float64")
             return out
         import numpy as np
-
-        from gpuadvisor.metrics import matmul_flops
 
         ops = self.cpu_ops[self.cpu_ops["external_id"].notna()].sort_values("ts")
         ops = ops.drop_duplicates("external_id", keep="last")

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuadvisor.model import Finding
+from gpuadvisor.model import Finding, predicted_speedup, summary_line
+from gpuadvisor.verify.plan import RULE_REMEDIES
 
 __all__ = [
     "VERIFY_FILE",
@@ -22,6 +23,7 @@ __all__ = [
     "attach_from_run",
     "load_verify",
     "noise_band_text",
+    "predicted_speedup",
     "summary_line",
 ]
 
@@ -74,8 +76,6 @@ def load_verify(run_dir: str | Path) -> tuple[dict[str, Any] | None, str | None]
 
 
 def _rules_remedies() -> Mapping[str, Sequence[str]]:
-    from gpuadvisor.verify.plan import RULE_REMEDIES
-
     return {rule: [r.value for r in remedies] for rule, remedies in RULE_REMEDIES.items()}
 
 
@@ -129,38 +129,3 @@ def attach_from_run(findings: Sequence[Finding], run_dir: str | Path) -> tuple[l
     if doc is None:
         return list(findings), [problem] if problem else []
     return attach(findings, doc), []
-
-
-def _x(value: Any) -> str:
-    return f"{float(value):.2f}x" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
-
-
-def predicted_speedup(f: Finding) -> float | None:
-    """The replay's prediction, else 1 / (1 - impact) (the Amdahl bound the impact states)."""
-    if f.prediction and isinstance(f.prediction.get("speedup"), (int, float)):
-        return float(f.prediction["speedup"])
-    if f.impact is not None and 0 < f.impact < 1:
-        return 1.0 / (1.0 - f.impact)
-    return None
-
-
-def summary_line(f: Finding) -> str | None:
-    """ "predicted 2.70x, measured 2.90x (2.80-3.00, 3 trials)" or "verify: failed (reason)"; None
-    when the finding was not verified."""
-    v = f.verified
-    if not v:
-        return None
-    remedy = v.get("remedy", "?")
-    status = v.get("status")
-    if status != "ok":
-        return f"verify {remedy}: {status} ({v.get('reason') or 'no reason given'})"
-    predicted = predicted_speedup(f)
-    head = f"predicted {_x(predicted)}, " if predicted is not None else ""
-    unit = " in samples/s" if v.get("compared_in") == "samples_per_s" else ""
-    trials = v.get("trials")
-    band = f"{float(v.get('low', 0)):.2f}-{float(v.get('high', 0)):.2f}"
-    text = f"{head}measured {_x(v.get('speedup'))}{unit} ({band}, {trials} trial{'s' if trials != 1 else ''})"
-    verdict = v.get("verdict")
-    if verdict and verdict != "faster":
-        text += f", {str(verdict).replace('_', ' ')}"
-    return f"{text} [{remedy}]"

@@ -16,17 +16,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from gpuadvisor import __version__, rundir
+from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture.runner import validate_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.remedies import REMEDIES, RemedyId
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE, PlannedTrial, default_num_workers, plan_trials
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
 from gpuadvisor.verify.stats import compare
+from gpuadvisor.verify.trial import TrialConfig
 
 __all__ = ["VerifyOptions", "VerifyOutcome", "verify_run"]
 
@@ -90,14 +93,18 @@ def _read_json(path: Path) -> Any:
         raise InputError(f"cannot read {path}: {err}") from None
 
 
-def _findings_of(run_dir: Path) -> list[dict[str, Any]]:
-    """RUN/findings.json's findings, else a fresh analysis of the run."""
+Analyzer = Callable[[Path], Sequence[Mapping[str, Any]]]
+
+
+def _findings_of(run_dir: Path, analyze: Analyzer | None) -> list[dict[str, Any]]:
+    """RUN/findings.json's findings, else a fresh analysis of the run by the caller's `analyze` (verify
+    runs below the analysis and does not import it)."""
     doc = _read_json(run_dir / rundir.FINDINGS)
     if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
         return [f for f in doc["findings"] if isinstance(f, dict)]
-    from gpuadvisor.analysis import analyze
-
-    return [f.to_dict() for f in analyze(run_dir).findings]
+    if analyze is None:
+        raise UsageError(f"{run_dir} has no {rundir.FINDINGS}: analyze it first (gpuadvisor report {run_dir})")
+    return [dict(f) for f in analyze(run_dir)]
 
 
 @dataclass(frozen=True)
@@ -119,8 +126,6 @@ def recorded_command(manifest: Mapping[str, Any], argv: Sequence[str] | None = N
     """The recorded command, validated as `gpuadvisor profile` validates it (UsageError otherwise).
     `argv`: the script's real sys.argv when the caller has it (`profile --verify`); the manifest's
     has its credentials masked (`argv_redacted`) and cannot be re-run as recorded."""
-    from gpuadvisor.capture.runner import validate_module, validate_script
-
     if manifest.get("distributed") or len(manifest.get("ranks") or []) > 1:
         raise UsageError("verify re-runs single-process scripts; this run was launched with torchrun")
     target = manifest.get("target")
@@ -193,8 +198,6 @@ class _TrialRunner:
         tag = f"{self.index:03d}-{config.name}"
         result_path = self.workdir / f"{tag}.result.json"
         log_path = self.workdir / f"{tag}.log"
-        from gpuadvisor.verify.trial import TrialConfig
-
         planned = config.planned
         env, alloc_before = trial_environment(config.applies, os.environ)
         trial_cfg = TrialConfig(
@@ -391,9 +394,11 @@ def verify_run(
     *,
     stream: IO[str] | None = None,
     argv: Sequence[str] | None = None,
+    analyze: Analyzer | None = None,
 ) -> VerifyOutcome:
     """Measure the injectable remedies of a run's findings; write and return RUN/verify.json. `argv`:
-    the script's real sys.argv (see recorded_command)."""
+    the script's real sys.argv (see recorded_command). `analyze`: the findings (as JSON objects) of a
+    run that has no findings.json yet (`gpuadvisor.analysis.finding_dicts`)."""
     options = options or VerifyOptions()
     options.validate()
     out = stream if stream is not None else sys.stderr
@@ -409,7 +414,7 @@ def verify_run(
     environment = environment if isinstance(environment, dict) else {}
     cmd = recorded_command(manifest, argv)
     num_workers = options.num_workers or default_num_workers()
-    planned = plan_trials(_findings_of(run), environment, only=options.only, num_workers=num_workers)
+    planned = plan_trials(_findings_of(run, analyze), environment, only=options.only, num_workers=num_workers)
 
     started_wall = time.time()
     started = time.monotonic()
@@ -534,8 +539,6 @@ def verify_run(
         "notes": notes,
     }
     path = run / VERIFY_FILE
-    from gpuadvisor.capture._io import write_json_atomic
-
     try:
         write_json_atomic(path, document)
     except OSError as err:
@@ -553,40 +556,3 @@ def _summary(t: Mapping[str, Any]) -> str:
         return f"{t.get('status')} ({t.get('reason')})"
     unit = "samples/s" if t.get("compared_in") == "samples_per_s" else "step time"
     return f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {t['trials']} trials, {t['verdict']})"
-
-
-def profile_then_verify(
-    outcome: Any,
-    trials: int,
-    only: Sequence[str],
-    budget_s: float | None,
-    *,
-    analyze: bool,
-    quiet: bool,
-    stream: IO[str] | None = None,
-    argv: Sequence[str] | None = None,
-) -> None:
-    """`gpuadvisor profile --verify`: verify the fresh run (when the script succeeded), then analyze it
-    once, so findings.json and report.html carry `verified`. `outcome` is the ProfileOutcome. Never
-    changes profile's exit status: verify's own errors are printed."""
-    from gpuadvisor.capture.runner import _analyze
-    from gpuadvisor.errors import GpuAdvisorError
-
-    out = stream if stream is not None else sys.stderr
-    if outcome.exit_status != 0:
-        out.write(f"gpuadvisor: verify skipped: the script exited with status {outcome.exit_status}\n")
-    else:
-        try:
-            verify_run(
-                outcome.run_dir,
-                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet),
-                stream=out,
-                argv=argv,
-            )
-        except GpuAdvisorError as err:
-            out.write(f"gpuadvisor: verify: error: {err}\n")
-        except KeyboardInterrupt:
-            out.write("gpuadvisor: verify interrupted; what was measured is in verify.json\n")
-    out.flush()
-    if analyze:
-        _analyze(outcome.run_dir, quiet)

@@ -24,6 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
+from gpuadvisor.capture.execfile import run_module, run_script
+from gpuadvisor.capture.hooks import Recorder
+from gpuadvisor.remedies import RemedyId
+from gpuadvisor.verify.inject import Injections, TrialSkip
+
 __all__ = ["TrialComplete", "TrialConfig", "run_trial"]
 
 
@@ -297,8 +304,6 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
 
 def _locator() -> Any:
     """`file:line` of the user code that is running (torch, gpuadvisor and the stdlib are skipped)."""
-    from gpuadvisor.capture.hooks import Recorder
-
     def noop(*args: Any) -> None:
         return None
 
@@ -342,11 +347,6 @@ def _exception_text(exc: BaseException) -> str:
 def run_trial(cfg: TrialConfig) -> dict[str, Any]:
     """Install, run the target, and return the result object (never raises for the script's faults)."""
     import torch
-
-    from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
-    from gpuadvisor.capture.execfile import run_module, run_script
-    from gpuadvisor.remedies import RemedyId
-    from gpuadvisor.verify.inject import Injections, TrialSkip
 
     injections = Injections(
         cfg.remedies,
@@ -431,8 +431,6 @@ def main() -> None:
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg = TrialConfig.from_json(json.load(fh))
     result = run_trial(cfg)
-    from gpuadvisor.capture._io import write_json_atomic
-
     write_json_atomic(Path(cfg.result), result)
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -91,7 +91,7 @@ def test_no_wrapper_is_left_after_the_window(tmp_path: Path) -> None:
 
 def test_reference_steps_run_without_the_tensor_wrappers(tmp_path: Path) -> None:
     """The steps the analysis uses as the unprofiled reference (the second half of the skipped steps,
-    gpuadvisor.metrics.host_step_durations) run without the per-call Tensor wrappers, which cost
+    gpuadvisor.manifest.host_step_durations) run without the per-call Tensor wrappers, which cost
     microseconds per `.item()`; the wrappers are back for the window, where call sites are counted."""
     args = [str(WORKLOAD), "--steps", "14", "--items", "2", "--report-wrappers-at", "1,4,8", *SYNC_HEAVY]
     window = ["--skip-steps", "6", "--warmup-steps", "1", "--active-steps", "3"]

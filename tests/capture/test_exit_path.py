@@ -102,15 +102,16 @@ def test_a_report_lost_to_a_full_disk_exits_74(tmp_path: Path, monkeypatch: pyte
     simulated): exit 74, and the manifest says what was lost (it used to exit 0)."""
     import errno
 
+    import gpuadvisor.api
     import gpuadvisor.render.html as html
-    from gpuadvisor.capture.runner import run_profile
 
     def full_disk(*_a: object, **_k: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(html, "write_report", full_disk)
     run = tmp_path / "run"
-    outcome = run_profile(
+    # the API's profile: the capture, then the analysis (the capture alone never analyzes)
+    outcome = gpuadvisor.api.profile(
         str(SCRIPTS / "train_cpu.py"), ["--steps", "12"], out=str(run), skip_steps=2, warmup_steps=1,
         active_steps=2, quiet=True,
     )

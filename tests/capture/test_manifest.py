@@ -122,7 +122,7 @@ def test_run_info_record_is_the_typed_manifest() -> None:
 
 
 def test_host_step_durations_skip_the_speculative_steps_and_short_runs() -> None:
-    from gpuadvisor.metrics import host_step_durations
+    from gpuadvisor.manifest import host_step_durations
 
     ends = tuple((c, 100.0 + 0.01 * c + (0.005 * c if c > 6 else 0.0)) for c in range(1, 30))
     cap = CaptureWindow(

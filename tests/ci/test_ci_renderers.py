@@ -13,9 +13,6 @@ from gpuadvisor.render import junit, markdown, sarif
 
 from .results import HOSTILE, clean_result, sample_result
 
-pytestmark = pytest.mark.usefixtures("no_builtin_catalog")
-
-
 # ---------------------------------------------------------------------------------------------- markdown
 
 
@@ -251,3 +248,20 @@ def test_sarif_check_catches_broken_structure() -> None:
     log["runs"][0]["results"][0]["level"] = "fatal"
     with pytest.raises(AssertionError):
         check_sarif_structure(log)
+
+
+def test_rule_metadata_comes_from_the_result() -> None:
+    """The renderers describe a rule from `AnalysisResult.rule_docs` (filled by the analysis from the
+    rules it loaded), else from its findings: they never load the rules themselves."""
+    import dataclasses
+
+    from gpuadvisor.model import RuleMeta
+
+    plain = json.loads(sarif.render(sample_result()))["runs"][0]["tool"]["driver"]["rules"]
+    doc = RuleMeta("GA201", "blocking-scalar-reads", "host_sync", "Scalar reads block.", "Scalar reads block.\n\nMore.")
+    documented = dataclasses.replace(sample_result(), rule_docs={"GA201": doc})
+    rules = json.loads(sarif.render(documented))["runs"][0]["tool"]["driver"]["rules"]
+    by_id = {r["id"]: r for r in rules}
+    assert by_id["GA201"]["shortDescription"]["text"] == "Scalar reads block."
+    # without rule_docs the title of its first finding stands in
+    assert {r["id"]: r for r in plain}["GA201"]["shortDescription"]["text"] == "loss.item() blocks every step"

@@ -302,7 +302,7 @@ def test_run_info_memory_and_nvml(tmp_path: Path) -> None:
 
 
 def test_host_step_durations_split_outside_and_inside_the_window() -> None:
-    from gpuadvisor.metrics import host_step_durations
+    from gpuadvisor.manifest import host_step_durations
 
     # step k runs from boundary k to k+1; steps 0..9 skipped (5..9 are steady), 10-11 warm-up,
     # 12..14 recorded, 15 carries the export, 16.. after the window.

@@ -1,0 +1,57 @@
+"""The worker process of a split read (gpuadvisor/trace/_split.py): started as a new interpreter, it
+collects the events after the first boundary at or after its start offset with the loader's own
+`_Collector` and sends their columns on its stdout. A module of its own so that the loader imports
+the splitter and the worker imports the loader, never both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import pickle
+import sys
+from pathlib import Path
+
+from gpuadvisor.trace._split import _HEADER
+from gpuadvisor.trace._stream import EventStream
+from gpuadvisor.trace.load import _Collector, decode_events
+
+# -- the worker process ----------------------------------------------------------------------------
+
+
+def worker_main(argv: list[str]) -> None:
+    """Collect the events after the first boundary at or after `start` and send them on stdout."""
+    path, start_at, chunk_bytes, keep_py = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
+    out = sys.stdout.buffer
+    gc.disable()
+
+    def send(kind: bytes, payload: bytes) -> None:
+        out.write(_HEADER.pack(len(payload) + 1) + kind + payload)
+        out.flush()
+
+    pos = [0]
+
+    def progress(done: int, _total: int) -> None:
+        pos[0] = done
+
+    try:
+        col = _Collector(keep_py)
+        stream = EventStream(
+            path,
+            chunk_bytes=chunk_bytes,
+            progress=progress,
+            start_at=start_at,
+            decode=decode_events,
+            on_boundary=lambda b: send(b"B", pickle.dumps((b, pos[0]))),
+        )
+        for events in stream.chunks():
+            col.feed(events)
+            del events
+            tables = col.take_columns()
+            send(b"C", pos[0].to_bytes(8, "little") + pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
+        counters = [getattr(col, name) for name in col.COUNTERS]
+        send(b"D", pickle.dumps((col.counts, counters, stream.top), protocol=pickle.HIGHEST_PROTOCOL))
+    except BaseException as exc:  # any failure: the parent reads the rest itself
+        with contextlib.suppress(Exception):  # the parent may be gone
+            send(b"F", pickle.dumps(f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from None
