@@ -1,22 +1,46 @@
-"""The remedies gpuadvisor can recommend, by stable id.
+"""The remedies gpuadvisor can recommend: one record per remedy, by stable id.
 
 A finding names the remedy that fixes it (`Finding.remedy`). The step model predicts what the remedy
 would gain by replaying a transformed copy of the analyzed steps (`Finding.prediction`), and
 `gpuadvisor verify` measures the remedies that can be applied without editing the script
-(`Finding.verified`). This module is the shared vocabulary of the three: rules, the replay and verify
-refer to remedies by these ids only.
+(`Finding.verified`). This module is the shared vocabulary of the three and the one place a remedy is
+described: its id, title, finding category, safety class, where it sits in the order combined remedies
+are applied, how the replay predicts it (`replay`) and whether and how verify injects it
+(`injection`, with the levers `verify --explore` measures).
 
-`injectable` says whether `gpuadvisor verify` can apply the remedy inside the script's process
-without an edit of the script (a settings switch, a constructor argument, a wrapper); the others
-need a code change that only the user can make.
+Layering: this is a leaf module (it imports nothing of the package). The functions that carry out a
+record live on their own side and register themselves against the id: the replay transformations in
+`gpuadvisor.stepmodel.predict` (`TRANSFORMS`), the injections in `gpuadvisor.verify.inject`
+(`INJECTORS`) and verify's record checks in `gpuadvisor.verify.plan` (`SKIP_CHECKS`).
+`tests/test_remedy_registry.py` fails when a record lacks a part or a side lacks the function a record
+promises (and the other way round). A part that does not exist is stated, never left out:
+`NotReplayed(reason)` ("not modeled yet" only as `NotReplayed.pending(issue)`), `NotInjectable(reason)`.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["REMEDIES", "RemedyId", "RemedySpec", "remedy_spec"]
+__all__ = [
+    "COMPOSITE",
+    "REMEDIES",
+    "Injection",
+    "Lever",
+    "NotInjectable",
+    "NotReplayed",
+    "RemedyId",
+    "RemedySpec",
+    "Replay",
+    "Safety",
+    "apply_order",
+    "explore_levers",
+    "lever",
+    "remedy_spec",
+    "rule_remedies",
+]
 
 
 class RemedyId(str, enum.Enum):
@@ -64,67 +88,387 @@ class RemedyId(str, enum.Enum):
         return self.value
 
 
+class Safety(str, enum.Enum):
+    """What a remedy changes besides speed."""
+
+    SAFE = "safe"  # neither the numerics nor the batch: may join all_safe
+    CHANGES_NUMERICS = "changes_numerics"  # lower precision: the user must re-check accuracy
+    CHANGES_BATCH = "changes_batch"  # a different batch: compared in samples/s; numerics change too
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The category of a remedy that stands for several (all_safe): its trial takes its members' findings.
+COMPOSITE = "composite"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The step model predicts the remedy by a transformation of the replay program, registered
+    against the id in `gpuadvisor.stepmodel.predict.TRANSFORMS`; `how` says what it changes."""
+
+    how: str
+
+
+@dataclass(frozen=True)
+class NotReplayed:
+    """The replay does not predict this remedy, and why. `pending_issue`: "not modeled yet", an
+    issue will add the transformation (the only form of a missing transform the registry test allows
+    without a reason of substance)."""
+
+    reason: str
+    pending_issue: int | None = None
+
+    @classmethod
+    def pending(cls, issue: int) -> NotReplayed:
+        return cls(f"not modeled yet (issue {issue})", issue)
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One setting `verify` can measure: the remedy's injection with these parameters.
+
+    `name` is unique over all remedies (verify.json, `--only`); `params` are what the injection
+    reads (`gpuadvisor.verify.inject`); `explore` says whether `verify --explore` measures it.
+    """
+
+    name: str
+    title: str
+    params: tuple[tuple[str, Any], ...] = ()
+    explore: bool = True
+
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """verify applies the remedy inside the trial process without an edit of the script.
+
+    `how`: what the trial changes (docs); `skipped_when`: what rules a trial out (docs; the checks are
+    `gpuadvisor.verify.plan.SKIP_CHECKS`); `levers`: the settings it measures, the first being the one
+    `verify` tries for a finding; `for_rules`: rules whose findings do not name a remedy yet but that
+    this remedy answers; `all_safe_default`: a member of `--only all_safe` alone."""
+
+    how: str
+    skipped_when: str
+    levers: tuple[Lever, ...]
+    for_rules: tuple[str, ...] = ()
+    all_safe_default: bool = False
+
+
+@dataclass(frozen=True)
+class NotInjectable:
+    """verify cannot apply the remedy without an edit of the script (or at all), and why."""
+
+    reason: str
+
+
+EDIT = "none: needs an edit of the script"
+
+
 @dataclass(frozen=True)
 class RemedySpec:
     id: RemedyId
     title: str  # short imperative, e.g. "Use bf16 autocast"
-    injectable: bool  # verify can apply it without an edit of the script
-    changes_batch: bool = False  # results compare in samples/s, not step time
-    changes_numerics: bool = False  # lower precision or a different batch: the user must re-check accuracy
+    category: str  # a Category value (gpuadvisor.model), or COMPOSITE
+    safety: Safety
+    order: int  # combined remedies apply in increasing order (replay and injection alike)
+    replay: Replay | NotReplayed
+    injection: Injection | NotInjectable
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def injectable(self) -> bool:
+        """verify can apply it without an edit of the script."""
+        return isinstance(self.injection, Injection)
+
+    @property
+    def replayed(self) -> bool:
+        return isinstance(self.replay, Replay)
+
+    @property
+    def changes_batch(self) -> bool:
+        """Results compare in samples/s, not step time."""
+        return self.safety is Safety.CHANGES_BATCH
+
+    @property
+    def changes_numerics(self) -> bool:
+        """Lower precision or a different batch: the user must re-check accuracy."""
+        return self.safety in (Safety.CHANGES_NUMERICS, Safety.CHANGES_BATCH)
+
+    @property
+    def levers(self) -> tuple[Lever, ...]:
+        return self.injection.levers if isinstance(self.injection, Injection) else ()
 
 
-REMEDIES: dict[RemedyId, RemedySpec] = {
-    s.id: s
-    for s in (
-        RemedySpec(RemedyId.PINNED_ASYNC_COPIES, "Copy from pinned memory with non_blocking=True", False),
-        RemedySpec(RemedyId.PREFETCH_COPIES, "Prefetch the next batch to the GPU during compute", False),
-        RemedySpec(RemedyId.UINT8_INPUTS, "Ship inputs in a narrower dtype (uint8, float32) and convert on the GPU", False),
-        RemedySpec(RemedyId.REMOVE_HOST_SYNCS, "Remove blocking reads and synchronizes from the step", False),
-        RemedySpec(RemedyId.STATIC_SHAPES, "Replace data-dependent-shape ops with static-shape ones", False),
-        RemedySpec(RemedyId.DATALOADER_WORKERS, "Load batches in DataLoader worker processes", True),
-        RemedySpec(RemedyId.DATALOADER_PIN_MEMORY, "Pin DataLoader batches (pin_memory=True)", True),
-        RemedySpec(
-            RemedyId.PERSISTENT_WORKERS, "Keep DataLoader workers alive across epochs (persistent_workers=True)", True
+def _spec(
+    id: RemedyId,
+    title: str,
+    category: str,
+    safety: Safety,
+    order: int,
+    replay: Replay | NotReplayed,
+    injection: Injection | NotInjectable,
+) -> RemedySpec:
+    return RemedySpec(id, title, category, safety, order, replay, injection)
+
+
+_R = RemedyId
+_S = Safety
+_NO_EDIT = NotInjectable(EDIT)
+
+# `order` is the application order: waits and the input pipeline first (they change what the host
+# does), then copies, memory, kernels and precision, then the launch remedies (a CUDA graph forms only
+# once the waits that break it are gone), the larger batch last (it scales what is left). The records
+# are listed in that order except bf16 before tf32 (the order verify tries them for a GA701 finding).
+# fmt: off
+_SPECS: tuple[RemedySpec, ...] = (
+    _spec(
+        _R.REMOVE_HOST_SYNCS, "Remove blocking reads and synchronizes from the step", "host_sync", _S.SAFE, 10,
+        Replay("the step's blocking scalar reads and explicit waits removed"), _NO_EDIT,
+    ),
+    _spec(
+        _R.STATIC_SHAPES, "Replace data-dependent-shape ops with static-shape ones", "host_sync", _S.SAFE, 20,
+        Replay("the waits of data-dependent-shape ops removed"), _NO_EDIT,
+    ),
+    _spec(
+        _R.EVALUATE_LESS_OFTEN, "Evaluate less often or on fewer batches", "host_sync", _S.SAFE, 25,
+        NotReplayed.pending(27), _NO_EDIT,
+    ),
+    _spec(
+        _R.ASYNC_CHECKPOINT, "Save checkpoints less often or in the background", "host_sync", _S.SAFE, 27,
+        NotReplayed.pending(27), _NO_EDIT,
+    ),
+    _spec(
+        _R.DATALOADER_WORKERS, "Load batches in DataLoader worker processes", "data_loading", _S.SAFE, 30,
+        Replay("the data wait shrunk to what N workers deliver (or the loop's batch preparation moved to workers)"),
+        Injection(
+            how="every DataLoader: `num_workers` -> N (`--num-workers`), `persistent_workers=True`, "
+            "`prefetch_factor` -> 4; on a CUDA machine also `pin_memory=True` (explore: `num_workers` "
+            "alone, and `prefetch_factor` on loaders with workers, each its own lever)",
+            skipped_when="no DataLoader; all have >= N workers; an `IterableDataset` (each worker would "
+            "yield the whole stream)",
+            levers=(
+                Lever(
+                    "dataloader_workers",
+                    "num_workers=N with persistent workers, prefetch 4 and pinned memory",
+                    (("num_workers", "auto"), ("persistent_workers", True), ("prefetch_factor", 4),
+                     ("pin_memory", "cuda")),
+                    explore=False,
+                ),
+                Lever("num_workers", "DataLoader num_workers=N", (("num_workers", "auto"),)),
+                Lever("prefetch_factor", "DataLoader prefetch_factor=4", (("prefetch_factor", 4),)),
+            ),
+            for_rules=("GA301",),
+            all_safe_default=True,
         ),
-        RemedySpec(RemedyId.EVALUATE_LESS_OFTEN, "Evaluate less often or on fewer batches", False),
-        RemedySpec(RemedyId.ASYNC_CHECKPOINT, "Save checkpoints less often or in the background", False),
-        RemedySpec(
-            RemedyId.LARGER_BATCH, "Raise the batch size", True, changes_batch=True, changes_numerics=True
+    ),
+    _spec(
+        _R.DATALOADER_PIN_MEMORY, "Pin DataLoader batches (pin_memory=True)", "host_device_transfer", _S.SAFE, 35,
+        Replay("pageable host-to-device copies of 64 KiB and more made pinned and asynchronous"),
+        Injection(
+            how="every DataLoader: `pin_memory=True`",
+            skipped_when="no CUDA; no DataLoader; already pinned",
+            levers=(Lever("dataloader_pin_memory", "DataLoader pin_memory=True", (("pin_memory", True),)),),
+            all_safe_default=True,
         ),
-        RemedySpec(RemedyId.CUDA_GRAPHS, "Replay the step as a CUDA graph", False),
-        RemedySpec(RemedyId.TORCH_COMPILE, "Compile the model with torch.compile", True),
-        RemedySpec(RemedyId.FUSED_OPTIMIZER, "Use the fused optimizer implementation", True),
-        RemedySpec(RemedyId.FIX_KERNEL_GRID, "Launch the kernel with enough blocks to fill the GPU", False),
-        RemedySpec(
-            RemedyId.BF16_AUTOCAST,
-            "Run matmuls and convolutions in bf16 (autocast)",
-            True,
-            changes_numerics=True,
+    ),
+    _spec(
+        _R.PERSISTENT_WORKERS, "Keep DataLoader workers alive across epochs (persistent_workers=True)",
+        "data_loading", _S.SAFE, 37,
+        NotReplayed.pending(27),
+        Injection(
+            how="every DataLoader with workers (or given workers by `num_workers` in the same trial): "
+            "`persistent_workers=True`",
+            skipped_when="no DataLoader; none has workers (explore: unless `num_workers` joins it); "
+            "all are persistent already",
+            levers=(
+                Lever(
+                    "persistent_workers", "DataLoader persistent_workers=True", (("persistent_workers", True),)
+                ),
+            ),
+            all_safe_default=True,
         ),
-        RemedySpec(
-            RemedyId.TF32, "Allow TF32 for float32 matmuls and convolutions", True, changes_numerics=True
+    ),
+    _spec(
+        _R.UINT8_INPUTS, "Ship inputs in a narrower dtype (uint8, float32) and convert on the GPU",
+        "host_device_transfer", _S.SAFE, 40,
+        Replay("the named input copies narrowed by the dtype ratio"), _NO_EDIT,
+    ),
+    _spec(
+        _R.PINNED_ASYNC_COPIES, "Copy from pinned memory with non_blocking=True", "host_device_transfer", _S.SAFE, 50,
+        Replay("pageable host-to-device copies of 64 KiB and more made pinned and asynchronous"), _NO_EDIT,
+    ),
+    _spec(
+        _R.PREFETCH_COPIES, "Prefetch the next batch to the GPU during compute", "host_device_transfer", _S.SAFE, 60,
+        Replay("host-to-device copies of 64 KiB and more moved off the step's critical path"), _NO_EDIT,
+    ),
+    _spec(
+        _R.EXPANDABLE_SEGMENTS, "Use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "memory", _S.SAFE, 70,
+        Replay("the step's cudaMalloc/cudaFree calls removed"),
+        Injection(
+            how="`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the trial's environment (appended "
+            "to an existing value)",
+            skipped_when="no CUDA; already set",
+            levers=(Lever("expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),),
+            for_rules=("GA802",),
+            all_safe_default=True,
         ),
-        RemedySpec(RemedyId.CHANNELS_LAST, "Use channels_last memory format for the conv net", True),
-        RemedySpec(RemedyId.CUDNN_BENCHMARK, "Enable cudnn.benchmark", True),
-        RemedySpec(RemedyId.SDPA, "Use F.scaled_dot_product_attention (flash attention)", False),
-        RemedySpec(RemedyId.PAD_GEMM_SHAPES, "Pad matmul dimensions to multiples of 64", False),
-        RemedySpec(
-            RemedyId.FUSED_CROSS_ENTROPY,
-            "Compute the loss on the bf16 logits (no FP32 copy of the logits)",
-            False,
-            changes_numerics=True,
+    ),
+    _spec(
+        _R.REDUCE_MEMORY, "Reduce peak memory (activation checkpointing, smaller batch)", "memory", _S.SAFE, 75,
+        NotReplayed("a memory remedy: it buys headroom, the time it costs or saves depends on its use"),
+        _NO_EDIT,
+    ),
+    _spec(
+        _R.FIX_KERNEL_GRID, "Launch the kernel with enough blocks to fill the GPU", "low_occupancy", _S.SAFE, 80,
+        Replay("the named kernels' durations scaled to a full GPU"), _NO_EDIT,
+    ),
+    _spec(
+        _R.SDPA, "Use F.scaled_dot_product_attention (flash attention)", "kernel_efficiency", _S.SAFE, 82,
+        NotReplayed.pending(31), _NO_EDIT,
+    ),
+    _spec(
+        _R.PAD_GEMM_SHAPES, "Pad matmul dimensions to multiples of 64", "kernel_efficiency", _S.SAFE, 84,
+        NotReplayed.pending(31), _NO_EDIT,
+    ),
+    _spec(
+        _R.FUSED_CROSS_ENTROPY, "Compute the loss on the bf16 logits (no FP32 copy of the logits)",
+        "kernel_efficiency", _S.CHANGES_NUMERICS, 86,
+        NotReplayed.pending(31), _NO_EDIT,
+    ),
+    _spec(
+        _R.CHANNELS_LAST, "Use channels_last memory format for the conv net", "low_occupancy", _S.SAFE, 88,
+        NotReplayed("the trace does not say which layout each convolution kernel would get"),
+        Injection(
+            how="the top module's 4-D floating parameters and buffers made channels_last, and its 4-D "
+            "floating inputs at each call (other inputs, 5-D weights untouched); with a timm-style "
+            "`--channels-last` argument of the script (explore): that flag instead",
+            skipped_when="no `Conv2d` in the top module",
+            levers=(
+                Lever("channels_last", "channels_last memory format for the model and its 4-D inputs"),
+                Lever(
+                    "script_channels_last",
+                    "the script's own --channels-last argument",
+                    (("script_flag", "--channels-last"),),
+                ),
+            ),
+            all_safe_default=True,
         ),
-        RemedySpec(
-            RemedyId.EXPANDABLE_SEGMENTS, "Use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", True
+    ),
+    _spec(
+        _R.CUDNN_BENCHMARK, "Enable cudnn.benchmark", "low_occupancy", _S.SAFE, 89,
+        NotReplayed("the trace does not say which convolution algorithm autotuning would pick"),
+        Injection(
+            how="`torch.backends.cudnn.benchmark = True`",
+            skipped_when="no CUDA; already on",
+            levers=(Lever("cudnn_benchmark", "torch.backends.cudnn.benchmark=True"),),
+            all_safe_default=True,
         ),
-        RemedySpec(
-            RemedyId.REDUCE_MEMORY, "Reduce peak memory (activation checkpointing, smaller batch)", False
+    ),
+    _spec(
+        _R.BF16_AUTOCAST, "Run matmuls and convolutions in bf16 (autocast)", "fp32_math", _S.CHANGES_NUMERICS, 95,
+        Replay("float32 matmul and convolution kernels sped up by the GPU's BF16/FP32 ratio"),
+        Injection(
+            how="the top module's forward runs under `torch.autocast(<its device>, bfloat16)` and its "
+            "floating outputs come back as float32, so a loss computed outside the model runs in float32 "
+            "as autocast would run it; with Hugging Face `TrainingArguments`: `bf16=True` instead; with "
+            "Lightning `Trainer`: `precision=\"bf16-mixed\"`; with a timm-style `--amp` argument of the "
+            "script (explore): that flag. Explore measures fp16 with a GradScaler instead where the GPU "
+            "has no bf16",
+            skipped_when="the script uses autocast or an enabled GradScaler itself; `TrainingArguments(fp16=True)`",
+            levers=(
+                Lever("bf16_autocast", "bf16 autocast around the model's forward", (("dtype", "bfloat16"),)),
+                Lever("script_amp", "the script's own --amp argument", (("script_flag", "--amp"),)),
+                Lever(
+                    "fp16_autocast",
+                    "fp16 autocast around the model's forward, GradScaler on the optimizer",
+                    (("dtype", "float16"),),
+                ),
+            ),
+            for_rules=("GA701",),
         ),
-        RemedySpec(RemedyId.OVERLAP_COMMUNICATION, "Overlap gradient communication with compute", False),
-        RemedySpec(RemedyId.BALANCE_RANKS, "Remove the per-rank imbalance", False),
-        RemedySpec(RemedyId.ALL_SAFE, "All safe injectable remedies together", True),
-    )
-}
+    ),
+    _spec(
+        _R.TF32, "Allow TF32 for float32 matmuls and convolutions", "fp32_math", _S.CHANGES_NUMERICS, 90,
+        Replay("float32 matmul and convolution kernels sped up by the GPU's TF32/FP32 tensor-core ratio"),
+        Injection(
+            how="`torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`, "
+            "`set_float32_matmul_precision(\"high\")`; with `TrainingArguments`: also `tf32=True`",
+            skipped_when="no CUDA; already allowed",
+            levers=(Lever("tf32", "TF32 matmuls and convolutions"),),
+            for_rules=("GA701",),
+        ),
+    ),
+    _spec(
+        _R.FUSED_OPTIMIZER, "Use the fused optimizer implementation", "launch_overhead", _S.SAFE, 100,
+        Replay("the optimizer's per-parameter kernels replaced by a few fused launches"),
+        Injection(
+            how="every `torch.optim` optimizer that takes `fused`: `fused=True` (and `foreach=None`); "
+            "when fused is refused for the parameters' device or dtype, `foreach=True`",
+            skipped_when="no optimizer; all fused",
+            levers=(Lever("fused_optimizer", "fused=True on the torch.optim optimizers"),),
+            for_rules=("GA502",),
+            all_safe_default=True,
+        ),
+    ),
+    _spec(
+        _R.TORCH_COMPILE, "Compile the model with torch.compile", "launch_overhead", _S.SAFE, 110,
+        Replay("elementwise kernels fused and the model region's launches replayed as a graph"),
+        Injection(
+            how="`top_module.compile()` (in place; compile time falls in the warm-up); explore also "
+            "measures `mode=\"reduce-overhead\"` (CUDA graphs)",
+            skipped_when="the script compiles already; compilation fails (`skipped` with the error)",
+            levers=(
+                Lever("torch_compile", "torch.compile (default mode)", (("mode", "default"),)),
+                Lever(
+                    "torch_compile_reduce_overhead",
+                    "torch.compile(mode=\"reduce-overhead\")",
+                    (("mode", "reduce-overhead"),),
+                ),
+            ),
+            for_rules=("GA501",),
+        ),
+    ),
+    _spec(
+        _R.CUDA_GRAPHS, "Replay the step as a CUDA graph", "launch_overhead", _S.SAFE, 120,
+        Replay("the model region's launches replayed as one graph (with its input copies)"), _NO_EDIT,
+    ),
+    _spec(
+        _R.OVERLAP_COMMUNICATION, "Overlap gradient communication with compute", "communication", _S.SAFE, 130,
+        NotReplayed("predicted by the cross-rank analysis, not by the single-rank replay"), _NO_EDIT,
+    ),
+    _spec(
+        _R.BALANCE_RANKS, "Remove the per-rank imbalance", "communication", _S.SAFE, 135,
+        NotReplayed("predicted by the cross-rank analysis, not by the single-rank replay"), _NO_EDIT,
+    ),
+    _spec(
+        _R.LARGER_BATCH, "Raise the batch size", "small_batch", _S.CHANGES_BATCH, 150,
+        Replay("per-sample work scaled by the multiplier, per-step costs kept; compared per sample"),
+        Injection(
+            how="every DataLoader: `batch_size` x M (the finding's `recommended_batch_multiplier`, else 4); "
+            "compared in samples/s; the result says the learning rate needs scaling",
+            skipped_when="batch not from a DataLoader (sliced in the script's own code); `batch_sampler`",
+            levers=(Lever("larger_batch", "DataLoader batch_size x M", (("multiplier", "auto"),)),),
+            for_rules=("GA401",),
+        ),
+    ),
+    _spec(
+        _R.ALL_SAFE, "All safe injectable remedies together", COMPOSITE, _S.SAFE, 1000,
+        NotReplayed("a verify-only combination: the replay combines the findings' own remedies"),
+        Injection(
+            how="the selected remedies that change neither numerics nor batch, together; a member that "
+            "fails on its own is left out of the combination",
+            skipped_when="none applies",
+            levers=(Lever("all_safe", "the safe remedies together", explore=False),),
+        ),
+    ),
+)
+# fmt: on
+
+REMEDIES: dict[RemedyId, RemedySpec] = {s.id: s for s in _SPECS}
 
 
 def remedy_spec(remedy: str | RemedyId) -> RemedySpec | None:
@@ -133,3 +477,88 @@ def remedy_spec(remedy: str | RemedyId) -> RemedySpec | None:
         return REMEDIES[RemedyId(remedy)]
     except ValueError:
         return None
+
+
+def apply_order(remedy: RemedyId) -> int:
+    return REMEDIES[remedy].order
+
+
+def rule_remedies() -> dict[str, tuple[RemedyId, ...]]:
+    """Rule id -> the injectable remedies verify tries for its findings when they name none."""
+    out: dict[str, list[RemedyId]] = {}
+    for spec in _SPECS:  # in the records' order: bf16 before tf32 for GA701
+        if isinstance(spec.injection, Injection):
+            for rule in spec.injection.for_rules:
+                out.setdefault(rule, []).append(spec.id)
+    return {rule: tuple(rs) for rule, rs in sorted(out.items())}
+
+
+def lever(name: str) -> tuple[RemedySpec, Lever] | None:
+    """The remedy and lever named `name` (a lever name, e.g. `torch_compile_reduce_overhead`)."""
+    for spec in _SPECS:
+        for lv in spec.levers:
+            if lv.name == name:
+                return spec, lv
+    return None
+
+
+def explore_levers() -> list[tuple[RemedySpec, Lever]]:
+    """Every lever `verify --explore` considers, in application order."""
+    return [(s, lv) for s in sorted(_SPECS, key=lambda s: s.order) for lv in s.levers if lv.explore]
+
+
+def params_text(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def markdown_table() -> str:
+    """docs/remedies.md's table (regenerate with `python -m gpuadvisor.remedies > docs/remedies.md`)."""
+    lines = [
+        "# Remedies",
+        "",
+        "Generated from `gpuadvisor/remedies.py` (`python -m gpuadvisor.remedies > docs/remedies.md`); a test",
+        "fails when this file is stale. One record per remedy: how the step model predicts it (`replay`),",
+        "whether `gpuadvisor verify` can apply it without an edit of the script (`verify`, with the levers",
+        "`verify --explore` measures), its safety class and its place in the order combined remedies apply.",
+        "",
+        "| order | remedy | title | category | safety | replay | verify | levers |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in sorted(_SPECS, key=lambda s: s.order):
+        replay = s.replay.how if isinstance(s.replay, Replay) else f"none: {s.replay.reason}"
+        if isinstance(s.injection, Injection):
+            verify = f"{s.injection.how}. Skipped when: {s.injection.skipped_when}"
+        else:
+            verify = s.injection.reason
+        levers = "; ".join(
+            f"`{lv.name}`" + (" (not in explore)" if not lv.explore else "") for lv in s.levers
+        ) or "-"
+        cells = [str(s.order), f"`{s.id.value}`", s.title, s.category, s.safety.value, replay, verify, levers]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+VERIFY_TABLE_BEGIN = "<!-- generated from gpuadvisor/remedies.py: python -m gpuadvisor.remedies --verify-table -->"
+VERIFY_TABLE_END = "<!-- end of generated table -->"
+
+
+def verify_table() -> str:
+    """docs/verify.md's table of the injectable remedies, between VERIFY_TABLE_BEGIN and _END."""
+    lines = [
+        VERIFY_TABLE_BEGIN,
+        "| remedy | what the trial changes, nothing else | skipped when (from the run's record, or found while running) | levers (`--explore`) |",
+        "|---|---|---|---|",
+    ]
+    for s in sorted(_SPECS, key=lambda s: s.order):
+        if isinstance(s.injection, Injection):
+            levers = ", ".join(f"`{lv.name}`" for lv in s.levers if lv.explore) or "-"
+            cells = [f"`{s.id.value}`", s.injection.how, s.injection.skipped_when, levers]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines.append(VERIFY_TABLE_END)
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(verify_table() if "--verify-table" in sys.argv[1:] else markdown_table())

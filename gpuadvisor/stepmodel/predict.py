@@ -10,10 +10,10 @@ Parameters are plain values (hashable after `_freeze`) so predictions are cached
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.remedies import RemedyId
+from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
 
@@ -35,59 +35,124 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+Transform = Callable[["StepModel", "Program", dict[str, Any]], "Program"]
+
+# The replay transformation of each remedy whose record says `Replay` (gpuadvisor.remedies); the
+# registry test checks that the two agree.
+TRANSFORMS: dict[RemedyId, Transform] = {}
+
+
+def transform(*remedies: RemedyId) -> Callable[[Transform], Transform]:
+    def register(fn: Transform) -> Transform:
+        for r in remedies:
+            if r in TRANSFORMS:
+                raise ValueError(f"two replay transformations for {r.value}")
+            TRANSFORMS[r] = fn
+        return fn
+
+    return register
+
+
+@transform(RemedyId.REMOVE_HOST_SYNCS)
+def _remove_host_syncs(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    kinds = tuple(p.get("kinds", (b.SCALAR_READ, b.EXPLICIT)))
+    if b.SCALAR_READ in kinds:
+        program = t.remove_reads(model, program)
+    others = [k for k in kinds if k != b.SCALAR_READ]
+    return t.remove_waits(model, program, others) if others else program
+
+
+@transform(RemedyId.STATIC_SHAPES)
+def _static_shapes(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.remove_waits(model, program, (b.DATA_DEPENDENT,))
+
+
+@transform(RemedyId.PINNED_ASYNC_COPIES, RemedyId.DATALOADER_PIN_MEMORY)
+def _pinned_async_copies(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    mask = t.htod_copy_mask(
+        model, program, pageable_only=True, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES)
+    )
+    return t.pinned_async_copies(model, program, mask)
+
+
+@transform(RemedyId.PREFETCH_COPIES)
+def _prefetch_copies(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    mask = t.htod_copy_mask(
+        model, program, pageable_only=False, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES)
+    )
+    return t.prefetch_copies(model, program, mask)
+
+
+@transform(RemedyId.UINT8_INPUTS)
+def _uint8_inputs(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    import numpy as np
+
+    rows = set(p.get("rows", ()))
+    mask = np.array([int(x) in rows for x in program.op_row.tolist()], dtype=bool)
+    return t.narrow_copies(program, mask, float(p.get("factor", 0.25)))
+
+
+@transform(RemedyId.DATALOADER_WORKERS)
+def _dataloader_workers(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    if p.get("loop_preparation"):
+        mask = t.loop_preparation_mask(model, program)
+        return t.loop_preparation_to_workers(model, program, int(p.get("workers", 8)), mask)
+    return t.faster_data(model, program, int(p.get("workers", 8)), int(p.get("current_workers", 0)))
+
+
+@transform(RemedyId.LARGER_BATCH)
+def _larger_batch(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.larger_batch(model, program, float(p.get("multiplier", 2.0)))
+
+
+@transform(RemedyId.CUDA_GRAPHS)
+def _cuda_graphs(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    # input_copies=False: the launch cost alone, without the graphs' input copies
+    return t.cuda_graphs(model, program, input_copies=bool(p.get("input_copies", True)))
+
+
+@transform(RemedyId.TORCH_COMPILE)
+def _torch_compile(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    inputs = bool(p.get("input_copies", True))
+    if p.get("fusion", True):
+        return t.torch_compile(model, program, input_copies=inputs)
+    return t.cuda_graphs(model, program, input_copies=inputs)
+
+
+@transform(RemedyId.FUSED_OPTIMIZER)
+def _fused_optimizer(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.fused_optimizer(model, program, bool(p.get("per_tensor", True)), p.get("param_tensors"))
+
+
+@transform(RemedyId.FIX_KERNEL_GRID)
+def _fix_kernel_grid(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.fix_grids(model, program, set(p.get("kernels", ())))
+
+
+@transform(RemedyId.BF16_AUTOCAST)
+def _bf16_autocast(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.lower_precision(model, program, "bf16")
+
+
+@transform(RemedyId.TF32)
+def _tf32(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.lower_precision(model, program, "tf32")
+
+
+@transform(RemedyId.EXPANDABLE_SEGMENTS)
+def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.no_allocator_calls(model, program)
+
+
 def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Mapping[str, Any]) -> Program:
     """Apply one remedy's transformation to `program` (a copy)."""
     r = RemedyId(remedy)
-    p = dict(params)
-    if r is RemedyId.REMOVE_HOST_SYNCS:
-        kinds = tuple(p.get("kinds", (b.SCALAR_READ, b.EXPLICIT)))
-        if b.SCALAR_READ in kinds:
-            program = t.remove_reads(model, program)
-        others = [k for k in kinds if k != b.SCALAR_READ]
-        return t.remove_waits(model, program, others) if others else program
-    if r is RemedyId.STATIC_SHAPES:
-        return t.remove_waits(model, program, (b.DATA_DEPENDENT,))
-    if r in (RemedyId.PINNED_ASYNC_COPIES, RemedyId.DATALOADER_PIN_MEMORY):
-        mask = t.htod_copy_mask(
-            model, program, pageable_only=True, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES)
-        )
-        return t.pinned_async_copies(model, program, mask)
-    if r is RemedyId.PREFETCH_COPIES:
-        mask = t.htod_copy_mask(
-            model, program, pageable_only=False, min_bytes=p.get("min_bytes", DEFAULT_MIN_COPY_BYTES)
-        )
-        return t.prefetch_copies(model, program, mask)
-    if r is RemedyId.UINT8_INPUTS:
-        import numpy as np
-
-        rows = set(p.get("rows", ()))
-        mask = np.array([int(x) in rows for x in program.op_row.tolist()], dtype=bool)
-        return t.narrow_copies(program, mask, float(p.get("factor", 0.25)))
-    if r is RemedyId.DATALOADER_WORKERS:
-        if p.get("loop_preparation"):
-            mask = t.loop_preparation_mask(model, program)
-            return t.loop_preparation_to_workers(model, program, int(p.get("workers", 8)), mask)
-        return t.faster_data(model, program, int(p.get("workers", 8)), int(p.get("current_workers", 0)))
-    if r is RemedyId.LARGER_BATCH:
-        return t.larger_batch(model, program, float(p.get("multiplier", 2.0)))
-    inputs = bool(p.get("input_copies", True))  # False: the launch cost alone, without the graphs' input copies
-    if r is RemedyId.CUDA_GRAPHS:
-        return t.cuda_graphs(model, program, input_copies=inputs)
-    if r is RemedyId.TORCH_COMPILE:
-        if p.get("fusion", True):
-            return t.torch_compile(model, program, input_copies=inputs)
-        return t.cuda_graphs(model, program, input_copies=inputs)
-    if r is RemedyId.FUSED_OPTIMIZER:
-        return t.fused_optimizer(model, program, bool(p.get("per_tensor", True)), p.get("param_tensors"))
-    if r is RemedyId.FIX_KERNEL_GRID:
-        return t.fix_grids(model, program, set(p.get("kernels", ())))
-    if r is RemedyId.BF16_AUTOCAST:
-        return t.lower_precision(model, program, "bf16")
-    if r is RemedyId.TF32:
-        return t.lower_precision(model, program, "tf32")
-    if r is RemedyId.EXPANDABLE_SEGMENTS:
-        return t.no_allocator_calls(model, program)
-    raise ValueError(f"no replay transformation for remedy {r.value!r}")
+    fn = TRANSFORMS.get(r)
+    if fn is None:
+        spec = REMEDIES[r]
+        why = spec.replay.reason if isinstance(spec.replay, NotReplayed) else "not registered"
+        raise ValueError(f"no replay transformation for remedy {r.value!r} ({why})")
+    return fn(model, program, dict(params))
 
 
 def _jsonable_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,26 +181,8 @@ def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Predicti
     )
 
 
-# The order in which combined remedies transform the program: waits and the input pipeline first (they
-# change what the host does), then copies, kernels and precision, then the launch remedies (which need
-# the waits gone to form graphs), the larger batch last.
-APPLY_ORDER: tuple[RemedyId, ...] = (
-    RemedyId.REMOVE_HOST_SYNCS,
-    RemedyId.STATIC_SHAPES,
-    RemedyId.DATALOADER_WORKERS,
-    RemedyId.DATALOADER_PIN_MEMORY,
-    RemedyId.UINT8_INPUTS,
-    RemedyId.PINNED_ASYNC_COPIES,
-    RemedyId.PREFETCH_COPIES,
-    RemedyId.EXPANDABLE_SEGMENTS,
-    RemedyId.FIX_KERNEL_GRID,
-    RemedyId.TF32,
-    RemedyId.BF16_AUTOCAST,
-    RemedyId.FUSED_OPTIMIZER,
-    RemedyId.TORCH_COMPILE,
-    RemedyId.CUDA_GRAPHS,
-    RemedyId.LARGER_BATCH,
-)
+# The order in which combined remedies transform the program: the records' `order` (gpuadvisor.remedies).
+APPLY_ORDER: tuple[RemedyId, ...] = tuple(sorted(TRANSFORMS, key=apply_order))
 
 
 def predict_combined(
@@ -145,7 +192,7 @@ def predict_combined(
     can only form once the waits that break it are gone; a larger batch scales what is left)."""
     items = sorted(
         ((RemedyId(r), dict(p)) for r, p in remedies),
-        key=lambda item: APPLY_ORDER.index(item[0]) if item[0] in APPLY_ORDER else len(APPLY_ORDER),
+        key=lambda item: apply_order(item[0]),
     )
     m = 1.0
     for r, p in items:

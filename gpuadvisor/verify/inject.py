@@ -23,18 +23,15 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuadvisor.capture.frameworks import spec_from_other_finders
-from gpuadvisor.remedies import RemedyId
+from gpuadvisor.remedies import REMEDIES, RemedyId, apply_order
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
 
-__all__ = ["Change", "Injections", "TrialSkip"]
-
-PREFETCH_FACTOR = 4
-
+__all__ = ["INJECTORS", "Change", "Injections", "TrialSkip"]
 
 class TrialSkip(SystemExit):
     """The remedy cannot apply to this script (found out while it runs): stop it, report `skipped`.
@@ -89,6 +86,7 @@ class Injections:
         batch_multiplier: int,
         alloc_conf_before: str | None,
         locate: Callable[[], str | None],
+        params: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.remedies = frozenset(RemedyId(r) for r in remedies)
         self.num_workers = num_workers
@@ -103,6 +101,10 @@ class Injections:
         self.top_module: Any = None
         self.top_listeners: list[Callable[[Any], None]] = []
         self._enforcers: list[Callable[[], None]] = []
+        self._installed: set[str] = set()
+        self.lever_params: dict[RemedyId, dict[str, Any]] = {
+            RemedyId(k): dict(v) for k, v in (params or {}).items()
+        }
         self._tls = threading.local()
         self._pid = os.getpid()
 
@@ -146,41 +148,24 @@ class Injections:
             fn()
 
     # ------------------------------------------------------------------ install
+    def params(self, remedy: RemedyId) -> dict[str, Any]:
+        """The lever parameters of `remedy` in this trial (its record's first lever's when not given)."""
+        given = self.lever_params.get(remedy)
+        if given is not None:
+            return dict(given)
+        levers = REMEDIES[remedy].levers
+        return levers[0].param_dict() if levers else {}
+
     def install(self) -> None:
         import torch
 
-        r = self.remedies
-        if r & {RemedyId.DATALOADER_WORKERS, RemedyId.DATALOADER_PIN_MEMORY, RemedyId.LARGER_BATCH}:
-            self._install_dataloader(torch)
-        if RemedyId.FUSED_OPTIMIZER in r:
-            self._install_optimizer(torch)
-        if RemedyId.TF32 in r:
-            self._install_switches(RemedyId.TF32, _tf32_switches(torch))
-        if RemedyId.CUDNN_BENCHMARK in r:
-            self._install_switches(RemedyId.CUDNN_BENCHMARK, _cudnn_benchmark_switch(torch))
-        if RemedyId.EXPANDABLE_SEGMENTS in r:
-            now = os.environ.get(ALLOC_CONF)
-            if now and EXPANDABLE in now:
-                self.change(
-                    RemedyId.EXPANDABLE_SEGMENTS,
-                    ALLOC_CONF,
-                    self.alloc_conf_before or "unset",
-                    now,
-                    literal=False,
-                )
-            else:
-                self.note(f"{ALLOC_CONF} does not hold {EXPANDABLE} in the trial process")
-        if RemedyId.BF16_AUTOCAST in r:
-            self._install_autocast_watch(torch)
-        if r & {RemedyId.BF16_AUTOCAST, RemedyId.TF32}:
-            self._install_framework_switches()
-        # Top-module remedies, in the order they wrap: layout first, precision around it, compile outermost.
-        if RemedyId.CHANNELS_LAST in r:
-            self.top_listeners.append(lambda m: self._channels_last(torch, m))
-        if RemedyId.BF16_AUTOCAST in r:
-            self.top_listeners.append(lambda m: self._autocast(torch, m))
-        if RemedyId.TORCH_COMPILE in r:
-            self.top_listeners.append(lambda m: self._compile(torch, m))
+        for remedy in sorted(self.remedies, key=apply_order):
+            INJECTORS[remedy](self, torch)
+
+    def _install_once(self, key: str, fn: Callable[[], None]) -> None:
+        if key not in self._installed:
+            self._installed.add(key)
+            fn()
 
     def needs_top_module(self) -> bool:
         return bool(self.top_listeners)
@@ -229,30 +214,15 @@ class Injections:
         where = self.locate()
         at = f" at {where}" if where else ""
         if RemedyId.DATALOADER_WORKERS in r:
-            workers = int(get("num_workers") or 0)
-            if isinstance(get("dataset"), iterable):
-                self.note(
-                    f"DataLoader{at}: an IterableDataset yields its whole stream in every worker unless it "
-                    "shards by worker; num_workers not changed"
-                )
-            elif workers < self.num_workers:
-                a["num_workers"] = self.num_workers
-                self.change(RemedyId.DATALOADER_WORKERS, "num_workers", workers, self.num_workers, where)
-                if not get("persistent_workers"):
-                    a["persistent_workers"] = True
-                    self.change(RemedyId.DATALOADER_WORKERS, "persistent_workers", False, True, where)
-                prefetch = get("prefetch_factor")
-                if prefetch is None or prefetch < PREFETCH_FACTOR:
-                    a["prefetch_factor"] = PREFETCH_FACTOR
-                    self.change(
-                        RemedyId.DATALOADER_WORKERS, "prefetch_factor", prefetch or 2, PREFETCH_FACTOR, where
-                    )
-                if cuda and not get("pin_memory"):
-                    # Workers hand batches over in shared memory; pinning lets the copy to the GPU be async.
-                    a["pin_memory"] = True
-                    self.change(RemedyId.DATALOADER_WORKERS, "pin_memory", False, True, where)
+            self._edit_workers(a, get, where, at, cuda, iterable)
+        if RemedyId.PERSISTENT_WORKERS in r:
+            if int(get("num_workers") or 0) == 0:
+                self.note(f"DataLoader{at} has no workers: persistent_workers not changed")
+            elif not get("persistent_workers"):
+                a["persistent_workers"] = True
+                self.change(RemedyId.PERSISTENT_WORKERS, "persistent_workers", False, True, where)
             else:
-                self.note(f"DataLoader{at} already has num_workers={workers}")
+                self.note(f"DataLoader{at} already has persistent_workers=True")
         if RemedyId.DATALOADER_PIN_MEMORY in r:
             if not cuda:
                 self.note(f"DataLoader{at}: no CUDA device, pin_memory not changed")
@@ -261,11 +231,53 @@ class Injections:
                 self.change(RemedyId.DATALOADER_PIN_MEMORY, "pin_memory", False, True, where)
         if RemedyId.LARGER_BATCH in r:
             size = get("batch_size")
+            multiplier = self.params(RemedyId.LARGER_BATCH).get("multiplier", "auto")
+            m = self.batch_multiplier if multiplier == "auto" else int(multiplier)
             if get("batch_sampler") is not None or size is None:
                 self.note(f"DataLoader{at} takes a batch_sampler: batch size not changed")
             else:
-                a["batch_size"] = int(size) * self.batch_multiplier
+                a["batch_size"] = int(size) * m
                 self.change(RemedyId.LARGER_BATCH, "batch_size", size, a["batch_size"], where)
+
+    def _edit_workers(
+        self, a: dict[str, Any], get: Callable[[str], Any], where: str | None, at: str, cuda: bool, iterable: type
+    ) -> None:
+        """dataloader_workers with its lever's parameters: `num_workers` ("auto": --num-workers) and,
+        on the loaders it gives workers (or, without `num_workers`, those that have them),
+        `persistent_workers`, `prefetch_factor`, `pin_memory` ("cuda": on a CUDA machine)."""
+        p = self.params(RemedyId.DATALOADER_WORKERS)
+        workers = int(get("num_workers") or 0)
+        if "num_workers" in p:
+            want = self.num_workers if p["num_workers"] == "auto" else int(p["num_workers"])
+            if isinstance(get("dataset"), iterable):
+                self.note(
+                    f"DataLoader{at}: an IterableDataset yields its whole stream in every worker unless it "
+                    "shards by worker; num_workers not changed"
+                )
+                return
+            if workers >= want:
+                self.note(f"DataLoader{at} already has num_workers={workers}")
+                return
+            a["num_workers"] = want
+            self.change(RemedyId.DATALOADER_WORKERS, "num_workers", workers, want, where)
+        elif workers == 0:
+            self.note(f"DataLoader{at} has no workers: prefetch_factor not changed")
+            return
+        if p.get("persistent_workers") and not get("persistent_workers"):
+            a["persistent_workers"] = True
+            self.change(RemedyId.DATALOADER_WORKERS, "persistent_workers", False, True, where)
+        want_prefetch = p.get("prefetch_factor")
+        if want_prefetch:
+            prefetch = get("prefetch_factor")
+            if prefetch is None or prefetch < int(want_prefetch):
+                a["prefetch_factor"] = int(want_prefetch)
+                self.change(RemedyId.DATALOADER_WORKERS, "prefetch_factor", prefetch or 2, int(want_prefetch), where)
+            elif "num_workers" not in p:
+                self.note(f"DataLoader{at} already has prefetch_factor={prefetch}")
+        if p.get("pin_memory") == "cuda" and cuda and not get("pin_memory"):
+            # Workers hand batches over in shared memory; pinning lets the copy to the GPU be async.
+            a["pin_memory"] = True
+            self.change(RemedyId.DATALOADER_WORKERS, "pin_memory", False, True, where)
 
     # ------------------------------------------------------------------ optimizer
     def _install_optimizer(self, torch: Any) -> None:
@@ -388,12 +400,22 @@ class Injections:
             return
         forward = module.forward
         tls = self._tls
+        dtype_name = str(self.params(RemedyId.BF16_AUTOCAST).get("dtype") or "bfloat16")
+        dtype = getattr(torch, dtype_name)
+
+        def already_on() -> bool:
+            try:
+                return bool(torch.is_autocast_enabled(device))
+            except TypeError:  # torch < 2.4: no device argument
+                return bool(torch.is_autocast_enabled() if device == "cuda" else torch.is_autocast_cpu_enabled())
 
         @functools.wraps(forward)
         def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            if already_on():  # the script's own autocast: leave its precision alone
+                return forward(*args, **kwargs)
             tls.ours = True
             try:
-                ctx = torch.autocast(device_type=device, dtype=torch.bfloat16)
+                ctx = torch.autocast(device_type=device, dtype=dtype)
                 ctx.__enter__()
             finally:
                 tls.ours = False
@@ -401,14 +423,14 @@ class Injections:
                 out = forward(*args, **kwargs)
             finally:
                 ctx.__exit__(None, None, None)
-            return _outputs_to_fp32(torch, out)
+            return _outputs_to_fp32(torch, out, dtype)
 
         module.forward = autocast_forward
         self.change(
             RemedyId.BF16_AUTOCAST,
             f"{type(module).__name__}.forward",
             "float32",
-            f"autocast({device}, bfloat16) with float32 outputs",
+            f"autocast({device}, {dtype_name}) with float32 outputs",
             self.locate(),
             literal=False,
         )
@@ -486,23 +508,34 @@ class Injections:
 
     # ------------------------------------------------------------------ layout, compile
     def _channels_last(self, torch: Any, module: Any) -> None:
+        """The module's 4-D floating parameters and buffers to channels_last in place (a Conv3d's 5-D
+        weight, a Linear's 2-D one stay), and at each call of the module its 4-D floating inputs (other
+        inputs untouched): `Module.to(memory_format=channels_last)` would also reach 5-D tensors and
+        raise "required rank 4 tensor to use channels_last format"."""
         if not any(isinstance(m, torch.nn.Conv2d) for m in module.modules()):
             self.note(f"{type(module).__name__} has no Conv2d: channels_last not applied")
             return
-        module.to(memory_format=torch.channels_last)
-        forward = module.forward
         fmt = torch.channels_last
+        converted = 0
+        with torch.no_grad():
+            for tensor in (*module.parameters(), *module.buffers()):
+                if tensor.dim() == 4 and tensor.is_floating_point() and not tensor.is_contiguous(memory_format=fmt):
+                    tensor.data = tensor.data.contiguous(memory_format=fmt)  # same Parameter object
+                    converted += 1
 
-        def convert(x: Any) -> Any:
-            if isinstance(x, torch.Tensor) and x.dim() == 4 and x.is_floating_point():
-                return x.contiguous(memory_format=fmt)
+        def convert(x: Any, depth: int = 0) -> Any:
+            if isinstance(x, torch.Tensor):
+                return x.contiguous(memory_format=fmt) if x.dim() == 4 and x.is_floating_point() else x
+            if depth < 2 and isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+                return type(x)(convert(v, depth + 1) for v in x)
             return x
 
-        @functools.wraps(forward)
-        def channels_last_forward(*args: Any, **kwargs: Any) -> Any:
-            return forward(*(convert(x) for x in args), **{k: convert(v) for k, v in kwargs.items()})
+        def pre_hook(mod: Any, args: Any, kwargs: Any) -> Any:
+            return tuple(convert(x) for x in args), {k: convert(v) for k, v in kwargs.items()}
 
-        module.forward = channels_last_forward
+        self.note(f"channels_last: {converted} 4-D parameter/buffer tensors of {type(module).__name__} converted")
+        disable = getattr(getattr(torch, "compiler", None), "disable", None)
+        module.register_forward_pre_hook(disable(pre_hook) if disable else pre_hook, with_kwargs=True)
         self.change(
             RemedyId.CHANNELS_LAST,
             f"{type(module).__name__} and its 4-D inputs memory_format",
@@ -516,15 +549,17 @@ class Injections:
         if type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None):
             raise TrialSkip(f"{type(module).__name__} is already compiled by the script")
         name = type(module).__name__
+        mode = str(self.params(RemedyId.TORCH_COMPILE).get("mode") or "default")
+        kwargs = {} if mode == "default" else {"mode": mode}
         if hasattr(module, "compile"):
-            module.compile()  # in place: the module object, its parameters and state_dict keys stay
+            module.compile(**kwargs)  # in place: the module object, its parameters and state_dict keys stay
         else:  # torch < 2.2
-            module.forward = torch.compile(module.forward)
+            module.forward = torch.compile(module.forward, **kwargs)
         self.change(
             RemedyId.TORCH_COMPILE,
             name,
             "eager",
-            "torch.compile (default mode)",
+            f"torch.compile ({mode} mode)",
             self.locate(),
             literal=False,
         )
@@ -541,6 +576,88 @@ class Injections:
             why = "; ".join(self.notes)
             return "nothing to change" + (f": {why}" if why else "")
         return None
+
+
+Injector = Callable[[Injections, Any], None]
+
+# How verify applies each injectable remedy (records with an `Injection` in gpuadvisor.remedies), called
+# in the records' order; the registry test checks that the two agree.
+INJECTORS: dict[RemedyId, Injector] = {}
+
+
+def injector(*remedies: RemedyId) -> Callable[[Injector], Injector]:
+    def register(fn: Injector) -> Injector:
+        for r in remedies:
+            INJECTORS[r] = fn
+        return fn
+
+    return register
+
+
+@injector(
+    RemedyId.DATALOADER_WORKERS,
+    RemedyId.DATALOADER_PIN_MEMORY,
+    RemedyId.PERSISTENT_WORKERS,
+    RemedyId.LARGER_BATCH,
+)
+def _inject_dataloader(inj: Injections, torch: Any) -> None:
+    inj._install_once("dataloader", lambda: inj._install_dataloader(torch))
+
+
+@injector(RemedyId.FUSED_OPTIMIZER)
+def _inject_fused_optimizer(inj: Injections, torch: Any) -> None:
+    inj._install_optimizer(torch)
+
+
+@injector(RemedyId.TF32)
+def _inject_tf32(inj: Injections, torch: Any) -> None:
+    inj._install_switches(RemedyId.TF32, _tf32_switches(torch))
+    inj._install_once("framework", inj._install_framework_switches)
+
+
+@injector(RemedyId.CUDNN_BENCHMARK)
+def _inject_cudnn_benchmark(inj: Injections, torch: Any) -> None:
+    inj._install_switches(RemedyId.CUDNN_BENCHMARK, _cudnn_benchmark_switch(torch))
+
+
+@injector(RemedyId.EXPANDABLE_SEGMENTS)
+def _inject_expandable_segments(inj: Injections, torch: Any) -> None:
+    # the setting itself is in the trial's environment (runner.trial_environment): check and record it
+    now = os.environ.get(ALLOC_CONF)
+    if now and EXPANDABLE in now:
+        inj.change(
+            RemedyId.EXPANDABLE_SEGMENTS, ALLOC_CONF, inj.alloc_conf_before or "unset", now, literal=False
+        )
+    else:
+        inj.note(f"{ALLOC_CONF} does not hold {EXPANDABLE} in the trial process")
+
+
+# The top-module remedies wrap in the records' order: layout first, precision around it, compile outermost.
+@injector(RemedyId.CHANNELS_LAST)
+def _inject_channels_last(inj: Injections, torch: Any) -> None:
+    inj.top_listeners.append(lambda m: inj._channels_last(torch, m))
+
+
+@injector(RemedyId.BF16_AUTOCAST)
+def _inject_autocast(inj: Injections, torch: Any) -> None:
+    inj._install_autocast_watch(torch)
+    inj._install_once("framework", inj._install_framework_switches)
+    inj.top_listeners.append(lambda m: inj._autocast(torch, m))
+
+
+@injector(RemedyId.TORCH_COMPILE)
+def _inject_compile(inj: Injections, torch: Any) -> None:
+    inj.top_listeners.append(lambda m: inj._compile(torch, m))
+
+
+@injector(RemedyId.ALL_SAFE)
+def _inject_all_safe(inj: Injections, torch: Any) -> None:
+    # all_safe never reaches a trial process: the runner hands the trial its members
+    raise _InjectionError("all_safe is expanded into its members by the runner, never injected as such")
+
+
+class _InjectionError(RuntimeError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -589,20 +706,21 @@ def _cudnn_benchmark_switch(torch: Any) -> list[_Switch]:
     ]
 
 
-def _outputs_to_fp32(torch: Any, out: Any) -> Any:
+def _outputs_to_fp32(torch: Any, out: Any, dtype: Any = None) -> Any:
     """bf16 tensors in the top module's output back to float32, so a loss computed outside the module
     runs in float32 as it would under autocast (Accelerate's `convert_outputs_to_fp32` does the same)."""
+    low = (torch.bfloat16, torch.float16) if dtype is None else (dtype,)
     if isinstance(out, torch.Tensor):
-        return out.float() if out.dtype == torch.bfloat16 else out
+        return out.float() if out.dtype in low else out
     if isinstance(out, tuple):
-        items = [_outputs_to_fp32(torch, v) for v in out]
+        items = [_outputs_to_fp32(torch, v, dtype) for v in out]
         return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
     if isinstance(out, list):
-        return type(out)(_outputs_to_fp32(torch, v) for v in out)
+        return type(out)(_outputs_to_fp32(torch, v, dtype) for v in out)
     if isinstance(out, dict):
         try:
             for key in list(out.keys()):
-                out[key] = _outputs_to_fp32(torch, out[key])
+                out[key] = _outputs_to_fp32(torch, out[key], dtype)
         except (TypeError, KeyError):
             return out
         return out

@@ -8,13 +8,14 @@ optimizers, settings, CUDA) rules out trials that cannot change anything, with t
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuadvisor.errors import UsageError
-from gpuadvisor.remedies import REMEDIES, RemedyId, remedy_spec
+from gpuadvisor.remedies import COMPOSITE, REMEDIES, Injection, RemedyId, remedy_spec, rule_remedies
 
 __all__ = [
     "ALL_SAFE_DEFAULT",
@@ -25,56 +26,22 @@ __all__ = [
     "plan_trials",
 ]
 
-# Until the step model names every finding's remedy: the remedies verify tries for a rule's finding.
-RULE_REMEDIES: dict[str, tuple[RemedyId, ...]] = {
-    "GA301": (RemedyId.DATALOADER_WORKERS,),
-    "GA401": (RemedyId.LARGER_BATCH,),
-    "GA501": (RemedyId.TORCH_COMPILE,),
-    "GA502": (RemedyId.FUSED_OPTIMIZER,),
-    "GA701": (RemedyId.BF16_AUTOCAST, RemedyId.TF32),
-    "GA802": (RemedyId.EXPANDABLE_SEGMENTS,),
-}
+# Until the step model names every finding's remedy: the remedies verify tries for a rule's finding
+# (the records' `Injection.for_rules`).
+RULE_REMEDIES: dict[str, tuple[RemedyId, ...]] = rule_remedies()
 
 # The finding category a remedy answers (for a trial forced by --only without a finding).
-REMEDY_CATEGORY: dict[RemedyId, str] = {
-    RemedyId.DATALOADER_WORKERS: "data_loading",
-    RemedyId.DATALOADER_PIN_MEMORY: "host_device_transfer",
-    RemedyId.LARGER_BATCH: "small_batch",
-    RemedyId.TORCH_COMPILE: "launch_overhead",
-    RemedyId.FUSED_OPTIMIZER: "launch_overhead",
-    RemedyId.BF16_AUTOCAST: "fp32_math",
-    RemedyId.TF32: "fp32_math",
-    RemedyId.CHANNELS_LAST: "low_occupancy",
-    RemedyId.CUDNN_BENCHMARK: "low_occupancy",
-    RemedyId.EXPANDABLE_SEGMENTS: "memory",
-}
+REMEDY_CATEGORY: dict[RemedyId, str] = {r: s.category for r, s in REMEDIES.items() if s.category != COMPOSITE}
 
-# The injectable remedies verify knows how to apply (gpuadvisor/verify/inject.py).
-IMPLEMENTED: frozenset[RemedyId] = frozenset(
-    {
-        RemedyId.DATALOADER_WORKERS,
-        RemedyId.DATALOADER_PIN_MEMORY,
-        RemedyId.LARGER_BATCH,
-        RemedyId.TORCH_COMPILE,
-        RemedyId.FUSED_OPTIMIZER,
-        RemedyId.BF16_AUTOCAST,
-        RemedyId.TF32,
-        RemedyId.CHANNELS_LAST,
-        RemedyId.CUDNN_BENCHMARK,
-        RemedyId.EXPANDABLE_SEGMENTS,
-        RemedyId.ALL_SAFE,
-    }
-)
+# The injectable remedies (records with an `Injection`; their injections: gpuadvisor/verify/inject.py).
+IMPLEMENTED: frozenset[RemedyId] = frozenset(r for r, s in REMEDIES.items() if s.injectable)
 
-# `--only all_safe` alone: every safe remedy that applies to the run. torch.compile is left out: it
-# costs minutes of warm-up and fails on some models, which would sink the whole combination.
-ALL_SAFE_DEFAULT: tuple[RemedyId, ...] = (
-    RemedyId.DATALOADER_WORKERS,
-    RemedyId.DATALOADER_PIN_MEMORY,
-    RemedyId.FUSED_OPTIMIZER,
-    RemedyId.CUDNN_BENCHMARK,
-    RemedyId.CHANNELS_LAST,
-    RemedyId.EXPANDABLE_SEGMENTS,
+# `--only all_safe` alone: every safe remedy that applies to the run (the records' `all_safe_default`).
+# torch.compile is left out: it costs minutes of warm-up and fails on some models.
+ALL_SAFE_DEFAULT: tuple[RemedyId, ...] = tuple(
+    s.id
+    for s in sorted(REMEDIES.values(), key=lambda s: s.order)
+    if isinstance(s.injection, Injection) and s.injection.all_safe_default
 )
 
 DEFAULT_BATCH_MULTIPLIER = 4
@@ -125,7 +92,7 @@ class PlannedTrial:
         return any(REMEDIES[r].changes_numerics for r in self.applies)
 
 
-def _finding_remedies(finding: Mapping[str, Any]) -> tuple[RemedyId, ...]:
+def finding_remedies(finding: Mapping[str, Any]) -> tuple[RemedyId, ...]:
     named = finding.get("remedy")
     if isinstance(named, str):
         spec = remedy_spec(named)
@@ -161,70 +128,225 @@ def _list(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def skip_reason(
-    remedy: RemedyId, environment: Mapping[str, Any], *, num_workers: int, env: Mapping[str, str]
-) -> str | None:
-    """Why a trial of `remedy` could not change anything in this run, from environment.json; else None."""
-    settings = environment.get("settings") if isinstance(environment.get("settings"), dict) else {}
-    assert isinstance(settings, dict)
-    cuda = bool(environment.get("cuda_available"))
-    loaders = _list(environment.get("dataloaders"))
-    optimizers = _list(environment.get("optimizers"))
+@dataclass(frozen=True)
+class Record:
+    """What the run recorded (environment.json) and where verify runs, as the skip checks read it.
 
-    def used(key: str) -> bool:
-        value = settings.get(key)
+    `with_remedies`: the other remedies of the same trial (explore's combinations: `persistent_workers`
+    applies to loaders that `dataloader_workers` gives workers in the same trial); `params`: the lever's."""
+
+    settings: Mapping[str, Any]
+    cuda: bool
+    loaders: list[dict[str, Any]]
+    optimizers: list[dict[str, Any]]
+    num_workers: int
+    env: Mapping[str, str]
+    with_remedies: frozenset[RemedyId] = frozenset()
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    bf16_supported: bool | None = None
+
+    @classmethod
+    def of(
+        cls,
+        environment: Mapping[str, Any],
+        *,
+        num_workers: int,
+        env: Mapping[str, str],
+        with_remedies: Iterable[RemedyId] = (),
+        params: Mapping[str, Any] | None = None,
+        bf16_supported: bool | None = None,
+    ) -> Record:
+        settings = environment.get("settings")
+        return cls(
+            settings=settings if isinstance(settings, dict) else {},
+            cuda=bool(environment.get("cuda_available")),
+            loaders=_list(environment.get("dataloaders")),
+            optimizers=_list(environment.get("optimizers")),
+            num_workers=num_workers,
+            env=env,
+            with_remedies=frozenset(with_remedies),
+            params=dict(params or {}),
+            bf16_supported=bf16_supported,
+        )
+
+    def used(self, key: str) -> bool:
+        value = self.settings.get(key)
         return isinstance(value, dict) and bool(value.get("used"))
 
-    if remedy is RemedyId.DATALOADER_WORKERS:
-        if not loaders:
-            return "the script constructed no DataLoader (its batches come from its own code)"
-        if all(int(d.get("num_workers") or 0) >= num_workers for d in loaders):
-            return f"every DataLoader already has num_workers >= {num_workers}"
-    elif remedy is RemedyId.DATALOADER_PIN_MEMORY:
-        if not cuda:
-            return "pinned memory only speeds up copies to a CUDA GPU (this run had none)"
-        if not loaders:
-            return "the script constructed no DataLoader"
-        if all(d.get("pin_memory") for d in loaders):
-            return "every DataLoader already pins memory"
-    elif remedy is RemedyId.LARGER_BATCH:
-        if not loaders:
-            return "the batch is not drawn from a DataLoader: raise it in the script"
-        if all(d.get("batch_size") is None for d in loaders):
-            return "the DataLoaders take a batch_sampler (no batch_size to raise)"
-    elif remedy is RemedyId.FUSED_OPTIMIZER:
-        if not optimizers:
-            return "the script constructed no torch.optim optimizer"
-        if all(o.get("fused") for o in optimizers):
-            return "every optimizer is already fused"
-    elif remedy is RemedyId.BF16_AUTOCAST:
-        if used("autocast"):
-            return "the script already runs under torch.autocast"
-        scaler = settings.get("grad_scaler")
-        if isinstance(scaler, dict) and scaler.get("used") and scaler.get("enabled") is not False:
-            return "the script uses a GradScaler (fp16 mixed precision)"
-    elif remedy is RemedyId.TF32:
-        if not cuda:
-            return "TF32 needs a CUDA GPU (this run had none)"
-        if settings.get("allow_tf32_matmul") is True and settings.get("float32_matmul_precision") in (
-            "high",
-            "medium",
-        ):
-            return "TF32 matmuls were already allowed"
-    elif remedy is RemedyId.CUDNN_BENCHMARK:
-        if not cuda:
-            return "cudnn.benchmark needs a CUDA GPU (this run had none)"
-        if settings.get("cudnn_benchmark") is True:
-            return "cudnn.benchmark was already on"
-    elif remedy is RemedyId.TORCH_COMPILE:
-        if used("torch_compile"):
-            return "the script already calls torch.compile"
-    elif remedy is RemedyId.EXPANDABLE_SEGMENTS:
-        if not cuda:
-            return "the CUDA caching allocator is not used without a CUDA GPU"
-        if "expandable_segments" in env.get(ALLOC_CONF, ""):
-            return f"{ALLOC_CONF} already sets expandable_segments"
+
+SkipCheck = Callable[[Record], "str | None"]
+
+# Why a trial of the remedy could not change anything in this run (None: it can), one check per
+# injectable remedy; the registry test checks that every injectable record has one.
+SKIP_CHECKS: dict[RemedyId, SkipCheck] = {}
+
+
+def skip_check(remedy: RemedyId) -> Callable[[SkipCheck], SkipCheck]:
+    def register(fn: SkipCheck) -> SkipCheck:
+        SKIP_CHECKS[remedy] = fn
+        return fn
+
+    return register
+
+
+def _workers_after(rec: Record, d: Mapping[str, Any]) -> int:
+    """The loader's workers in this trial (its own, or N when dataloader_workers sets them)."""
+    own = int(d.get("num_workers") or 0)
+    if RemedyId.DATALOADER_WORKERS in rec.with_remedies:
+        return max(own, rec.num_workers)
+    return own
+
+
+@skip_check(RemedyId.DATALOADER_WORKERS)
+def _skip_workers(rec: Record) -> str | None:
+    if not rec.loaders:
+        return "the script constructed no DataLoader (its batches come from its own code)"
+    if "num_workers" in rec.params or not rec.params:
+        if all(int(d.get("num_workers") or 0) >= rec.num_workers for d in rec.loaders):
+            return f"every DataLoader already has num_workers >= {rec.num_workers}"
+        return None
+    # a prefetch_factor lever alone: loaders with workers only
+    if all(_workers_after(rec, d) == 0 for d in rec.loaders):
+        return "prefetch_factor needs DataLoader workers (num_workers=0 here)"
+    want = int(rec.params.get("prefetch_factor", 0) or 0)
+    if want and all(int(d.get("prefetch_factor") or 2) >= want for d in rec.loaders if _workers_after(rec, d)):
+        return f"every DataLoader with workers already has prefetch_factor >= {want}"
     return None
+
+
+@skip_check(RemedyId.PERSISTENT_WORKERS)
+def _skip_persistent(rec: Record) -> str | None:
+    if not rec.loaders:
+        return "the script constructed no DataLoader"
+    with_workers = [d for d in rec.loaders if _workers_after(rec, d) > 0]
+    if not with_workers:
+        return "persistent_workers needs DataLoader workers (num_workers=0 here)"
+    if all(d.get("persistent_workers") for d in with_workers):
+        return "every DataLoader with workers is already persistent"
+    return None
+
+
+@skip_check(RemedyId.DATALOADER_PIN_MEMORY)
+def _skip_pin(rec: Record) -> str | None:
+    if not rec.cuda:
+        return "pinned memory only speeds up copies to a CUDA GPU (this run had none)"
+    if not rec.loaders:
+        return "the script constructed no DataLoader"
+    if all(d.get("pin_memory") for d in rec.loaders):
+        return "every DataLoader already pins memory"
+    return None
+
+
+@skip_check(RemedyId.LARGER_BATCH)
+def _skip_batch(rec: Record) -> str | None:
+    if not rec.loaders:
+        return "the batch is not drawn from a DataLoader: raise it in the script"
+    if all(d.get("batch_size") is None for d in rec.loaders):
+        return "the DataLoaders take a batch_sampler (no batch_size to raise)"
+    return None
+
+
+@skip_check(RemedyId.FUSED_OPTIMIZER)
+def _skip_fused(rec: Record) -> str | None:
+    if not rec.optimizers:
+        return "the script constructed no torch.optim optimizer"
+    if all(o.get("fused") for o in rec.optimizers):
+        return "every optimizer is already fused"
+    return None
+
+
+@skip_check(RemedyId.BF16_AUTOCAST)
+def _skip_autocast(rec: Record) -> str | None:
+    if rec.params.get("script_flag"):
+        return None  # the script's own flag: checked against its arguments (explore)
+    if rec.used("autocast"):
+        return "the script already runs under torch.autocast"
+    scaler = rec.settings.get("grad_scaler")
+    if isinstance(scaler, dict) and scaler.get("used") and scaler.get("enabled") is not False:
+        return "the script uses a GradScaler (fp16 mixed precision)"
+    dtype = rec.params.get("dtype")
+    if dtype == "float16":
+        if not rec.cuda:
+            return "fp16 autocast is for CUDA GPUs (this run had none)"
+        if rec.bf16_supported is not False:
+            return "this GPU runs bf16: fp16 is measured only where bf16 is unsupported"
+    elif dtype == "bfloat16" and rec.bf16_supported is False:
+        return "this GPU does not support bf16"
+    return None
+
+
+@skip_check(RemedyId.TF32)
+def _skip_tf32(rec: Record) -> str | None:
+    if not rec.cuda:
+        return "TF32 needs a CUDA GPU (this run had none)"
+    if rec.settings.get("allow_tf32_matmul") is True and rec.settings.get("float32_matmul_precision") in (
+        "high",
+        "medium",
+    ):
+        return "TF32 matmuls were already allowed"
+    return None
+
+
+@skip_check(RemedyId.CUDNN_BENCHMARK)
+def _skip_cudnn(rec: Record) -> str | None:
+    if not rec.cuda:
+        return "cudnn.benchmark needs a CUDA GPU (this run had none)"
+    if rec.settings.get("cudnn_benchmark") is True:
+        return "cudnn.benchmark was already on"
+    return None
+
+
+@skip_check(RemedyId.CHANNELS_LAST)
+def _skip_channels_last(rec: Record) -> str | None:
+    return None  # decided in the trial: the top module has no Conv2d -> skipped with that note
+
+
+@skip_check(RemedyId.TORCH_COMPILE)
+def _skip_compile(rec: Record) -> str | None:
+    if rec.used("torch_compile"):
+        return "the script already calls torch.compile"
+    if rec.params.get("mode") == "reduce-overhead" and not rec.cuda:
+        return "mode=\"reduce-overhead\" captures CUDA graphs (this run had no CUDA GPU)"
+    return None
+
+
+@skip_check(RemedyId.EXPANDABLE_SEGMENTS)
+def _skip_expandable(rec: Record) -> str | None:
+    if not rec.cuda:
+        return "the CUDA caching allocator is not used without a CUDA GPU"
+    if "expandable_segments" in rec.env.get(ALLOC_CONF, ""):
+        return f"{ALLOC_CONF} already sets expandable_segments"
+    return None
+
+
+@skip_check(RemedyId.ALL_SAFE)
+def _skip_all_safe(rec: Record) -> str | None:
+    return None  # decided by its members (plan_trials)
+
+
+def skip_reason(
+    remedy: RemedyId,
+    environment: Mapping[str, Any],
+    *,
+    num_workers: int,
+    env: Mapping[str, str],
+    with_remedies: Iterable[RemedyId] = (),
+    params: Mapping[str, Any] | None = None,
+    bf16_supported: bool | None = None,
+) -> str | None:
+    """Why a trial of `remedy` could not change anything in this run, from environment.json; else None."""
+    check = SKIP_CHECKS.get(remedy)
+    if check is None:
+        return None
+    rec = Record.of(
+        environment,
+        num_workers=num_workers,
+        env=env,
+        with_remedies=with_remedies,
+        params=params,
+        bf16_supported=bf16_supported,
+    )
+    return check(rec)
 
 
 def plan_trials(
@@ -268,7 +390,7 @@ def plan_trials(
         rule = str(f.get("rule", "")).upper()
         if tokens and rule not in selected_rules:
             continue
-        for remedy in _finding_remedies(f):
+        for remedy in finding_remedies(f):
             by_remedy.setdefault(remedy, []).append(f)
     for remedy in forced:
         by_remedy.setdefault(remedy, [])

@@ -57,6 +57,7 @@ class TrialConfig:
     target: dict[str, Any]  # {"kind": "script"|"module", "path_or_name": str, "argv": [args]}
     result: str  # where the child writes its result (JSON)
     remedies: tuple[str, ...] = ()
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # remedy -> its lever's parameters
     warmup_steps: int = 10
     steps: int = 20
     num_workers: int = 1
@@ -354,6 +355,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         batch_multiplier=cfg.batch_multiplier,
         alloc_conf_before=cfg.alloc_conf_before,
         locate=_locator(),
+        params=cfg.params,
     )
     clock = StepClock(cfg, injections)
     result: dict[str, Any] = {
