@@ -299,11 +299,11 @@ CATALOG: tuple[Workload, ...] = (
              CAL, measure=MeasureSettings(est_run_s=4.0), record=RecordSettings(est_run_s=15.0)),
     # --- issue 27: costs that come every N steps --------------------------------------------------------
     Workload("epoch_restart_workers", F.CNN, (_p("persistent_workers", "data_loading", "persistent_workers"),),
-             HOLD, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(est_run_s=20.0)),
+             HOLD, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(steps=150, est_run_s=30.0)),
     Workload("eval_every_n", F.TRANSFORMER, (_p("evaluate_less_often", "periodic_cost", "evaluate_less_often"),),
-             CAL, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(est_run_s=20.0)),
+             CAL, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(steps=150, est_run_s=30.0)),
     Workload("checkpoint_every_n", F.CNN, (_p("async_checkpoint", "periodic_cost", "async_checkpoint"),),
-             HOLD, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(est_run_s=20.0)),
+             HOLD, measure=MeasureSettings(est_run_s=6.0), record=RecordSettings(steps=150, est_run_s=30.0)),
     Workload("control_resnet50", F.CNN, (), CAL, measure=MeasureSettings(est_run_s=5.0, est_first_s=5.0),
              record=RecordSettings(est_run_s=20.0)),
 )
