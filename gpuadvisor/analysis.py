@@ -31,6 +31,7 @@ from gpuadvisor.rules_api import Rule
 from gpuadvisor.runinfo import load_run_info, resolve_input
 from gpuadvisor.stepmodel import build_step_model
 from gpuadvisor.stepmodel.predict import combine_findings, group_findings
+from gpuadvisor.terminal import strip_controls
 from gpuadvisor.trace import load
 from gpuadvisor.trace import model as tm
 from gpuadvisor.trace.kind import job_labels, kind_of
@@ -59,6 +60,7 @@ _PROGRESS_MIN_BYTES = 50 * 1024 * 1024
 
 def _progress_printer(label: str, stream: IO[str]) -> Callable[[int, int], None]:
     """A load_trace progress callback printing "loading X: NN%" to stderr at most every 10%."""
+    label = strip_controls(label)
     state = {"last": -10, "done": 0}
 
     def show(done: int, total: int) -> None:
@@ -90,7 +92,7 @@ def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
     if len(paths) > 1:
         # One rank per worker process: ranks load in parallel on multi-core machines.
         def done(path: Path, n: int, total: int) -> None:
-            sys.stderr.write(f"\rgpuadvisor: loaded {n}/{total} traces ({path.name})")
+            sys.stderr.write(f"\rgpuadvisor: loaded {n}/{total} traces ({strip_controls(path.name)})")
             sys.stderr.write("\n" if n == total else "")
             sys.stderr.flush()
 
@@ -370,6 +372,8 @@ def analyze_fresh_run(run_dir: str | os.PathLike[str], *, quiet: bool) -> str | 
     run's log and, unless `quiet`, to stderr."""
     run_dir = Path(run_dir)
     log = run_dir / rundir.LOG
+    if not (run_dir / rundir.MANIFEST).is_file():
+        return None  # the run directory was deleted under the run: the capture's last line said so
     try:
         analyze_run_and_write(run_dir)
     except (OSError, OutputLostError) as err:
@@ -383,7 +387,9 @@ def analyze_fresh_run(run_dir: str | os.PathLike[str], *, quiet: bool) -> str | 
     except Exception as err:
         _append_log(log, f"analysis failed: {type(err).__name__}: {err}")
         if not quiet:
-            sys.stderr.write(f"gpuadvisor: analysis failed ({type(err).__name__}: {err}); the run is kept\n")
+            sys.stderr.write(
+                f"gpuadvisor: analysis failed ({type(err).__name__}: {strip_controls(str(err))}); the run is kept\n"
+            )
     return None
 
 

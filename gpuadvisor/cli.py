@@ -23,6 +23,7 @@ from gpuadvisor import __version__
 from gpuadvisor.commands._options import VERBOSE, verbose_option
 from gpuadvisor.errors import EXIT_INTERNAL, EXIT_USAGE, GpuAdvisorError
 from gpuadvisor.render._format import Style, color_enabled
+from gpuadvisor.terminal import strip_controls
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 DEBUG_ENV = "GPUADVISOR_DEBUG"
@@ -45,6 +46,7 @@ def _debug() -> bool:
 def _error_line(prefix: str, message: str = "") -> None:
     """One line on stderr: `gpuadvisor: error: message`, the prefix in red on a colour terminal."""
     style = Style(color_enabled(sys.stderr))
+    message = strip_controls(message)  # it can quote a file name or a value from the input
     text = f"gpuadvisor: {style.bad(prefix)}" + (f" {message}" if message else "")
     click.echo(text, err=True, color=style.enabled or None)
 

@@ -2,7 +2,9 @@
 findings.json, logs).
 
 A value is masked when its option or variable name says it is a secret (`--api-key sk-...`,
-`--password=...`, `HF_TOKEN=...`), or when it looks like a well-known token whatever its name (`sk-`,
+`--password=...`, `--pass X`, `--passphrase X`, `HF_TOKEN=...`; one of the words of `_SECRET_WORDS`),
+when it follows the short option `-p` (`-p X`, `-p=X`: mysql's and many tools' password flag; a
+script that uses `-p` for a port gets it masked too, which `gpuadvisor verify` then asks for), or when it looks like a well-known token whatever its name (`sk-`,
 `ghp_`, `github_pat_`, `xox[bap]-`, `AKIA`, `hf_`, a `Bearer` token), or it is a URL with a password
 (`https://user:pass@host`: only the password is masked). `gpuadvisor profile --no-redact` keeps
 everything. The real command exists only in the running processes; the manifest records which
@@ -17,14 +19,20 @@ from collections.abc import Sequence
 MASK = "***"
 
 # a name holds a secret when one of its words (split at - _ .) is one of these: --api-key, --hf_token,
-# --client-secret, PASSWORD=, --apiKey; not --tokenizer, --max-tokens, --keyframes
-_SECRET_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials", "auth", "pat"}
-)
+# --client-secret, PASSWORD=, --apiKey, --pass, --passphrase, DB_PASSCODE; not --tokenizer, --max-tokens,
+# --keyframes, --passes, --bypass
+SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "pw", "pass", "passphrase", "passcode",
+     "credential", "credentials", "auth", "pat"}
+)  # fmt: skip
+# short options whose value is a secret: `-p X` (mysql -p, sshpass -p, many scripts)
+SECRET_SHORT_OPTIONS = frozenset({"-p"})
 
 
 def _secret_name(name: str) -> bool:
-    return any(w.lower() in _SECRET_WORDS for w in re.split(r"[-_.]+", name.lstrip("-")) if w)
+    if name in SECRET_SHORT_OPTIONS:
+        return True
+    return any(w.lower() in SECRET_WORDS for w in re.split(r"[-_.]+", name.lstrip("-")) if w)
 
 
 _OPTION = re.compile(r"^(--?[A-Za-z0-9][A-Za-z0-9_.-]*)(=)(.*)$", re.S)

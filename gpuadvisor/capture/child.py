@@ -7,6 +7,14 @@ so the parent sees 128+N exactly as a shell would).
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # The first instruction: from here on the process ends with its parent (issue 29: killed within
+    # 0.3 s of starting the child, the parent left the script running on as an orphan).
+    # lazy: run before every other import of the child (they take time, and may start threads)
+    from gpuadvisor.capture._lifeline import die_with_parent
+
+    die_with_parent()
+
 import atexit
 import contextlib
 import json
@@ -19,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.capture import session as session_mod
+from gpuadvisor.capture._lifeline import die_with_parent, report_signals_to_parent
 from gpuadvisor.capture.execfile import run_module, run_script, set_script_path, strip_own_frames
 from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
 from gpuadvisor.capture.watchdog import TermWatchdog
@@ -123,27 +132,10 @@ def _exit_now(status: int, origin: bool = False) -> None:
     os._exit(status)
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM when the supervising `gpuadvisor profile` process dies (even by SIGKILL), so
-    the training process flushes what it captured and ends instead of running on as an orphan."""
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def main() -> None:
+    die_with_parent()  # done first already when run as a program; again for any other entry
     _unblock_signals()
-    _die_with_parent()
+    report_signals_to_parent()
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg: dict[str, Any] = json.load(fh)
     # It holds the real command line (credentials too): gone as soon as it is read, so that a parent
@@ -188,19 +180,10 @@ def run_child(
         if terminated["count"] == 1:
             raise _Terminated()
 
-    # Ctrl-C from a terminal reaches the whole process group, and `kill -INT -PGID` too: the parent
-    # may forward a copy. Copies arriving within DEBOUNCE_S of the first are the same Ctrl-C.
-    last_int = {"t": -1e9}
-
-    def on_int(signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        if now - last_int["t"] < DEBOUNCE_S:
-            return
-        last_int["t"] = now
-        raise KeyboardInterrupt
-
-    with contextlib.suppress(ValueError, OSError):
-        signal.signal(signal.SIGINT, on_int)
+    # SIGINT keeps python's own handler (signal.default_int_handler): the script sees the Ctrl-C, and
+    # prints its traceback, exactly as under python, with no frame of ours. The parent sends no copy of
+    # a Ctrl-C this process already got (`_lifeline.report_signals_to_parent`).
+    last_int = {"t": -1e9}  # when the script was interrupted (the second Ctrl-C counts from there)
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGTERM, on_term)
     session.start()
@@ -224,6 +207,7 @@ def run_child(
         status = _system_exit_status(exc.code)
         reason = ExitReason.SYS_EXIT
     except KeyboardInterrupt as exc:
+        last_int["t"] = time.monotonic()
         if session.is_origin():
             _print_user_traceback(exc)
         reason, sig = ExitReason.SIGNAL, signal.SIGINT

@@ -59,15 +59,26 @@ def run_module(name: str, args: list[str]) -> None:
     runpy.run_module(name, run_name="__main__", alter_sys=True)
 
 
+def _own(tb: TracebackType) -> bool:
+    fn = tb.tb_frame.f_code.co_filename
+    return os.path.abspath(fn).startswith(_OWN_DIR) or fn.endswith("runpy.py") or fn == "<frozen runpy>"
+
+
 def strip_own_frames(tb: TracebackType | None) -> TracebackType | None:
-    """Drop the leading traceback frames that belong to gpuadvisor or runpy, so the user sees the
+    """Drop the leading traceback frames that belong to gpuadvisor or runpy (how the script was run),
+    and the trailing ones (a Ctrl-C that landed inside one of gpuadvisor's hooks), so the user sees the
     traceback `python` would print. Keeps everything if nothing but our frames remain."""
     start = tb
-    while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if not (
-            os.path.abspath(fn).startswith(_OWN_DIR) or fn.endswith("runpy.py") or fn == "<frozen runpy>"
-        ):
-            return tb
+    while tb is not None and _own(tb):
         tb = tb.tb_next
-    return start
+    if tb is None:
+        return start
+    first = tb
+    last_theirs = tb
+    node: TracebackType | None = tb
+    while node is not None:
+        if not _own(node):
+            last_theirs = node
+        node = node.tb_next
+    last_theirs.tb_next = None  # our frames after the script's last one
+    return first

@@ -22,6 +22,7 @@ from typing import Any
 from gpuadvisor import rundir
 from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture._lifeline import ENV_PARENT_PID, ENV_SIGNAL_FD
 from gpuadvisor.capture.experiment import Suspect
 from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
@@ -40,6 +41,7 @@ from gpuadvisor.manifest import (
     Target,
     TargetKind,
 )
+from gpuadvisor.terminal import strip_controls
 
 CONFIG_FILE = ".child_config.json"
 SI_KERNEL = (
@@ -282,18 +284,29 @@ def _clear_out_dir(out: Path, force: bool) -> None:
 
 
 class _SignalRelay:
-    """Collects SIGINT/SIGTERM in the supervising thread with sigtimedwait and relays them.
+    """Collects SIGINT/SIGTERM in the supervising thread with sigtimedwait and relays them, so that the
+    child gets each signal once.
 
     A signal the terminal sent to the whole foreground group (si_code SI_KERNEL) already reached the
-    child: it is not sent twice. A signal sent to this process alone (kill PID) is forwarded.
+    child: it is not sent twice. One sent by a process (si_code SI_USER) went either to this process
+    alone (`kill PID`: forward it) or to the whole group (`kill -INT -PGID`: the child has it). The
+    child says which signals it got on the `receipts` pipe (`_lifeline.report_signals_to_parent`):
+    a signal is forwarded only when no receipt of it comes within `RECEIPT_WAIT_S`. Without the pipe
+    (torchrun's group) every SI_USER signal is forwarded.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    RECEIPT_WAIT_S = 0.25
 
-    def __init__(self) -> None:
+    def __init__(self, receipts: int | None = None) -> None:
         self.active = threading.current_thread() is threading.main_thread() and hasattr(
             signal, "sigtimedwait"
         )
+        self.receipts = receipts
+        if receipts is not None:
+            os.set_blocking(receipts, False)
+        self._echoes: dict[int, int] = {}  # signals forwarded whose receipt has not come back yet
+        self._received: dict[int, float] = {}  # signal -> when the last receipt of one not forwarded came
         self.interrupts = 0
         self.terms = 0
         self.kill_deadline: float | None = None
@@ -310,26 +323,73 @@ class _SignalRelay:
                 pass  # drop what arrived while we were finishing: the child has handled it
             signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
 
+    def _drain(self) -> None:
+        """Read the child's receipts: a forwarded signal's own receipt is its echo; any other is one
+        the child got by itself."""
+        if self.receipts is None:
+            return
+        now = time.monotonic()
+        while True:
+            try:
+                data = os.read(self.receipts, 4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.receipts = None
+                return
+            if not data:
+                return
+            for signo in data:
+                if self._echoes.get(signo, 0) > 0:
+                    self._echoes[signo] -= 1
+                else:
+                    self._received[signo] = now
+
+    def _child_has(self, signo: int, since: float) -> bool:
+        """Whether the child received `signo` on its own at or after `since` (waiting for its receipt
+        up to RECEIPT_WAIT_S)."""
+        if self.receipts is None:
+            return False
+        import select
+
+        deadline = since + self.RECEIPT_WAIT_S
+        while True:
+            self._drain()
+            if self._received.get(signo, -1.0) >= since:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or self.receipts is None:
+                return False
+            with contextlib.suppress(InterruptedError, OSError, ValueError):
+                select.select([self.receipts], [], [], left)
+
+    def _forward(self, proc: subprocess.Popen[bytes], signo: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signo)
+            if self.receipts is not None:
+                self._echoes[signo] = self._echoes.get(signo, 0) + 1
+
     def wait(self, proc: subprocess.Popen[bytes], timeout: float, term_timeout: float) -> None:
         if not self.active:
             time.sleep(timeout)
             return
+        self._drain()
         info = signal.sigtimedwait(self.SIGNALS, timeout)
         if info is not None:
+            now = time.monotonic()
+            # a receipt drained before now belongs to an earlier signal; this one's comes after
             from_terminal = info.si_code == SI_KERNEL
             if info.si_signo == signal.SIGINT:
                 self.interrupts += 1
                 if self.interrupts >= 3:
                     with contextlib.suppress(ProcessLookupError):
                         proc.kill()
-                elif not from_terminal:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGINT)
+                elif not from_terminal and not self._child_has(signal.SIGINT, now):
+                    self._forward(proc, signal.SIGINT)
             else:
                 self.terms += 1
-                if not from_terminal:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGTERM)
+                if not from_terminal and not self._child_has(signal.SIGTERM, now):
+                    self._forward(proc, signal.SIGTERM)
                 if self.kill_deadline is None:
                     self.kill_deadline = time.monotonic() + term_timeout
         if self.kill_deadline is not None and time.monotonic() > self.kill_deadline and proc.poll() is None:
@@ -439,12 +499,24 @@ def _run_profile(
         ]
         popen_env = launch_env()
     returncode: int
-    with _SignalRelay() as relay:
+    receipts: tuple[int, int] | None = None
+    pass_fds: tuple[int, ...] = ()
+    if launch is None:
+        # The child ends with this process (its pid, checked first thing) and writes the number of
+        # each signal it gets to this pipe (gpuadvisor/capture/_lifeline.py).
+        receipts = os.pipe()
+        pass_fds = (receipts[1],)
+        popen_env = {**os.environ, ENV_PARENT_PID: str(os.getpid()), ENV_SIGNAL_FD: str(receipts[1])}
+    with _SignalRelay(receipts[0] if receipts is not None else None) as relay:
         if Suspect.NVML in off:
             sampler.reason = "disabled (overhead experiment)"
         else:
             sampler.start(os.environ.get("CUDA_VISIBLE_DEVICES"))
-        proc = subprocess.Popen(child_cmd, env=popen_env)
+        try:
+            proc = subprocess.Popen(child_cmd, env=popen_env, pass_fds=pass_fds)
+        finally:
+            if receipts is not None:
+                os.close(receipts[1])
         watch = _WindowWatch(run_dir / (rank_state_file(0) if launch is not None else STATE_FILE))
         relax = Suspect.NVML_RELAX not in off
         while True:
@@ -456,6 +528,8 @@ def _run_profile(
             if relax and not sampler.relaxed and watch.window_complete():
                 sampler.relax()
         sampler.stop()
+    if receipts is not None:
+        os.close(receipts[0])
     ended = time.time()
 
     if launch is not None:
@@ -539,9 +613,31 @@ def _run_profile(
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
     _remove_stray_temporaries(run_dir)
+    lost = _lost_outputs(run_dir)
+    if lost is not None and exit_status == 0:
+        exit_status = EXIT_OUTPUT_LOST
     if not opts.quiet:
-        sys.stderr.write(f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n")
+        sys.stderr.write(_last_line(run_dir, exit_status, lost))
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
+
+
+def _lost_outputs(run_dir: Path) -> str | None:
+    """What of the run directory is gone at the end (the script deleted it, or its manifest), else None."""
+    if not run_dir.is_dir():
+        return (
+            f"the run directory {strip_controls(str(run_dir))} was deleted while the run went on (by the script "
+            "or another process): the trace, the samples and the manifest are lost"
+        )
+    if not (run_dir / "manifest.json").is_file():
+        return f"manifest.json is missing from {strip_controls(str(run_dir))}: the run cannot be analyzed"
+    return None
+
+
+def _last_line(run_dir: Path, exit_status: int, lost: str | None) -> str:
+    """The closing line: where the run is, or what of it was lost (never "saved" for a run that is not)."""
+    if lost is not None:
+        return f"gpuadvisor: {lost} (exit status {exit_status})\n"
+    return f"gpuadvisor: run saved in {run_dir} (exit status {exit_status})\n"
 
 
 class _WindowWatch:
@@ -631,7 +727,12 @@ def _finish_distributed(
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
     _remove_stray_temporaries(run_dir)
-    if not opts.quiet:
+    lost = _lost_outputs(run_dir)
+    if lost is not None and exit_status == 0:
+        exit_status = EXIT_OUTPUT_LOST
+    if not opts.quiet and lost is not None:
+        sys.stderr.write(_last_line(run_dir, exit_status, lost))
+    elif not opts.quiet:
         failed = manifest.distributed.failed_rank if manifest.distributed is not None else None
         why = f", rank {failed} failed" if failed is not None else ""
         sys.stderr.write(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
@@ -12,6 +13,7 @@ import click
 from gpuadvisor._atomic import why_not_written, write_text_atomic
 from gpuadvisor.errors import OutputLostError
 from gpuadvisor.render._format import color_enabled
+from gpuadvisor.trace import limits
 
 if TYPE_CHECKING:
     from gpuadvisor.config import AnalysisConfig
@@ -107,6 +109,44 @@ def rule_options(*, thresholds: bool = True, progress: bool = True) -> Callable[
         return f
 
     return decorate
+
+
+def _set_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Check a --max-trace-bytes / --max-events value and put it in the environment, where the trace
+    reader and its worker processes read it (`gpuadvisor.trace.limits`)."""
+    del ctx
+    if value is None:
+        return
+    if param.name == "max_trace_bytes":
+        parse, env = limits.parse_size, limits.ENV_MAX_TRACE_BYTES
+    else:
+        parse, env = limits.parse_count, limits.ENV_MAX_EVENTS
+    try:
+        os.environ[env] = str(parse(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def trace_limit_options(f: F) -> F:
+    """--max-trace-bytes SIZE and --max-events N: how much of a trace is read before refusing it."""
+    f = click.option(
+        "--max-events",
+        metavar="N",
+        default=None,
+        expose_value=False,
+        callback=_set_limit,
+        help="Refuse a trace with more events than this (default 20M, about 7 GB of memory once "
+        "loaded; 0: no limit). Also GPUADVISOR_MAX_EVENTS.",
+    )(f)
+    return click.option(
+        "--max-trace-bytes",
+        metavar="SIZE",
+        default=None,
+        expose_value=False,
+        callback=_set_limit,
+        help="Refuse a trace whose decompressed text is larger than this (default 2GB; e.g. 4GB, "
+        "512MiB; 0: no limit). Guards against decompression bombs. Also GPUADVISOR_MAX_TRACE_BYTES.",
+    )(f)
 
 
 def output_option(f: F) -> F:

@@ -16,6 +16,7 @@ from gpuadvisor.commands._options import (
     rule_options,
     stdout_color,
     step_time_option,
+    trace_limit_options,
     verbose_option,
 )
 
@@ -48,6 +49,7 @@ _RENDERERS = {
     help="Exit 1 when a finding is at or above this severity (default: no gate, or "
     "fail-on from [tool.gpuadvisor]).",
 )
+@trace_limit_options
 @rule_options()
 @step_time_option
 @verbose_option

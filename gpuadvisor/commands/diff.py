@@ -16,6 +16,7 @@ from gpuadvisor.commands._options import (
     resolve_options,
     rule_options,
     stdout_color,
+    trace_limit_options,
     verbose_option,
 )
 from gpuadvisor.diff import diff_results, parse_regression_pct, verdict
@@ -23,6 +24,7 @@ from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpuadvisor.render._ci import fmt_impact
 from gpuadvisor.render._format import Style
 from gpuadvisor.render.markdown import render_diff
+from gpuadvisor.terminal import terminal_safe_diff
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
@@ -101,6 +103,7 @@ def render_text(result: DiffResult, fail_on_regression: float | None = None, *, 
     default=False,
     help="Compare runs from different GPUs, drivers, CUDA or torch versions (warns loudly).",
 )
+@trace_limit_options
 @rule_options(thresholds=False, progress=False)
 @verbose_option
 def diff(
@@ -128,13 +131,14 @@ def diff(
     pct = parse_regression_pct(fail_on_regression)
     config = resolve_options(select, ignore, rules_dirs, (), config_file, None)
     result = diff_results(api.analyze(base, config=config), api.analyze(new, config=config))
+    shown = terminal_safe_diff(result)  # what reaches the terminal: no escape sequence from a trace
     if not result.compatible and not allow_mismatch:
         reasons = "; ".join(result.mismatches)
         raise UsageError(f"runs are not comparable ({reasons}); pass --allow-mismatch to compare anyway")
     if not result.compatible:
         click.echo(
             "gpuadvisor: WARNING: comparing runs from different environments "
-            f"({'; '.join(result.mismatches)}): step-time changes may come from the environment, "
+            f"({'; '.join(shown.mismatches)}): step-time changes may come from the environment, "
             "not the code.",
             err=True,
         )
@@ -147,6 +151,6 @@ def diff(
     elif fmt == "markdown":
         text = render_diff(result, fail_on_regression=pct)
     else:
-        text = render_text(result, pct, color=color)
+        text = render_text(shown, pct, color=color)
     emit(text, output, color=color)
     sys.exit(EXIT_FINDINGS if result.exit_code(pct) else EXIT_OK)

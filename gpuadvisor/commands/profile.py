@@ -13,6 +13,7 @@ from gpuadvisor.api import analyze_profiled
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.capture.runner import LaunchOptions, ProfileOutcome, run_profile
 from gpuadvisor.errors import GpuAdvisorError, UsageError
+from gpuadvisor.terminal import strip_controls
 from gpuadvisor.verify.runner import VerifyOptions, verify_run
 
 
@@ -260,7 +261,7 @@ def profile(
             target, list(args), options, module=module, command=["gpuadvisor", *sys.argv[1:]], launch=launch
         )
     except GpuAdvisorError as err:
-        click.echo(f"gpuadvisor: error: {err}", err=True)
+        click.echo(f"gpuadvisor: error: {strip_controls(str(err))}", err=True)
         sys.exit(err.exit_code)
     if verify_after:
         outcome = _verify_then_analyze(

@@ -12,6 +12,7 @@ from gpuadvisor.commands._options import (
     resolve_options,
     rule_options,
     step_time_option,
+    trace_limit_options,
     verbose_option,
 )
 from gpuadvisor.errors import UsageError
@@ -49,6 +50,7 @@ def default_output(path: Path) -> Path:
     "network access to show its charts).",
 )
 @click.option("--open", "open_browser", is_flag=True, default=False, help="Open the report in a web browser.")
+@trace_limit_options
 @rule_options()
 @step_time_option
 @verbose_option

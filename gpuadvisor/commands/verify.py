@@ -9,6 +9,7 @@ import click
 
 from gpuadvisor.analysis import finding_dicts
 from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError
+from gpuadvisor.terminal import strip_controls
 from gpuadvisor.verify.runner import VerifyOptions, verify_run
 
 
@@ -99,7 +100,7 @@ def verify(
     try:
         outcome = verify_run(run, options, analyze=finding_dicts)
     except GpuAdvisorError as err:
-        click.echo(f"gpuadvisor: error: {err}", err=True)
+        click.echo(f"gpuadvisor: error: {strip_controls(str(err))}", err=True)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -107,6 +108,6 @@ def verify(
         import traceback
 
         traceback.print_exc()
-        click.echo(f"gpuadvisor: internal error: {type(err).__name__}: {err}", err=True)
+        click.echo(f"gpuadvisor: internal error: {type(err).__name__}: {strip_controls(str(err))}", err=True)
         sys.exit(EXIT_INTERNAL)
     sys.exit(outcome.exit_code)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.model import Finding, Severity
 from gpuadvisor.render._ci import fails, fmt_impact, gate, is_internal
+from gpuadvisor.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -58,6 +59,7 @@ def _annotation(finding: Finding) -> str:
 
 def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     """The workflow commands, one per line, and a closing summary line."""
+    result = terminal_safe(result)  # a CI log is a terminal too
     threshold = gate(fail_on, None)
     lines = []
     for finding in result.findings:

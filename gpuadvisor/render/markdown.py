@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gpuadvisor.model import Finding, Severity, group_note
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
 from gpuadvisor.render._format import clip, mfu_unknown_reason, rule_sort_key
+from gpuadvisor.terminal import terminal_safe, terminal_safe_diff
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
@@ -87,6 +88,7 @@ def _verdict(result: AnalysisResult, threshold: Severity | None) -> str:
 
 def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     """The Markdown summary. `fail_on` (high/medium/low) adds a PASS/FAIL verdict; None: counts only."""
+    result = terminal_safe(result)  # often printed to a terminal (and no renderer of Markdown wants escapes)
     threshold = gate(fail_on, None)
     lines: list[str] = ["## gpuadvisor", "", _verdict(result, threshold), ""]
 
@@ -157,6 +159,7 @@ def _ms(value: float | None, signed: bool = False) -> str:
 
 def render_diff(result: DiffResult, *, fail_on_regression: float | None = None) -> str:
     """Markdown of a `gpuadvisor diff`: verdict, step time vs noise, per-category table, finding changes."""
+    result = terminal_safe_diff(result)
     lines = ["## gpuadvisor diff", ""]
     lines += [f"{escape(result.base_source, 200)} → {escape(result.new_source, 200)}", ""]
     if not result.compatible:

@@ -20,6 +20,7 @@ from gpuadvisor.render._format import (
     rule_sort_key,
     wrap_clipped,
 )
+from gpuadvisor.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -170,6 +171,7 @@ def render(
 ) -> str:
     """The terminal summary as one string (ends with a newline). `verbose`: every finding, location,
     message and recommendation in full. `color`: ANSI styles for a terminal."""
+    result = terminal_safe(result)  # names from the trace are data: no escape of theirs reaches the terminal
     style = Style(color)
     env = result.environment
     gpu = env.get("gpu")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuadvisor.trace._split import _HEADER
 from gpuadvisor.trace._stream import EventStream
+from gpuadvisor.trace.limits import TraceLimits, too_many_events
 from gpuadvisor.trace.load import _Collector, decode_events
 
 # -- the worker process ----------------------------------------------------------------------------
@@ -35,6 +36,7 @@ def worker_main(argv: list[str]) -> None:
         pos[0] = done
 
     try:
+        limits = TraceLimits.from_env()  # the parent's limits: the options set the environment
         col = _Collector(keep_py)
         stream = EventStream(
             path,
@@ -43,8 +45,11 @@ def worker_main(argv: list[str]) -> None:
             start_at=start_at,
             decode=decode_events,
             on_boundary=lambda b: send(b"B", pickle.dumps((b, pos[0]))),
+            limits=limits,
         )
         for events in stream.chunks():
+            if limits.events_exceeded(col.total + len(events)):
+                raise too_many_events(path, limits.max_events)  # the parent then stops at its own count
             col.feed(events)
             del events
             tables = col.take_columns()

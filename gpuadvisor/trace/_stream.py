@@ -14,16 +14,29 @@ and the next earlier candidate is tried; a slice that parses is exactly a run of
 Anything unusual (no top-level object, no `traceEvents` array, a truncated or invalid file, invalid
 UTF-8) raises `StreamFallback`; the caller then uses the whole-document loader, which owns the
 error messages and the salvage of damaged files.
+
+Bounded on any input (`gpuadvisor.trace.limits`): the decompressed text read is counted and the read
+stops with `TraceTooLarge` past `TraceLimits.max_bytes`; for a gzip that could inflate past it, a
+thread inflates the file ahead without parsing (zlib releases the GIL: a decompression bomb is told in
+seconds, not after parsing gigabytes). Time stays linear while no complete event arrives: the text is
+kept as a list of blocks and joined only when the buffer has doubled since the last failed cut, a
+buffer of whitespace alone is dropped (whitespace between events means nothing), and a run of
+whitespace at the end of an incomplete buffer is collapsed to one byte (outside a string it means
+nothing; inside one, a hostile trace loses a run of blanks).
 """
 
 from __future__ import annotations
 
 import gzip
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
+
+from gpuadvisor.errors import InputError
+from gpuadvisor.trace.limits import TraceLimits, too_many_bytes
 
 # Each block's parsed dicts take several times its text. Measured on a 99 MB trace (2 cores, 3
 # interleaved runs each, `load_trace`): 8 MiB blocks 3.9-4.4 s and 222 MB peak RSS, 2 MiB 3.3-3.8 s and
@@ -39,6 +52,10 @@ _MAX_TRIES = 32  # cut candidates tried per block before reading a bigger block
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _SPLIT_SEARCH = 64 * 1024 * 1024  # a split point with no event boundary this far after it: no split
 _AFTER_BOUNDARY = 64  # bytes read past a handover boundary to see the comma and '{' after it
+_WS_BYTES = (b" ", b"\t", b"\r", b"\n")
+# deflate cannot compress better than about 1032:1: a gzip this many times smaller than the limit
+# cannot inflate past it, and needs no look-ahead
+_DEFLATE_MAX_RATIO = 1032
 
 
 class StreamFallback(Exception):
@@ -75,7 +92,8 @@ class EventStream:
     orjson.JSONDecodeError for invalid JSON. The last block's events are always orjson's dicts.
     handover: read only the events before a boundary that another reader chose (see `Handover`).
     start_at: read only the events that begin after the first event boundary at or after this offset
-    of the decompressed text; `on_boundary(offset)` is told that boundary first (the worker side)."""
+    of the decompressed text; `on_boundary(offset)` is told that boundary first (the worker side).
+    limits: past `limits.max_bytes` of decompressed text, `TraceTooLarge` (default: no limit)."""
 
     def __init__(
         self,
@@ -87,6 +105,7 @@ class EventStream:
         start_at: int | None = None,
         on_boundary: Callable[[int], None] | None = None,
         decode: Callable[[bytes], list[Any]] | None = None,
+        limits: TraceLimits | None = None,
     ) -> None:
         self.path = path
         self.chunk_bytes = max(1024, chunk_bytes)
@@ -95,6 +114,9 @@ class EventStream:
         self.start_at = start_at
         self.on_boundary = on_boundary
         self.decode = decode
+        self.limits = limits or TraceLimits(0, 0)
+        self.inflated = 0  # bytes of decompressed text read so far
+        self._ahead: _InflatedSize | None = None
         self.top: dict[str, Any] = {}
 
     def chunks(self) -> Iterator[list[Any]]:
@@ -110,8 +132,13 @@ class EventStream:
             magic = raw.read(2)
             raw.seek(0)
             reader = cast(IO[bytes], raw)
+            limit = self.limits.max_bytes
             if magic == b"\x1f\x8b":
                 reader = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
+                if limit > 0 and total * _DEFLATE_MAX_RATIO > limit and self.start_at is None:
+                    self._ahead = _InflatedSize(self.path, limit)
+            elif self.limits.bytes_exceeded(total):
+                raise too_many_bytes(self.path, limit)
             try:
                 if self.start_at is not None:
                     yield from self._chunks_from(reader, raw, total, decode, self.start_at)
@@ -120,9 +147,25 @@ class EventStream:
             except (OSError, EOFError, zlib.error, orjson.JSONDecodeError) as exc:
                 # truncated gzip, corrupt data, invalid UTF-8, truncated JSON ...
                 raise StreamFallback(str(exc)) from None
+            finally:
+                if self._ahead is not None:
+                    self._ahead.stop()
+
+    def _count(self, n: int) -> None:
+        """Account for `n` more bytes of decompressed text; TraceTooLarge past the limit (or when the
+        look-ahead found the whole file inflates past it)."""
+        self.inflated += n
+        ahead = self._ahead
+        if ahead is not None and not ahead.over and ahead.likely_over():
+            # The file inflates faster than the limit allows: let the look-ahead finish alone (it is
+            # far faster than parsing) instead of sharing the CPU with the parser.
+            ahead.wait()
+        if self.limits.bytes_exceeded(self.inflated) or (ahead is not None and ahead.over):
+            raise too_many_bytes(self.path, self.limits.max_bytes)
 
     def _read(self, reader: IO[bytes], raw: IO[bytes], total: int) -> bytes:
         block = reader.read(self.chunk_bytes)
+        self._count(len(block))
         if self.progress is not None and total > 0:
             self.progress(min(raw.tell(), total), total)
         return block
@@ -136,6 +179,12 @@ class EventStream:
         if buf.startswith(_UTF8_BOM):
             buf = buf[len(_UTF8_BOM) :]  # a byte-order mark before the JSON (UTF-16/32 ones fall back)
             base = len(_UTF8_BOM)
+        while not eof and _blank(buf):  # leading whitespace: dropped block by block
+            base += len(buf)
+            buf = self._read(reader, raw, total)
+            eof = not buf
+        if _blank(buf):
+            raise InputError(f"{self.path}: empty file, not a trace")
         if not buf.lstrip(_WS).startswith(b"{"):
             raise StreamFallback("not a JSON object")
         # The header: everything before "traceEvents": [ (metadata keys may also follow the array).
@@ -167,15 +216,19 @@ class EventStream:
             got = reader.read(skip)
             if not got:
                 raise StreamFallback("the file ends before the split point")
+            self._count(len(got))
             base += len(got)
         buf = b""
         eof = False
+        searched = 0  # no boundary starts before this offset of buf
         while True:
-            m = _BOUNDARY.search(buf)
+            m = _BOUNDARY.search(buf, searched)
             if m is not None:
                 break
             if eof or len(buf) > _SPLIT_SEARCH:
                 raise StreamFallback("no event boundary after the split point")
+            last = buf.rfind(b"}", searched)
+            searched = last if last >= 0 else len(buf)
             more = self._read(reader, raw, total)
             eof = not more
             buf += more
@@ -191,15 +244,33 @@ class EventStream:
         is its offset) to the end of the file; the keys after the array go to `top`."""
         handover = self.handover
         stop: int | None = None  # where this stream hands over (known once the text reaches wait_offset)
+        # The text after `base`: blocks joined only when a cut is tried, and a cut is tried only once
+        # the text has doubled since the last failed one (linear time however long no event ends).
+        pieces = [buf]
+        size = len(buf)
+        need = self.chunk_bytes
         while not eof:
             more = self._read(reader, raw, total)
             if not more:
                 eof = True
                 break
-            buf += more
-            if len(buf) < self.chunk_bytes:
+            if _blank(more):  # a block of whitespace: nothing to keep but one separating byte
+                if size == 0:
+                    base += len(more)  # before the next event
+                    continue
+                if handover is not None:  # the text kept no longer matches the file's offsets
+                    handover.abandon()
+                    handover, stop = None, None
+                if pieces[-1][-1:] in _WS_BYTES:
+                    continue
+                more = b" "
+            pieces.append(more)
+            size += len(more)
+            if size < need:
                 continue
-            end = base + len(buf)
+            buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces = [buf]
+            end = base + size
             if handover is not None and stop is None and end > handover.wait_offset:
                 stop = handover.boundary()
                 if stop is None or stop <= base:
@@ -220,13 +291,16 @@ class EventStream:
                         return
                     handover, stop = None, None  # the other reader failed: read on from the boundary
                     base, buf = base + len(buf) - len(after), after
+                    pieces, size, need = [buf], len(buf), self.chunk_bytes
                     continue
             events, rest = _cut(buf, decode)
-            if events is None:
-                continue  # no clean cut in this block (one huge event): read on
-            base += len(buf) - len(rest)
-            buf = rest
+            if events is None:  # no clean cut in this text (one huge event): read on
+                need = 2 * size
+                continue
+            base += size - len(rest)
+            pieces, size, need = [rest], len(rest), self.chunk_bytes
             yield events
+        buf = b"".join(pieces)
         if handover is not None:
             handover.abandon()  # the file ended before the boundary: everything was read here
         import orjson  # the keys after the array: any JSON
@@ -238,6 +312,12 @@ class EventStream:
             if key != "traceEvents":
                 self.top[key] = value
         yield tail["traceEvents"]
+
+
+def _blank(text: bytes) -> bool:
+    """Whether `text` is JSON whitespace only (empty too). `isspace` is fast but also takes vertical
+    tab and form feed, which JSON does not."""
+    return not text or (text.isspace() and b"\x0b" not in text and b"\x0c" not in text)
 
 
 def _handover_cut(buf: bytes, at: int, decode: Any) -> tuple[list[Any] | None, bytes]:
@@ -289,3 +369,56 @@ def _size(fh: IO[bytes]) -> int:
         return size
     except OSError:
         return 0
+
+
+class _InflatedSize:
+    """A thread that inflates a gzip file ahead of the parser, counting bytes without keeping them
+    (bounded memory), and sets `over` once the text passes `limit`. Multi-member gzips are followed;
+    a damaged stream ends the count (the reader reports the damage)."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.over = False
+        self.inflated = 0
+        self.consumed = 0  # compressed bytes read
+        try:
+            self.size = path.stat().st_size
+        except OSError:
+            self.size = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuadvisor-inflated-size", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def likely_over(self) -> bool:
+        """Whether the ratio inflated so far, applied to the whole file, passes the limit (only a
+        guess, so the reader waits for the count instead of refusing on it)."""
+        return self.consumed >= (4 << 20) and self.inflated / self.consumed * self.size > self.limit
+
+    def _run(self) -> None:
+        try:
+            with self.path.open("rb") as fh:
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                while not self._stop.is_set():
+                    data = fh.read(1 << 20)
+                    if not data:
+                        return
+                    self.consumed += len(data)
+                    while data and not self._stop.is_set():
+                        self.inflated += len(d.decompress(data, 16 << 20))
+                        if self.inflated > self.limit:
+                            self.over = True
+                            return
+                        if d.eof:  # the next member of a multi-member gzip, if any
+                            data = d.unused_data
+                            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        else:
+                            data = d.unconsumed_tail
+        except (OSError, zlib.error, EOFError):
+            return

@@ -31,6 +31,7 @@ from gpuadvisor.trace.identify import describe_document, read_head
 from gpuadvisor.trace.job import RankClaim, check_one_job, not_one_job_error, rank_in_name, rank_problems
 from gpuadvisor.trace.kernels import kernel_family
 from gpuadvisor.trace.kind import CaptureScan, classify, scan_graph_captures
+from gpuadvisor.trace.limits import TraceLimits, too_many_bytes, too_many_events
 from gpuadvisor.trace.model import (
     ANNOTATION_COLUMNS,
     COPY_COLUMNS,
@@ -75,6 +76,10 @@ _SPAN_AS_OP = re.compile(
     r"ProfilerStep\s*#\s*\d+$|Optimizer\.(?:step|zero_grad)#|enumerate\(DataLoader\)#|DistributedDataParallel\.forward$"
 )
 _PROGRESS_EVERY = 200_000
+# A duration longer than a day (in us) is not a measurement: torch.profiler windows last seconds to
+# minutes, and a day of events would be billions of them. Such events (a ProfilerStep of 1e300) are
+# set aside and counted instead of stretching a step to the end of time.
+MAX_DURATION_US = 86_400e6
 
 
 # ---- reading bytes --------------------------------------------------------------------------------
@@ -86,7 +91,28 @@ class _Damage:
     truncated = False
 
 
-def _read_bytes(path: Path, warnings: list[str], damage: _Damage | None = None) -> bytes:
+def _inflates_past(raw: bytes, limit: int) -> bool:
+    """Whether gzip data inflates past `limit` bytes, told without keeping the text (bounded memory)."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data, n = raw, 0
+    try:
+        while data:
+            n += len(d.decompress(data, 16 << 20))
+            if n > limit:
+                return True
+            if d.eof:
+                data = d.unused_data
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                data = d.unconsumed_tail
+    except zlib.error:
+        pass  # damaged: the caller's decompression reports it
+    return False
+
+
+def _read_bytes(
+    path: Path, warnings: list[str], damage: _Damage | None = None, limits: TraceLimits | None = None
+) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -95,6 +121,12 @@ def _read_bytes(path: Path, warnings: list[str], damage: _Damage | None = None) 
         raise InputError(f"{path}: is a directory, not a trace file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if limits is None:
+        limits = TraceLimits.from_env()
+    if raw[:2] != b"\x1f\x8b" and limits.bytes_exceeded(len(raw)):
+        raise too_many_bytes(path, limits.max_bytes)
+    if raw[:2] == b"\x1f\x8b" and limits.max_bytes > 0 and _inflates_past(raw, limits.max_bytes):
+        raise too_many_bytes(path, limits.max_bytes)
     if raw[:2] == b"\x1f\x8b":
         try:
             return _without_bom(gzip.decompress(raw), path, warnings)
@@ -161,6 +193,49 @@ def _salvage_truncated(data: bytes) -> Any | None:
     return None
 
 
+_UNPARSED = object()
+
+
+def _parse_lenient(path: Path, data: bytes, warnings: list[str]) -> Any:
+    """The document as Python's json reads it, for what orjson refuses in an otherwise whole trace:
+    NaN, Infinity, -Infinity, numbers beyond float64 (1e999) and text after the end of the document.
+    Each is said in a note; the collector then sets aside the events whose `ts`/`dur` is not finite.
+    `_UNPARSED` when this fails too (a truncated file: the salvage decides)."""
+    import json
+
+    nonfinite = [0]
+
+    def constant(name: str) -> float:
+        nonfinite[0] += 1
+        return float(name)  # "NaN", "Infinity", "-Infinity"
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            nonfinite[0] += 1
+        return value
+
+    try:
+        text = data.decode("utf-8", errors="replace")
+        start = len(text) - len(text.lstrip())
+        obj, end = json.JSONDecoder(parse_constant=constant, parse_float=number).raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return _UNPARSED
+    rest = text[end:].strip()
+    if rest:
+        shown = "".join(c if c.isprintable() else "?" for c in rest[:20])
+        warnings.append(
+            f"{path.name} has {len(rest)} characters after the end of its JSON document ({shown!r}...); "
+            "they were ignored."
+        )
+    if nonfinite[0]:
+        warnings.append(
+            f"{path.name} holds {nonfinite[0]} numbers that are not finite (NaN, Infinity or beyond float64, "
+            "such as 1e999), which JSON does not allow; they count as missing values."
+        )
+    return obj
+
+
 def _parse(path: Path, data: bytes, warnings: list[str], damage: _Damage | None = None) -> dict[str, Any]:
     import orjson
 
@@ -180,6 +255,11 @@ def _parse(path: Path, data: bytes, warnings: list[str], damage: _Damage | None 
             obj, parsed = orjson.loads(data), True
         except orjson.JSONDecodeError as exc:
             msg = str(exc)
+    if not parsed and "end of data" not in msg and "recursion" not in msg.lower():
+        # NaN, 1e999, text after the document (a truncated file goes straight to the salvage: Python's
+        # parser would build most of it only to fail at its end)
+        obj = _parse_lenient(path, data, warnings)
+        parsed = obj is not _UNPARSED
     if not parsed:
         stripped = data.lstrip()
         if not stripped.startswith((b"{", b"[")):
@@ -569,6 +649,9 @@ class _Collector:
         self.bad_events = 0
         self.kernels_without_args = 0
         self.bad_launch_dims = 0
+        self.bad_dur = 0
+        self.negative_dur = 0
+        self.huge_dur = 0
         self.total = 0
         self._span_names: dict[str, bool] = {}
         # Repeated strings (op names, Input Dims of repeated steps) share one object: large traces
@@ -583,7 +666,10 @@ class _Collector:
 
     # the tables and counters that a split read's worker hands over (gpuadvisor/trace/_split.py)
     TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "pyfuncs")
-    COUNTERS = ("no_dur", "no_ts", "bad_events", "kernels_without_args", "bad_launch_dims", "total")
+    COUNTERS = (
+        "no_dur", "no_ts", "bad_events", "kernels_without_args", "bad_launch_dims", "bad_dur", "negative_dur",
+        "huge_dur", "total",
+    )  # fmt: skip
 
     def take_columns(self) -> list[list[Any]]:
         """Every table's buffers collected so far, leaving empty ones (the worker sends these)."""
@@ -689,12 +775,20 @@ class _Collector:
                     continue
             dur = ev.dur
             if (type(dur) is not float or dur - dur != 0.0) and not (type(dur) is int and -_EXACT < dur < _EXACT):
-                dur = _num(dur)
                 if dur is None:
                     self.no_dur += 1
                     dur = 0.0
+                else:
+                    dur = _num(dur)
+                    if dur is None:  # NaN, infinite (1e999), not a number: set aside
+                        self.bad_dur += 1
+                        continue
             if dur < 0:
-                dur = 0.0
+                self.negative_dur += 1
+                continue
+            if dur > MAX_DURATION_US:
+                self.huge_dur += 1
+                continue
             if cat == "python_function" and not keep_py:
                 continue  # counted only (often the majority of a with_stack trace)
             name = ev.name
@@ -828,6 +922,21 @@ class _Collector:
             out.append(f"{self.no_ts} events had no usable 'ts' and were skipped.")
         if self.no_dur:
             out.append(f"{self.no_dur} complete events had no 'dur'; they were kept with a duration of 0.")
+        if self.bad_dur:
+            out.append(
+                f"{self.bad_dur} events had a 'dur' that is not a finite number (NaN, Infinity, 1e999, text); "
+                "they were set aside: every time and share below leaves them out."
+            )
+        if self.negative_dur:
+            out.append(
+                f"{self.negative_dur} events had a negative 'dur'; they were set aside: every time and share "
+                "below leaves them out."
+            )
+        if self.huge_dur:
+            out.append(
+                f"{self.huge_dur} events had a 'dur' longer than a day ({MAX_DURATION_US:.3g} us; no profiler "
+                "window records that); they were set aside: every time and share below leaves them out."
+            )
         if self.bad_launch_dims:
             out.append(
                 f"{self.bad_launch_dims} kernels carry impossible launch dimensions (negative or beyond 32 bits); "
@@ -841,7 +950,12 @@ class _Collector:
 
 
 def _collect_streaming(
-    path: Path, keep_python_functions: bool, progress: Progress | None, chunk_bytes: int, split: bool = True
+    path: Path,
+    keep_python_functions: bool,
+    progress: Progress | None,
+    chunk_bytes: int,
+    split: bool = True,
+    limits: TraceLimits | None = None,
 ) -> tuple[dict[str, Any], _Collector]:
     """Stream the file in blocks (bounded memory); raises StreamFallback when it cannot. With `split`,
     a large file's second half is read by a worker process (`gpuadvisor.trace._split`)."""
@@ -854,13 +968,20 @@ def _collect_streaming(
         def report(done: int, total: int) -> None:
             progress(min(total, done + other.worker_pos), total)
 
-    stream = EventStream(path, chunk_bytes=chunk_bytes, progress=report, handover=handover, decode=decode_events)
+    limits = limits or TraceLimits.from_env()
+    stream = EventStream(
+        path, chunk_bytes=chunk_bytes, progress=report, handover=handover, decode=decode_events, limits=limits
+    )
     try:
         for events in stream.chunks():
+            if limits.events_exceeded(col.total + len(events)):
+                raise too_many_events(path, limits.max_events)
             col.feed(events)
     finally:
         if handover is not None:
             handover.close()
+    if limits.events_exceeded(col.total):  # this process's part and the split worker's together
+        raise too_many_events(path, limits.max_events)
     return stream.top, col
 
 
@@ -875,12 +996,16 @@ def _collect_whole(
     progress: Progress | None,
     warnings: list[str],
     damage: _Damage | None = None,
+    limits: TraceLimits | None = None,
 ) -> tuple[dict[str, Any], _Collector]:
     """Parse the whole document at once: the path for damaged files (salvage) and odd layouts."""
-    obj = _parse(path, _read_bytes(path, warnings, damage), warnings, damage)
+    limits = limits or TraceLimits.from_env()
+    obj = _parse(path, _read_bytes(path, warnings, damage, limits), warnings, damage)
     events = obj.get("traceEvents")
     if not isinstance(events, list):
         raise InputError(f"{path}: not a Kineto trace ('traceEvents' is not a list)")
+    if limits.events_exceeded(len(events)):
+        raise too_many_events(path, limits.max_events)
     col = _Collector(keep_python_functions)
     col.feed(events, progress, len(events))
     return obj, col
@@ -894,6 +1019,7 @@ def load_trace(
     progress: Progress | None = None,
     chunk_bytes: int | None = None,
     split: bool = True,
+    limits: TraceLimits | None = None,
 ) -> TraceModel:
     """Load one Kineto trace file (.json or .json.gz, gzip detected by content) into a `TraceModel`.
 
@@ -905,6 +1031,8 @@ def load_trace(
       (`gpuadvisor.trace._split`; same tables); False reads it in this process only.
     The file is streamed in blocks; a damaged file (truncated, invalid UTF-8, not an object) is
     re-read as a whole document so that its complete part can be salvaged.
+    limits: the most decompressed text and events read (`gpuadvisor.trace.limits`; default: the
+      environment's, else 2 GB and 20 million); past either, `TraceTooLarge` (an InputError, exit 2).
     Raises InputError (one line) when the file cannot be read as a trace at all.
     """
     path = Path(path)
@@ -914,6 +1042,7 @@ def load_trace(
         raise InputError(f"{path}: is a directory, not a trace file")
     warnings: list[str] = []
     damage = _Damage()
+    limits = limits or TraceLimits.from_env()
     # The load allocates millions of dicts and tuples that all stay alive until the tables are
     # built: the cyclic GC would rescan them again and again for nothing (it doubled load time).
     gc_was_enabled = gc.isenabled()
@@ -921,11 +1050,11 @@ def load_trace(
     try:
         try:
             obj, col = _collect_streaming(
-                path, keep_python_functions, progress, chunk_bytes or CHUNK_BYTES, split
+                path, keep_python_functions, progress, chunk_bytes or CHUNK_BYTES, split, limits
             )
         except StreamFallback:
             warnings = []
-            obj, col = _collect_whole(path, keep_python_functions, progress, warnings, damage)
+            obj, col = _collect_whole(path, keep_python_functions, progress, warnings, damage, limits)
         if progress is not None:
             progress(col.total, col.total)
         warnings.extend(col.warnings(path))
@@ -936,7 +1065,11 @@ def load_trace(
     finally:
         if gc_was_enabled:
             gc.enable()
+    if col.total and not any(len(df) for df in tables.values()):
+        _refuse_if_all_set_aside(path, col)
     _drop_zero_ts(tables, warnings)
+    _check_time_resolution(path, tables, warnings)
+    _drop_colliding_correlations(tables, warnings)
     capture = _drop_captured_launches(tables)
     span = _span(tables)
     meta = _meta(obj, span)
@@ -1071,6 +1204,91 @@ def _drop_zero_ts(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
             dropped += int(bad.sum())
             tables[key] = df[~bad].reset_index(drop=True)
     warnings.append(f"{dropped} events with ts <= 0 (placeholder timestamps) were ignored.")
+
+
+def _refuse_if_all_set_aside(path: Path, col: _Collector) -> None:
+    """InputError when validation set aside every timed event: an analysis of nothing would report an
+    idle GPU."""
+    why = [
+        f"{n} {what}"
+        for n, what in (
+            (col.negative_dur, "with a negative 'dur'"),
+            (col.bad_dur, "with a 'dur' that is not a finite number"),
+            (col.huge_dur, "with a 'dur' longer than a day"),
+            (col.no_ts, "without a usable 'ts'"),
+        )
+        if n
+    ]
+    if why:
+        raise InputError(f"{path}: no usable timed event is left ({', '.join(why)}): nothing to analyze")
+
+
+# Kineto writes timestamps in us with ns decimals; below 1 us of float64 resolution nothing is lost.
+_TS_RESOLUTION_US = 1.0
+
+
+def _check_time_resolution(path: Path, tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
+    """Timestamps so large that float64 cannot place events to the microsecond (`ts` + 9e18 is
+    resolved to 1-2 ms): a note with the uncertainty, or InputError when it exceeds a tenth of the
+    trace's median GPU event (then busy time, gaps and overlaps are noise, and no analysis is true)."""
+    import numpy as np
+
+    largest = 0.0
+    for df in tables.values():
+        if len(df):
+            largest = max(largest, float(np.abs(df["ts"].to_numpy()).max()), float(np.abs(df["end"].to_numpy()).max()))
+    resolution = math.ulp(largest)
+    if resolution <= _TS_RESOLUTION_US:
+        return
+    durs = [df["dur"].to_numpy() for key in ("kernels", "copies", "memsets") if len(df := tables[key])]
+    gpu = np.concatenate(durs) if durs else np.zeros(0)
+    gpu = gpu[gpu > 0]
+    typical = float(np.median(gpu)) if len(gpu) else None
+    where = f"timestamps reach {largest:.3g} us, where float64 resolves only {resolution:g} us"
+    if typical is None or resolution > 0.1 * typical:
+        than = f"the median GPU event lasts {typical:.3g} us" if typical is not None else "there are no GPU events"
+        raise InputError(
+            f"{path}: {where} ({than}): event positions, busy and idle time cannot be told; re-base the "
+            "timestamps (subtract the first one) where the trace is written"
+        )
+    warnings.append(
+        f"The {where}: every event position is uncertain by up to {resolution / 2:g} us (the median GPU "
+        f"event lasts {typical:.3g} us); busy, idle and overlap times carry that error."
+    )
+
+
+def _drop_colliding_correlations(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
+    """Correlation ids carried by more than one runtime/driver call. Each launch has its own id in a
+    Kineto trace (the kernels of one CUDA graph launch share that launch's id, which is fine); an id
+    on several calls links launches to the wrong kernels (and joins on it multiply). Those ids are
+    dropped from the calls and the GPU events: their launch-to-kernel links become unknown."""
+    import pandas as pd
+
+    rt = tables["runtime"]
+    if not len(rt):
+        return
+    corr = rt["correlation"]
+    known = corr.notna()
+    dup = known & corr.duplicated(keep=False)
+    if not dup.any():
+        return
+    ids = set(corr[dup].astype("int64").tolist())
+    calls = int(dup.sum())
+    tables["runtime"] = rt.assign(correlation=corr.mask(dup, pd.NA))
+    gpu = 0
+    for key in ("kernels", "copies", "memsets"):
+        df = tables[key]
+        if len(df):
+            hit = df["correlation"].isin(ids).fillna(False).to_numpy(dtype=bool)
+            if hit.any():
+                gpu += int(hit.sum())
+                tables[key] = df.assign(correlation=df["correlation"].mask(hit, pd.NA))
+    warnings.append(
+        f"{calls} runtime calls share {len(ids)} correlation ids (each launch has its own in a Kineto trace): "
+        f"the links between them and their {gpu} GPU events were dropped; analyses that follow a launch to "
+        "its kernels (launch overhead, host waits, the replay of a fix) leave those out: their findings may be "
+        "missing or smaller than on an intact trace."
+    )
 
 
 def _span(tables: dict[str, pd.DataFrame]) -> float:

@@ -11,7 +11,7 @@ import pytest
 from capture_helpers import FAST, SCRIPTS, manifest, run_profile_cli
 
 from gpuadvisor.manifest import Manifest
-from gpuadvisor.redact import MASK, redact_argv
+from gpuadvisor.redact import MASK, SECRET_SHORT_OPTIONS, SECRET_WORDS, redact_argv
 
 SECRETS = ["sk-abcdefghijklmnop1234", "hunter2", "ghp_aaaaaaaaaaaaaaaaaaaaaaaa", "s3cr3t", "pw123"]
 
@@ -35,6 +35,33 @@ def test_redact_argv(argv: list[str], want: list[str] | None) -> None:
     out, changed = redact_argv(argv)
     assert out == (want if want is not None else argv)
     assert changed == tuple(i for i, (a, b) in enumerate(zip(argv, out, strict=True)) if a != b)
+
+
+# Every form a secret's name takes on a command line (issue 29: --pass, --passphrase and -p leaked).
+_NAME_FORMS = ("--{w} VALUE", "--{w}=VALUE", "{W}=VALUE", "--db-{w} VALUE", "--{w}_file=VALUE", "-{w} VALUE")
+
+
+@pytest.mark.parametrize("word", sorted(SECRET_WORDS))
+@pytest.mark.parametrize("form", _NAME_FORMS)
+def test_every_secret_word_in_every_form_is_masked(word: str, form: str) -> None:
+    argv = form.format(w=word, W=word.upper()).split(" ")
+    out, changed = redact_argv(["--lr", "0.1", *argv])
+    assert "VALUE" not in " ".join(out) and changed == (2 + len(argv) - 1,), out
+
+
+@pytest.mark.parametrize("option", sorted(SECRET_SHORT_OPTIONS))
+@pytest.mark.parametrize("form", ["{o} VALUE", "{o}=VALUE"])
+def test_secret_short_options_are_masked(option: str, form: str) -> None:
+    out, _ = redact_argv(form.format(o=option).split(" "))
+    assert "VALUE" not in " ".join(out), out
+
+
+@pytest.mark.parametrize(
+    "argv", [["--passes", "3"], ["--bypass", "1"], ["--compass", "n"], ["-P", "22"], ["--pin-memory", "1"],
+             ["--keyframes", "4"], ["--max-tokens", "512"], ["-q", "x"]],
+)  # fmt: skip
+def test_names_that_only_contain_a_secret_word_are_kept(argv: list[str]) -> None:
+    assert redact_argv(argv) == (argv, ())
 
 
 def _args() -> list[str]:

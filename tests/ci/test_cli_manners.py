@@ -420,7 +420,8 @@ def test_github_text_cannot_inject_commands() -> None:
     output = github.render(result)
     lines = output.splitlines()
     assert len(lines) == 2 and not lines[1].startswith("::")
-    assert "%0A::error file=evil.py::injected%0D%0A%250A" in lines[0]
+    # the carriage return is a terminal control: stripped (gpuadvisor/terminal.py) before the encoding
+    assert "%0A::error file=evil.py::injected%0A%250A" in lines[0]
     assert "file=a%2Cb%3Ac.py" in lines[0]
 
 
