@@ -13,9 +13,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.hardware import gpu_peak_for, low_precision_data
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
-from gpuadvisor.trace.kernels import low_precision_data
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -376,8 +376,6 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
     flops = _op_column(model, program, "op_flops").astype(np.float64)
     types = _op_column(model, program, "op_input_types")
     sms = float(model.facts.num_sms or 0)
-    # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
-    from gpuadvisor.metrics import gpu_peak_for
 
     peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
     out = d.copy()
@@ -763,8 +761,6 @@ def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants 
     c = c or CONSTANTS
     import numpy as np
 
-    # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
-    from gpuadvisor.metrics import gpu_peak_for
 
     peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
     fp32_peak = peak.peak("fp32") if peak else None
