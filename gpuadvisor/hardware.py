@@ -314,7 +314,9 @@ def classify_tensor_core(
     k = kernels_with_ops[kernels_with_ops["family"].astype(str).isin(MATMUL_FAMILIES)]
     rows: list[tuple[str, bool | None, str]] = []
     if len(k) == 0:
-        empty: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in ("name", "tensor_core", "basis")})
+        empty: pd.DataFrame = pd.DataFrame(
+            {c: pd.Series([], dtype=object) for c in ("name", "tensor_core", "basis")}
+        )
         return empty
     k = k.assign(_name=k["name"].astype(str), _fam=k["family"].astype(str))
     for name, g in k.groupby("_name", sort=True):

@@ -328,7 +328,11 @@ _SPECS: tuple[RemedySpec, ...] = (
     ),
     _spec(
         _R.SDPA, "Use F.scaled_dot_product_attention (flash attention)", "kernel_efficiency", _S.SAFE, 82,
-        NotReplayed.pending(31), _NO_EDIT,
+        Replay(
+            "the hand-written attention's kernels shrunk to what fused attention needs for the same shapes "
+            "(gpuadvisor.stepmodel.busy.attention_patterns)"
+        ),
+        _NO_EDIT,
     ),
     _spec(
         _R.PAD_GEMM_SHAPES, "Pad matmul dimensions to multiples of 64", "kernel_efficiency", _S.SAFE, 84,
@@ -340,8 +344,8 @@ _SPECS: tuple[RemedySpec, ...] = (
         NotReplayed.pending(31), _NO_EDIT,
     ),
     _spec(
-        _R.CHANNELS_LAST, "Use channels_last memory format for the conv net", "low_occupancy", _S.SAFE, 88,
-        NotReplayed("the trace does not say which layout each convolution kernel would get"),
+        _R.CHANNELS_LAST, "Use channels_last memory format for the conv net", "kernel_efficiency", _S.SAFE, 88,
+        Replay("cuDNN's NCHW<->NHWC layout transposes around its NHWC kernels removed"),
         Injection(
             how="the top module's 4-D floating parameters and buffers made channels_last, and its 4-D "
             "floating inputs at each call (other inputs, 5-D weights untouched); with a timm-style "

@@ -186,7 +186,9 @@ def _attention_work(op: str, ins: list[tuple[list[int], int]]) -> tuple[float, f
 
 
 def _conv_work(
-    op: str, ins: list[tuple[list[int], int]], out_hw: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]]
+    op: str,
+    ins: list[tuple[list[int], int]],
+    out_hw: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]],
 ) -> tuple[float, float]:
     """(FLOPs, bytes) of a convolution: 2 x N x K x C/g x R x S x Ho x Wo per pass. The backward op's
     inputs are (grad_out, input, weight) and give the output size; the forward takes it from the
@@ -210,7 +212,10 @@ def _conv_work(
     return flops, (_numel(x) + x[0] * w[0] * hw[0] * hw[1]) * e + _numel(w) * ew
 
 
-_REDUCING_OPS = re.compile(r"^aten::(?:sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|argmax|argmin|prod|any|all|nll_loss)", re.I)
+_REDUCING_OPS = re.compile(
+    r"^aten::(?:sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|argmax|argmin|prod|any|all|nll_loss)",
+    re.I,
+)
 
 
 def _op_work(
@@ -251,6 +256,8 @@ def _conv_output_sizes(frame: pd.DataFrame) -> dict[tuple[tuple[int, ...], tuple
 
 
 def _math_dtype(name: str, data_dtype: str, tensor_core: bool | None) -> str:
+    if data_dtype in ("bf16", "fp16", "fp8"):
+        return data_dtype
     for pattern, dtype in _NAME_DTYPE:
         if pattern.search(name):
             if dtype == "tf32" and data_dtype not in ("", "fp32"):
@@ -292,7 +299,9 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
         tc = math_of.get(nm)
         if tc is None:
             tc = tensor_core_from_name(nm)
-        u_dtype.append(_math_dtype(nm, data, tc) if nm in math_of or tc is not None else (data or _name_dtype(nm)))
+        u_dtype.append(
+            _math_dtype(nm, data, tc) if nm in math_of or tc is not None else (data or _name_dtype(nm))
+        )
     dtype = np.asarray(u_dtype, dtype=object)[tcodes]
     # ---- work, once per distinct (op, dims, types) ----------------------------------------------------
     dims = k["op_input_dims"].to_numpy(dtype=object)
@@ -345,7 +354,9 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
     blocks = k["blocks"].to_numpy(dtype=np.float64)
     sms = float(model.facts.num_sms or (peak.sm_count if peak and peak.sm_count else 0) or 0)
     # a grid under half the SMs (persistent GEMMs launch one block per SM by design: FIELD_NOTES)
-    latency = (dur < LATENCY_BOUND_US) | ((sms > 0) & np.isfinite(blocks) & (blocks < 0.5 * sms) & ~(fraction >= 0.5))
+    latency = (dur < LATENCY_BOUND_US) | (
+        (sms > 0) & np.isfinite(blocks) & (blocks < 0.5 * sms) & ~(fraction >= 0.5)
+    )
     compute = np.isfinite(t_compute) & ~(t_memory > t_compute)
     memory = np.isfinite(t_memory) & ~compute
     bound = np.where(latency, "latency", np.where(compute, "compute", np.where(memory, "memory", "unknown")))
@@ -413,14 +424,18 @@ def busy_by_class(table: pd.DataFrame, steps: int) -> pd.DataFrame:
             "class": t["class"].to_numpy(dtype=object),
             "dur": t["dur"].to_numpy(dtype=np.float64),
             "known_dur": np.where(known, t["dur"].to_numpy(dtype=np.float64), 0.0),
-            "roof": np.where(known, np.minimum(t["roofline_us"].to_numpy(dtype=np.float64), t["dur"].to_numpy()), 0.0),
+            "roof": np.where(
+                known, np.minimum(t["roofline_us"].to_numpy(dtype=np.float64), t["dur"].to_numpy()), 0.0
+            ),
             "bound": t["bound"].to_numpy(dtype=object),
         }
     )
     g = frame.groupby("class", sort=False)
     agg = g.agg(dur=("dur", "sum"), n=("dur", "size"), known=("known_dur", "sum"), roof=("roof", "sum"))
     bound_time = frame.groupby(["class", "bound"], sort=False)["dur"].sum().reset_index()
-    top_bound = bound_time.sort_values("dur", ascending=False).drop_duplicates("class").set_index("class")["bound"]
+    top_bound = (
+        bound_time.sort_values("dur", ascending=False).drop_duplicates("class").set_index("class")["bound"]
+    )
     total = float(agg["dur"].sum())
     out = pd.DataFrame(
         {
@@ -428,7 +443,9 @@ def busy_by_class(table: pd.DataFrame, steps: int) -> pd.DataFrame:
             "time_us": agg["dur"].to_numpy() / steps,
             "share": agg["dur"].to_numpy() / total if total > 0 else np.nan,
             "kernels": agg["n"].to_numpy() / steps,
-            "roofline_fraction": np.where(agg["known"] > 0, agg["roof"] / agg["known"].where(agg["known"] > 0, 1.0), np.nan),
+            "roofline_fraction": np.where(
+                agg["known"] > 0, agg["roof"] / agg["known"].where(agg["known"] > 0, 1.0), np.nan
+            ),
             "known_fraction": agg["known"].to_numpy() / agg["dur"].to_numpy(),
             "bound": top_bound.reindex(agg.index).to_numpy(dtype=object),
         }

@@ -144,6 +144,16 @@ def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) 
     return t.no_allocator_calls(model, program)
 
 
+@transform(RemedyId.SDPA)
+def _sdpa(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.sdpa(model, program)
+
+
+@transform(RemedyId.CHANNELS_LAST)
+def _channels_last(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.channels_last(model, program)
+
+
 def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Mapping[str, Any]) -> Program:
     """Apply one remedy's transformation to `program` (a copy)."""
     r = RemedyId(remedy)

@@ -792,9 +792,15 @@ def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants 
 
 
 def lower_precision(model: StepModel, program: Program, mode: str, c: Constants | None = None) -> Program:
-    """bf16 autocast ("bf16") or TF32 ("tf32") for the FP32 matmul/conv kernels (see kernel_speedups)."""
+    """bf16 autocast ("bf16") or TF32 ("tf32") for the FP32 matmul/conv kernels (see kernel_speedups).
+    Under bf16, the kernels already on tensor cores in TF32 (cuDNN's default for convolutions, or
+    allow_tf32) gain by their roofline fraction too (gpuadvisor.stepmodel.busy.precision_factor)."""
     c = c or CONSTANTS
     program.op_dur = program.op_dur / kernel_speedups(model, program, mode, c)
+    if mode == "bf16":
+        from gpuadvisor.stepmodel.busy import precision_factor
+
+        program = _scale_table_kernels(model, program, precision_factor(model))
     return program
 
 
@@ -812,3 +818,42 @@ def no_allocator_calls(model: StepModel, program: Program) -> Program:
     no_fixed_host(program, alloc)
     program.ev_post[alloc] = 0.0
     return program
+
+
+# ---- busy time (issue 31; gpuadvisor.stepmodel.busy) ------------------------------------------------------
+
+
+def _scale_table_kernels(model: StepModel, program: Program, factor_by_row: Any) -> Program:
+    """Multiply the duration of each window kernel of the program by its kernel-table row's factor."""
+    import numpy as np
+
+    from gpuadvisor.stepmodel.busy import table_to_program_rows
+
+    if program.n_ops == 0 or len(factor_by_row) == 0:
+        return program
+    rows = table_to_program_rows(model, program)
+    have = rows >= 0
+    factors = np.ones(program.n_ops)
+    factors[have] = np.asarray(factor_by_row, dtype=np.float64)[rows[have]]
+    program.op_dur = program.op_dur * factors
+    return program
+
+
+def sdpa(model: StepModel, program: Program) -> Program:
+    """Hand-written attention becomes F.scaled_dot_product_attention: each pattern's kernels
+    (gpuadvisor.stepmodel.busy.attention_patterns) shrink together to the time the fused kernels need
+    for the same work (`fused_attention_us`). Their launches stay (a conservative host side)."""
+    from gpuadvisor.stepmodel.busy import attention_factor
+
+    return _scale_table_kernels(model, program, attention_factor(model))
+
+
+def channels_last(model: StepModel, program: Program) -> Program:
+    """The model and its input in channels_last: cuDNN's NHWC kernels read the activations directly and
+    its NCHW<->NHWC layout transposes (gpuadvisor.stepmodel.busy.layout_transposes) go."""
+    import numpy as np
+
+    from gpuadvisor.stepmodel.busy import layout_transposes
+
+    mask = layout_transposes(model)
+    return _scale_table_kernels(model, program, np.where(mask, 0.0, 1.0))

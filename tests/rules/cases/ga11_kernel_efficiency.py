@@ -1,0 +1,153 @@
+"""GA11xx kernel_efficiency cases. All traces are SYNTHETIC (tests/synth.py): kernel names as Kineto
+spells them on an H100/H200 with torch 2.11 (sample_runs/), durations chosen to the scale a GPT block
+at sequence 1024 or a ResNet block shows there."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tests.rules.harness import Expect, RuleCase
+from tests.synth import K_ELEMENTWISE, K_FLASH, K_NVJET_BF16, SyntheticTrace
+
+BF16 = "c10::BFloat16"
+K_BMM = "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_NNT"
+K_SOFTMAX = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+    "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"
+)
+K_SOFTMAX_BWD = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
+    "at::native::(anonymous namespace)::SoftMaxBackwardEpilogue>(float*, float const*, float const*, long)"
+)
+K_MASKED_FILL = (
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::masked_fill_kernel"
+    "(at::TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() const::{lambda(c10::BFloat16, bool)#1}> >"
+    "(int, at::native::gpu_kernel_impl_nocast<...>)"
+)
+K_COPY = (
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+    "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+)
+
+
+def _attention_trace(
+    seq: int, lead: int = 48, head: int = 64, layers: int = 4, flash: bool = False
+) -> SyntheticTrace:
+    """4 steps, GPU-bound: per layer an MLP GEMM (400 us) and attention over [lead, seq, seq] scores,
+    hand-written (q @ k^T, scale, causal masked_fill, float32 softmax, cast back, @ v, and the backward
+    of each) or fused (flash forward + backward); the host reads the loss at the end of each step."""
+    st = SyntheticTrace()
+    scores = [lead, seq, seq]
+    q = [lead, seq, head]
+    kt = [lead, head, seq]
+    # time of one pass over the scores in bf16 at ~2.5 TB/s (read + write)
+    pass_us = max(2.0, lead * seq * seq * 2 * 2 / 2.5e6)
+    step_us = 0.0
+    for n in range(4):
+        t0 = n * 20000.0
+        t = t0 + 20.0
+        launch = t0 + 5.0
+        kernels: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = []
+        for _ in range(layers):
+            kernels.append((K_NVJET_BF16, 400.0, "aten::mm", [BF16, BF16], [[4096, 3072], [3072, 768]]))
+            if flash:
+                kernels.append(
+                    (K_FLASH, 30.0, "aten::_flash_attention_forward", [BF16] * 3, [[4, seq, 12, head]] * 3)
+                )
+                kernels.append(
+                    (
+                        K_FLASH.replace("fwd", "bwd"),
+                        90.0,
+                        "aten::_flash_attention_backward",
+                        [BF16] * 4,
+                        [[4, seq, 12, head]] * 4,
+                    )
+                )
+                continue
+            kernels += [
+                (K_BMM, 20.0, "aten::bmm", [BF16, BF16], [q, kt]),
+                (K_ELEMENTWISE, pass_us, "aten::mul", [BF16, "Scalar"], [scores, []]),
+                (
+                    K_MASKED_FILL,
+                    pass_us,
+                    "aten::masked_fill",
+                    [BF16, "bool", "Scalar"],
+                    [scores, [1, 1, seq, seq], []],
+                ),
+                (K_COPY, 1.5 * pass_us, "aten::_to_copy", [BF16], [scores]),
+                (K_SOFTMAX, 2.0 * pass_us, "aten::_softmax", ["float", "Scalar", "Scalar"], [scores, [], []]),
+                (K_COPY, 1.5 * pass_us, "aten::_to_copy", ["float"], [scores]),
+                (K_BMM, 25.0, "aten::bmm", [BF16, BF16], [scores, [lead, seq, head]]),
+                # backward
+                (K_BMM, 30.0, "aten::bmm", [BF16, BF16], [scores, [lead, seq, head]]),
+                (K_COPY, 1.5 * pass_us, "aten::_to_copy", [BF16], [scores]),
+                (
+                    K_SOFTMAX_BWD,
+                    3.0 * pass_us,
+                    "aten::_softmax_backward_data",
+                    ["float", "float", "Scalar", "Scalar"],
+                    [scores, scores, [], []],
+                ),
+                (K_COPY, 1.5 * pass_us, "aten::_to_copy", ["float"], [scores]),
+                (
+                    K_MASKED_FILL,
+                    pass_us,
+                    "aten::masked_fill",
+                    [BF16, "bool", "Scalar"],
+                    [scores, [1, 1, seq, seq], []],
+                ),
+                (K_ELEMENTWISE, pass_us, "aten::mul", [BF16, "Scalar"], [scores, []]),
+                (K_BMM, 30.0, "aten::bmm", [BF16, BF16], [scores, q]),
+            ]
+        for name, dur, op, types, dims in kernels:
+            st.add_kernel(
+                name,
+                ts=t,
+                dur=dur,
+                grid=(264, 1, 1),
+                op=op,
+                op_input_types=types,
+                op_input_dims=dims,
+                launch_ts=launch,
+                launch_dur=3.0,
+            )
+            launch += 6.0
+            t += dur + 2.0
+        step_us = t - t0 + 60.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=step_us, gpu_dur=step_us)
+        st.add_item_read(ts=launch + 2.0, dur=t - launch, copy_ts=t + 2.0)
+        st.add_optimizer_step(t + 10.0, 5.0)
+    return st
+
+
+def gpt_manual_attention() -> SyntheticTrace:
+    return _attention_trace(1024)
+
+
+def gpt_flash_attention() -> SyntheticTrace:
+    return _attention_trace(1024, flash=True)
+
+
+def short_sequence_attention() -> SyntheticTrace:
+    # scores [48, 16, 16]: a gate or a tiny attention, not worth a fused kernel (below min seq 32)
+    return _attention_trace(16)
+
+
+CASES = [
+    RuleCase(
+        "GA1101-fires-on-hand-written-causal-attention",
+        "GA1101",
+        gpt_manual_attention,
+        expect=Expect(
+            fires=True,
+            min_severity="high",
+            message_contains=("[48, 1024, 1024]", "causal", "float32"),
+            recommendation_contains=("scaled_dot_product_attention", "is_causal=True"),
+            location_contains=("aten::_softmax",),
+        ),
+    ),
+    RuleCase("GA1101-quiet-on-flash-attention", "GA1101", gpt_flash_attention, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1101-quiet-on-short-sequences", "GA1101", short_sequence_attention, expect=Expect(fires=False)
+    ),
+]
