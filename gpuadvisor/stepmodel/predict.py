@@ -264,10 +264,16 @@ def combine_findings(
     return predict_combined(model, items), rules
 
 
-# Categories whose findings act on the same host time: a per-tensor optimizer and launch-bound
-# forward/backward are both launch overhead, fixed together (GA501 + GA502). The copy rules
-# (GA101-GA103) group themselves (gpuadvisor/rulekit/transfers.py).
-GROUPED_CATEGORIES: tuple[str, ...] = ("launch_overhead",)
+# Categories whose findings act on the same time: a per-tensor optimizer and launch-bound
+# forward/backward are both launch overhead, fixed together (GA501 + GA502); the kernel_efficiency
+# remedies act on the same kernels (channels_last and bf16 on a conv net's convolutions and transposes,
+# SDPA and bf16 on attention) (GA1101-GA1103). The copy rules (GA101-GA103) group themselves
+# (gpuadvisor/rulekit/transfers.py).
+GROUPED_CATEGORIES: tuple[str, ...] = ("launch_overhead", "kernel_efficiency")
+_GROUP_WHAT: dict[str, str] = {
+    "launch_overhead": "act on the same host launch time",
+    "kernel_efficiency": "act on the same GPU kernels",
+}
 
 
 def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
@@ -297,7 +303,7 @@ def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
         if combined is None or len(rules) < 2:
             continue
         sentence = (
-            f" {' and '.join(rules)} act on the same host launch time: their fixes together are predicted at "
+            f" {' and '.join(rules)} {_GROUP_WHAT.get(name, 'act on the same time')}: their fixes together are predicted at "
             f"{combined.baseline_step_ms:.2f} -> {combined.predicted_step_ms:.2f} ms per step "
             f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
             "do not add up."

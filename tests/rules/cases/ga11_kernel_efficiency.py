@@ -151,3 +151,156 @@ CASES = [
         "GA1101-quiet-on-short-sequences", "GA1101", short_sequence_attention, expect=Expect(fires=False)
     ),
 ]
+
+
+# ---- conv nets: layout and precision ------------------------------------------------------------------
+
+K_NCHW2NHWC = (
+    "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, "
+    "(cudnnKernelDataType_t)2>(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)"
+)
+K_NHWC2NCHW = (
+    "void cudnn::engines_precompiled::nhwcToNchwKernel<float, float, float, true, false, "
+    "(cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nhwc2nchw_params_t<float>, float const*, float*)"
+)
+K_FPROP_TF32 = "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn"
+K_DGRAD_TF32 = "sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize256x128x32_warpgroupsize2x1x1_g1_execute_segment_k_off_kernel__5x_cudnn"
+K_WGRAD_TF32 = "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn"
+K_FPROP_BF16 = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn"
+K_DGRAD_BF16 = "sm90_xmma_dgrad_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn"
+K_WGRAD_BF16 = "sm90_xmma_wgrad_indexed_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn"
+K_BN_STATS = "void at::native::batch_norm_collect_statistics_kernel<at::native::InvStd, float, float, float, int>(at::GenericPackedTensorAccessor<float const, 3ul, at::RestrictPtrTraits, int>, float, float, at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, int>)"
+K_BN_APPLY = "void at::native::batch_norm_transform_input_kernel<float, float, float, int>(at::GenericPackedTensorAccessor<float const, 3ul, at::RestrictPtrTraits, int>)"
+K_BN_STATS_CL = "void at::native::batch_norm_collect_statistics_channels_last_kernel<at::native::Var, c10::BFloat16, float, 4>(c10::BFloat16 const*, float*, float*, float volatile*, int*, int, int, float)"
+K_RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, float, std::array<char*, 2ul>)"
+
+
+def _convnet_trace(bf16_channels_last: bool = False) -> SyntheticTrace:
+    """4 steps of 8 ResNet-style blocks at [256, 64, 56, 56], GPU-bound. FP32 NCHW (cuDNN's default TF32
+    convolutions, nchwToNhwc/nhwcToNchw transposes around each, FP32 BatchNorm and ReLU), or bf16
+    channels_last (no transposes, bf16 kernels at about half the time)."""
+    st = SyntheticTrace()
+    act = [256, 64, 56, 56]
+    w = [64, 64, 3, 3]
+    dt = BF16 if bf16_channels_last else "float"
+    s = 0.5 if bf16_channels_last else 1.0
+    for n in range(4):
+        t0 = n * 40000.0
+        t = t0 + 20.0
+        launch = t0 + 5.0
+        kernels: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = []
+        for _ in range(8):
+            conv = [(dt, dt), [act, w]]
+            bconv = [(dt, dt, dt), [act, act, w]]
+            if not bf16_channels_last:
+                kernels.append((K_NCHW2NHWC, 90.0, "aten::cudnn_convolution", *conv))
+            kernels.append(
+                (
+                    K_FPROP_BF16 if bf16_channels_last else K_FPROP_TF32,
+                    420.0 * s,
+                    "aten::cudnn_convolution",
+                    *conv,
+                )
+            )
+            if not bf16_channels_last:
+                kernels.append((K_NHWC2NCHW, 90.0, "aten::cudnn_convolution", *conv))
+            bn = [(dt, "float", "float"), [act, [64], [64]]]
+            kernels.append(
+                (
+                    K_BN_STATS_CL if bf16_channels_last else K_BN_STATS,
+                    160.0 * s,
+                    "aten::native_batch_norm",
+                    *bn,
+                )
+            )
+            kernels.append((K_BN_APPLY, 120.0 * s, "aten::native_batch_norm", *bn))
+            kernels.append((K_RELU, 80.0 * s, "aten::clamp_min_", (dt, "Scalar"), [act, []]))
+            # backward
+            kernels.append((K_RELU, 80.0 * s, "aten::threshold_backward", (dt, dt, "Scalar"), [act, act, []]))
+            kernels.append(
+                (
+                    K_BN_STATS,
+                    200.0 * s,
+                    "aten::native_batch_norm_backward",
+                    (dt, dt, "float"),
+                    [act, act, [64]],
+                )
+            )
+            if not bf16_channels_last:
+                kernels.append((K_NCHW2NHWC, 90.0, "aten::convolution_backward", *bconv))
+                kernels.append((K_NCHW2NHWC, 90.0, "aten::convolution_backward", *bconv))
+            kernels.append(
+                (
+                    K_DGRAD_BF16 if bf16_channels_last else K_DGRAD_TF32,
+                    430.0 * s,
+                    "aten::convolution_backward",
+                    *bconv,
+                )
+            )
+            kernels.append(
+                (
+                    K_WGRAD_BF16 if bf16_channels_last else K_WGRAD_TF32,
+                    450.0 * s,
+                    "aten::convolution_backward",
+                    *bconv,
+                )
+            )
+            if not bf16_channels_last:
+                kernels.append((K_NHWC2NCHW, 90.0, "aten::convolution_backward", *bconv))
+        for name, dur, op, types, dims in kernels:
+            st.add_kernel(
+                name,
+                ts=t,
+                dur=dur,
+                grid=(264, 1, 1),
+                op=op,
+                op_input_types=list(types),
+                op_input_dims=dims,
+                launch_ts=launch,
+                launch_dur=3.0,
+            )
+            launch += 6.0
+            t += dur + 2.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=t - t0 + 60.0, gpu_dur=t - t0 + 60.0)
+        st.add_item_read(ts=launch + 2.0, dur=t - launch, copy_ts=t + 2.0)
+        st.add_optimizer_step(t + 10.0, 5.0)
+    return st
+
+
+def resnet_fp32_nchw() -> SyntheticTrace:
+    return _convnet_trace()
+
+
+def resnet_bf16_channels_last() -> SyntheticTrace:
+    return _convnet_trace(bf16_channels_last=True)
+
+
+CASES += [
+    RuleCase(
+        "GA1102-fires-on-nchw-transposes",
+        "GA1102",
+        resnet_fp32_nchw,
+        expect=Expect(
+            fires=True,
+            min_severity="medium",
+            message_contains=("NCHW", "bf16 autocast alone", "channels_last with bf16"),
+            recommendation_contains=("memory_format=torch.channels_last",),
+            location_contains=("nchwToNhwcKernel",),
+        ),
+    ),
+    RuleCase(
+        "GA1103-fires-on-tf32-convolutions",
+        "GA1103",
+        resnet_fp32_nchw,
+        expect=Expect(
+            fires=True, message_contains=("TF32", "NCHW"), recommendation_contains=("torch.autocast",)
+        ),
+    ),
+    RuleCase(
+        "GA1102-quiet-on-bf16-channels-last", "GA1102", resnet_bf16_channels_last, expect=Expect(fires=False)
+    ),
+    RuleCase(
+        "GA1103-quiet-on-bf16-channels-last", "GA1103", resnet_bf16_channels_last, expect=Expect(fires=False)
+    ),
+    RuleCase("GA1101-quiet-on-a-conv-net", "GA1101", resnet_fp32_nchw, expect=Expect(fires=False)),
+]
