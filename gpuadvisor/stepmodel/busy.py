@@ -324,3 +324,259 @@ def table_to_program_rows(model: StepModel, program: Any) -> Any:
 
 def finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
+
+
+# ---- GEMM shapes that defeat tensor cores ------------------------------------------------------------------
+
+
+@dataclass
+class OddGemms:
+    """bf16/fp16 GEMM kernels whose M, N or K is not a multiple of 8 (tensor-core tiles want 8/16-element
+    alignment), or whose K is tiny, and what they would take padded."""
+
+    kernels: Any  # boolean mask over kernel-table rows
+    predicted_us: Any  # per kernel-table row: the padded GEMM's time (NaN outside the mask)
+    time_per_step_us: float
+    predicted_per_step_us: float
+    reference_fraction: float  # roofline fraction of this run's aligned GEMMs (what padding reaches)
+    shapes: list[dict[str, Any]] = field(default_factory=list)  # the largest odd shapes
+
+
+_GEMM_OPS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+)
+
+
+def _mnk(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, int, int, int] | None:
+    mats = shapes[1:3] if op in ("aten::addmm", "aten::baddbmm") else shapes[:2]
+    if len(mats) != 2:
+        return None
+    a, b = mats
+    if op == "aten::linear" and len(a) >= 2 and len(b) == 2 and a[-1] == b[1]:
+        return _prod(a[:-1]), int(a[-1]), int(b[0]), 1
+    if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+        batch = _prod(a[:-2]) if len(a) > 2 else 1
+        return int(a[-2]), int(a[-1]), int(b[-1]), batch
+    return None
+
+
+def odd_gemms(
+    model: StepModel, *, align: int = 8, min_k: int = 16, c: BusyConstants | None = None
+) -> OddGemms | None:
+    """The run's misaligned bf16/fp16 GEMMs (cached per model for the default arguments). Padded, a
+    GEMM does the FLOPs of its padded shape at the roofline fraction this run's aligned bf16/fp16
+    GEMMs reach (time-weighted; 0.6 of the peak when there are none), never slower than now."""
+    import numpy as np
+    import pandas as pd
+
+    c = c or BUSY
+    cache_key = ("odd_gemms", align, min_k)
+    if cache_key in model._derived:
+        hit: OddGemms | None = model._derived[cache_key]
+        return hit
+    t = model.kernel_table
+    result: OddGemms | None = None
+    peak = _peak(model)
+    if len(t) and peak is not None:
+        k = model.window_kernels
+        gemm = (t["class"].to_numpy(dtype=object) == "gemm") & np.isin(
+            t["dtype"].to_numpy(dtype=object), ["bf16", "fp16"]
+        )
+        op = k["op_name"].fillna("").astype(str).to_numpy(dtype=object)
+        dims = k["op_input_dims"].fillna("").astype(str).to_numpy(dtype=object)
+        key = pd.MultiIndex.from_arrays([op, dims])
+        codes, uniques = pd.factorize(key)
+        odd_u = np.zeros(len(uniques), dtype=bool)
+        padded_flops_u = np.full(len(uniques), np.nan)
+        shape_u: list[tuple[int, int, int, int] | None] = []
+        for i, (o, d) in enumerate(uniques):
+            mnk = _mnk(o, _shapes(d)) if o in _GEMM_OPS else None
+            shape_u.append(mnk)
+            if mnk is None:
+                continue
+            m, kk, n, batch = mnk
+            if any(x % align for x in (m, kk, n)) or kk < min_k:
+                odd_u[i] = True
+
+                def up(x: int) -> int:
+                    return max(min_k, -(-x // align) * align)
+
+                padded_flops_u[i] = 2.0 * batch * up(m) * up(kk) * up(n)
+        odd = gemm & odd_u[codes]
+        aligned = gemm & ~odd_u[codes] & np.isfinite(t["roofline_fraction"].to_numpy(dtype=np.float64))
+        dur = t["dur"].to_numpy(dtype=np.float64)
+        if aligned.any() and dur[aligned].sum() > 0:
+            ref = float(
+                (t["roofline_fraction"].to_numpy(dtype=np.float64)[aligned] * dur[aligned]).sum()
+                / dur[aligned].sum()
+            )
+        else:
+            ref = 0.6
+        ref = max(0.05, min(1.0, ref))
+        if odd.any():
+            dense = np.array(
+                [peak.peak(x) or np.nan for x in t["dtype"].to_numpy(dtype=object)], dtype=np.float64
+            )
+            bw = (peak.bandwidth_tbps or np.nan) * c.achievable_bandwidth_fraction
+            share = np.where(np.isfinite(t["flops"].to_numpy(dtype=np.float64)), 1.0, np.nan)
+            # each kernel's share of its op's padded work follows its share of the op's FLOPs
+            op_flops = np.asarray([np.nan] * len(uniques))
+            for i, mnk in enumerate(shape_u):
+                if mnk is not None:
+                    m, kk, n, batch = mnk
+                    op_flops[i] = 2.0 * batch * m * kk * n
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = padded_flops_u[codes] / op_flops[codes]
+                flops_padded = t["flops"].to_numpy(dtype=np.float64) * ratio * share
+                t_new = np.fmax(
+                    flops_padded / (ref * dense * 1e6), t["bytes"].to_numpy(dtype=np.float64) / (bw * 1e6)
+                )
+            pred = np.where(odd & np.isfinite(t_new), np.minimum(t_new, dur), np.where(odd, dur, np.nan))
+            steps = max(1, model.window.count)
+            shapes: dict[tuple[int, int, int, int], float] = {}
+            for i in np.flatnonzero(odd).tolist():
+                s = shape_u[codes[i]]
+                if s is not None:
+                    shapes[s] = shapes.get(s, 0.0) + float(dur[i]) / steps
+            result = OddGemms(
+                kernels=odd,
+                predicted_us=pred,
+                time_per_step_us=float(dur[odd].sum()) / steps,
+                predicted_per_step_us=float(np.nansum(pred[odd])) / steps,
+                reference_fraction=ref,
+                shapes=[
+                    {"m": s[0], "k": s[1], "n": s[2], "batch": s[3], "time_per_step_us": round(us, 1)}
+                    for s, us in sorted(shapes.items(), key=lambda kv: -kv[1])[:5]
+                ],
+            )
+    model._derived[cache_key] = result
+    return result
+
+
+def padding_factor(model: StepModel) -> Any:
+    """Per kernel-table row: the factor padding applies to its duration (1 outside the odd GEMMs)."""
+    import numpy as np
+
+    t = model.kernel_table
+    odd = odd_gemms(model)
+    if odd is None or len(t) == 0:
+        return np.ones(len(t))
+    dur = t["dur"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(odd.kernels & (dur > 0), odd.predicted_us / dur, 1.0)
+    return np.nan_to_num(np.clip(f, 0.0, 1.0), nan=1.0)
+
+
+# ---- the loss over a large vocabulary in FP32 ----------------------------------------------------------------
+
+
+@dataclass
+class VocabLoss:
+    """Kernels that read or write FP32 [rows, vocab] tensors around the loss (the upcast of the logits,
+    log_softmax, nll_loss and their backward) in a run whose GEMMs are bf16/fp16."""
+
+    rows: int
+    vocab: int
+    kernels: Any  # boolean mask over kernel-table rows
+    time_per_step_us: float
+    predicted_per_step_us: float  # a fused cross-entropy: read the bf16 logits once, write their gradient
+    ops: dict[str, float] = field(default_factory=dict)
+    passes_per_step: float = 1.0
+
+
+_LOSS_OPS = frozenset(
+    {"aten::_log_softmax", "aten::log_softmax", "aten::cross_entropy_loss", "aten::_softmax"}
+)
+
+
+def vocab_loss(
+    model: StepModel, *, min_vocab: int = 16384, c: BusyConstants | None = None
+) -> VocabLoss | None:
+    """The FP32 large-vocabulary loss of a bf16/fp16 run, or None (cached per model)."""
+    import numpy as np
+    import pandas as pd
+
+    c = c or BUSY
+    cache_key = ("vocab_loss", min_vocab)
+    if cache_key in model._derived:
+        hit: VocabLoss | None = model._derived[cache_key]
+        return hit
+    model._derived[cache_key] = None
+    t = model.kernel_table
+    peak = _peak(model)
+    if len(t) == 0 or peak is None or not peak.bandwidth_tbps:
+        return None
+    dur = t["dur"].to_numpy(dtype=np.float64)
+    cls = t["class"].to_numpy(dtype=object)
+    dtype = t["dtype"].to_numpy(dtype=object)
+    gemm = cls == "gemm"
+    if not gemm.any():
+        return None
+    low = float(dur[gemm & np.isin(dtype, ["bf16", "fp16"])].sum())
+    if low < 0.5 * float(dur[gemm].sum()):
+        return None  # the run is not in low precision: GA701/GA1103 territory
+    k = model.window_kernels
+    op = k["op_name"].fillna("").astype(str).to_numpy(dtype=object)
+    dims = k["op_input_dims"].fillna("").astype(str).to_numpy(dtype=object)
+    types = k["op_input_types"].fillna("").astype(str).to_numpy(dtype=object)
+    key = pd.MultiIndex.from_arrays([op, dims, types])
+    codes, uniques = pd.factorize(key)
+    parsed = [(o, _shapes(d), ty) for o, d, ty in uniques]
+    loss_shape: tuple[int, int] | None = None
+    for o, shapes, ty in parsed:
+        first = _parse(ty)[:1]
+        if (
+            o in _LOSS_OPS
+            and shapes
+            and len(shapes[0]) >= 2
+            and shapes[0][-1] >= min_vocab
+            and first == ["float"]
+        ):
+            loss_shape = (_prod(shapes[0][:-1]), int(shapes[0][-1]))
+            break
+    if loss_shape is None:
+        return None
+    rows_, vocab = loss_shape
+    member = np.array(
+        [
+            any(len(s) >= 2 and s[-1] == vocab and _prod(s[:-1]) == rows_ for s in shapes)
+            for _, shapes, _ in parsed
+        ],
+        dtype=bool,
+    )
+    sel = member[codes] & ~gemm & (cls != "optimizer")
+    if not sel.any():
+        return None
+    steps = max(1, model.window.count)
+    fwd = [i for i, (o, _, _) in enumerate(parsed) if o in _LOSS_OPS and member[i]]
+    ext = k["external_id"].to_numpy(dtype=np.float64)
+    passes = len(np.unique(ext[np.isin(codes, fwd) & np.isfinite(ext)])) / steps or 1.0
+    nbytes = 2.0 * rows_ * vocab * 2.0  # read the bf16 logits, write their bf16 gradient
+    per_pass = max(
+        nbytes / (peak.bandwidth_tbps * c.achievable_bandwidth_fraction * 1e6), c.fused_kernel_min_us
+    )
+    by_op: dict[str, float] = {}
+    for name in np.unique(op[sel]).tolist():
+        by_op[str(name)] = float(dur[sel & (op == name)].sum()) / steps
+    result = VocabLoss(
+        rows=rows_,
+        vocab=vocab,
+        kernels=sel,
+        time_per_step_us=float(dur[sel].sum()) / steps,
+        predicted_per_step_us=per_pass * passes,
+        ops=dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
+        passes_per_step=passes,
+    )
+    model._derived[cache_key] = result
+    return result
+
+
+def vocab_loss_factor(model: StepModel) -> Any:
+    import numpy as np
+
+    t = model.kernel_table
+    v = vocab_loss(model)
+    if v is None or v.time_per_step_us <= 0:
+        return np.ones(len(t))
+    f = min(1.0, v.predicted_per_step_us / v.time_per_step_us)
+    return np.where(v.kernels, f, 1.0)

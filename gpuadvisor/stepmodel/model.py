@@ -99,7 +99,7 @@ class StepModel:
     _scalars: dict[str, float | None] = field(default_factory=dict, repr=False)
     _patterns: tuple[int, int] | None = field(default=None, repr=False)
     _frames: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
-    _derived: dict[str, Any] = field(default_factory=dict, repr=False)  # busy-time patterns (stepmodel.busy)
+    _derived: dict[Any, Any] = field(default_factory=dict, repr=False)  # busy-time patterns (stepmodel.busy)
 
     # ---- facts ---------------------------------------------------------------------------------
 

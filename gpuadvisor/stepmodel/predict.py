@@ -154,6 +154,16 @@ def _channels_last(model: StepModel, program: Program, p: dict[str, Any]) -> Pro
     return t.channels_last(model, program)
 
 
+@transform(RemedyId.PAD_GEMM_SHAPES)
+def _pad_gemm_shapes(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.pad_gemm_shapes(model, program)
+
+
+@transform(RemedyId.FUSED_CROSS_ENTROPY)
+def _fused_cross_entropy(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.fused_cross_entropy(model, program)
+
+
 def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Mapping[str, Any]) -> Program:
     """Apply one remedy's transformation to `program` (a copy)."""
     r = RemedyId(remedy)

@@ -857,3 +857,20 @@ def channels_last(model: StepModel, program: Program) -> Program:
 
     mask = layout_transposes(model)
     return _scale_table_kernels(model, program, np.where(mask, 0.0, 1.0))
+
+
+def pad_gemm_shapes(model: StepModel, program: Program) -> Program:
+    """Misaligned bf16/fp16 GEMMs padded to multiples of 8: each runs its padded FLOPs at the roofline
+    fraction of this run's aligned GEMMs (gpuadvisor.stepmodel.busy.odd_gemms), never slower than now."""
+    from gpuadvisor.stepmodel.busy import padding_factor
+
+    return _scale_table_kernels(model, program, padding_factor(model))
+
+
+def fused_cross_entropy(model: StepModel, program: Program) -> Program:
+    """The FP32 large-vocabulary loss as a fused cross-entropy: its kernels (upcast, log_softmax,
+    nll_loss and their backward; gpuadvisor.stepmodel.busy.vocab_loss) shrink together to one read of
+    the bf16 logits and one write of their gradient at the memory bandwidth."""
+    from gpuadvisor.stepmodel.busy import vocab_loss_factor
+
+    return _scale_table_kernels(model, program, vocab_loss_factor(model))

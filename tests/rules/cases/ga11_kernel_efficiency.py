@@ -304,3 +304,151 @@ CASES += [
     ),
     RuleCase("GA1101-quiet-on-a-conv-net", "GA1101", resnet_fp32_nchw, expect=Expect(fires=False)),
 ]
+
+
+# ---- GEMM shapes and the vocabulary loss --------------------------------------------------------------------
+
+K_GEMM_ALIGN2 = (
+    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x5_tn_align2>(Params)"
+)
+K_LOG_SOFTMAX = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+    "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)"
+)
+K_LOG_SOFTMAX_BWD = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
+    "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*, long)"
+)
+K_NLL = "void nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)"
+K_NLL_BWD = "void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)"
+
+
+def _gpu_bound(
+    kernels: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]],
+) -> SyntheticTrace:
+    """4 GPU-bound steps of the given kernels (name, us, op, input types, input dims), the loss read at
+    the end of each step."""
+    st = SyntheticTrace()
+    period = sum(k[1] + 2.0 for k in kernels) + 200.0
+    for n in range(4):
+        t0 = n * period
+        t = t0 + 20.0
+        launch = t0 + 5.0
+        for name, dur, op, types, dims in kernels:
+            st.add_kernel(
+                name,
+                ts=t,
+                dur=dur,
+                grid=(264, 1, 1),
+                op=op,
+                op_input_types=list(types),
+                op_input_dims=dims,
+                launch_ts=launch,
+                launch_dur=3.0,
+            )
+            launch += 6.0
+            t += dur + 2.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=t - t0 + 60.0, gpu_dur=t - t0 + 60.0)
+        st.add_item_read(ts=launch + 2.0, dur=t - launch, copy_ts=t + 2.0)
+        st.add_optimizer_step(t + 10.0, 5.0)
+    return st
+
+
+def _mlp(odd: bool) -> SyntheticTrace:
+    # aligned: [8192, 1024] x [1024, 4096] in ~100 us (~690 TFLOP/s); odd: K = 1001, N = 4097 through an
+    # align2 tile in 400 us
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = []
+    for _ in range(6):
+        ks.append((K_NVJET_BF16, 100.0, "aten::mm", [BF16, BF16], [[8192, 1024], [1024, 4096]]))
+        if odd:
+            ks.append((K_GEMM_ALIGN2, 400.0, "aten::mm", [BF16, BF16], [[8192, 1001], [1001, 4097]]))
+        else:
+            ks.append((K_NVJET_BF16, 100.0, "aten::mm", [BF16, BF16], [[8192, 1024], [1024, 4096]]))
+    return _gpu_bound(ks)
+
+
+def odd_gemm_mlp() -> SyntheticTrace:
+    return _mlp(odd=True)
+
+
+def aligned_gemm_mlp() -> SyntheticTrace:
+    return _mlp(odd=False)
+
+
+def _lm_loss(vocab: int) -> SyntheticTrace:
+    """bf16 GEMMs (10 ms) then the loss over [8192, vocab] logits upcast to FP32 (times of a 128k vocab
+    on an H100: each FP32 pass over 1e9 values takes milliseconds)."""
+    scale = vocab / 128256
+    logits = [8192, vocab]
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
+        (K_NVJET_BF16, 1000.0, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, 4096]]) for _ in range(10)
+    ]
+    ks += [
+        (K_COPY, 2000.0 * scale, "aten::_to_copy", [BF16], [logits]),
+        (
+            K_LOG_SOFTMAX,
+            3000.0 * scale,
+            "aten::_log_softmax",
+            ["float", "Scalar", "Scalar"],
+            [logits, [], []],
+        ),
+        (
+            K_NLL,
+            50.0,
+            "aten::nll_loss_forward",
+            ["float", "long int", "", "Scalar", "Scalar"],
+            [logits, [8192], [], [], []],
+        ),
+        (
+            K_NLL_BWD,
+            1500.0 * scale,
+            "aten::nll_loss_backward",
+            ["float", "float", "long int"],
+            [[], logits, [8192]],
+        ),
+        (
+            K_LOG_SOFTMAX_BWD,
+            3000.0 * scale,
+            "aten::_log_softmax_backward_data",
+            ["float", "float", "Scalar", "Scalar"],
+            [logits, logits, [], []],
+        ),
+        (K_COPY, 2000.0 * scale, "aten::_to_copy", ["float"], [logits]),
+    ]
+    return _gpu_bound(ks)
+
+
+def fp32_vocab_loss() -> SyntheticTrace:
+    return _lm_loss(128256)
+
+
+def small_vocab_loss() -> SyntheticTrace:
+    return _lm_loss(1000)
+
+
+CASES += [
+    RuleCase(
+        "GA1104-fires-on-odd-gemm-shapes",
+        "GA1104",
+        odd_gemm_mlp,
+        expect=Expect(
+            fires=True,
+            min_severity="medium",
+            message_contains=("K=1001", "N=4097"),
+            recommendation_contains=("multiple of 8", "4097"),
+        ),
+    ),
+    RuleCase("GA1104-quiet-on-aligned-gemms", "GA1104", aligned_gemm_mlp, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1105-fires-on-an-fp32-128k-vocab-loss",
+        "GA1105",
+        fp32_vocab_loss,
+        expect=Expect(
+            fires=True,
+            min_severity="medium",
+            message_contains=("[8192, 128256]", "aten::_log_softmax"),
+            recommendation_contains=("fused cross-entropy",),
+        ),
+    ),
+    RuleCase("GA1105-quiet-on-a-small-vocabulary", "GA1105", small_vocab_loss, expect=Expect(fires=False)),
+]
