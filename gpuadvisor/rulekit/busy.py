@@ -49,3 +49,30 @@ def mask_time_us(ctx: RuleContext, mask: Any) -> float:
     if len(t) == 0:
         return 0.0
     return float(t["dur"].to_numpy()[mask].sum()) / max(1, ctx.model.window.count)
+
+
+def plain_fp32_matmul_us(ctx: RuleContext) -> float:
+    """Per analyzed step: matmul/conv/attention kernel time in plain FP32 on CUDA cores, as GA701 counts it
+    (the step model's `matmul_math` False, data not bf16/fp16)."""
+    from gpuadvisor.hardware import low_precision_data
+
+    model = ctx.model
+    k = model.window_kernels
+    if len(k) == 0:
+        return 0.0
+    math_of = model.matmul_math()
+    fp32 = {n for n, v in math_of.items() if v is False}
+    if not fp32:
+        return 0.0
+    names = k["name"].astype(str)
+    sel = names.isin(list(fp32)).to_numpy(dtype=bool)
+    sub = k[sel]
+    types = sub["op_input_types"].astype(object).where(sub["op_input_types"].notna(), None)
+    low = [
+        low_precision_data(n, t if isinstance(t, str) else None)
+        for n, t in zip(sub["name"].astype(str), types, strict=True)
+    ]
+    import numpy as np
+
+    dur = sub["dur"].to_numpy(dtype=np.float64)[~np.asarray(low, dtype=bool)] if len(sub) else np.zeros(0)
+    return float(dur.sum()) / max(1, model.window.count)

@@ -1,5 +1,5 @@
-"""GA1103 tf32-where-bf16: convolutions and matmuls on tensor cores in TF32, where bf16 doubles the
-peak and halves the bytes."""
+"""GA1103 tf32-convolutions: convolutions on tensor cores in cuDNN's default TF32, where bf16 doubles
+the peak and halves the bytes."""
 
 from __future__ import annotations
 
@@ -13,29 +13,32 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
-_MATH = (*kb.CONV_CLASSES, "gemm")
+_MATH = kb.CONV_CLASSES
 
 
-class Tf32WhereBf16(Rule):
-    """FP32 model whose convolutions and matmuls run on tensor cores in TF32: bf16 doubles the peak.
+class Tf32Convolutions(Rule):
+    """FP32 conv net whose convolutions run in cuDNN's default TF32: bf16 doubles the peak.
 
     Why it matters
     --------------
     cuDNN runs FP32 convolutions in TF32 on tensor cores by default (`torch.backends.cudnn.allow_tf32`
-    is True), and `allow_tf32`/`set_float32_matmul_precision("high")` does the same for matmuls: the
-    run "uses tensor cores", yet bf16 autocast doubles their peak again and halves the bytes every
-    kernel moves (the BatchNorm and elementwise kernels around the convolutions are memory-bound).
-    On a conv net in NCHW much of that gain is behind cuDNN's layout transposes: see GA1102.
+    is True): an FP32 conv net "uses tensor cores" without anyone choosing it, yet bf16 autocast
+    doubles their peak again and halves the bytes every kernel moves (the BatchNorm and elementwise
+    kernels around the convolutions are memory-bound). On a conv net in NCHW much of that gain is
+    behind cuDNN's layout transposes: see GA1102.
 
     Ownership: GA701 owns plain FP32 math on CUDA cores (TF32 off); this rule fires only when that
-    time is under GA701's `min_fp32_fraction`, so one finding per run names bf16_autocast.
+    time is under GA701's `min_fp32_fraction`, so one finding per run names bf16_autocast. TF32
+    matmuls (GEMMs, cuDNN's RNN GEMMs) are not reported: PyTorch runs FP32 matmuls without TF32 unless
+    the script turns it on (`allow_tf32`, `set_float32_matmul_precision`), a deliberate numerics
+    choice; the convolutions' TF32 is cuDNN's silent default.
 
     How it is detected
     ------------------
-    The step model's kernel table gives each GEMM/convolution kernel its math dtype: FP32 data on
-    tensor cores (TF32 in the name, or the tensor-core verdict of `matmul_math`) is `tf32`. Fires when
-    those kernels take at least `min_tf32_fraction` of the step and the bf16 replay recovers at least
-    `min_impact`.
+    The step model's kernel table gives each convolution kernel its math dtype: FP32 data on tensor
+    cores (TF32 in the name, or the tensor-core verdict of `matmul_math`) is `tf32`. Fires when those
+    kernels take at least `min_tf32_fraction` of the step, plain-FP32 matmul time (GA701's) is under
+    `max_fp32_fraction`, and the bf16 replay recovers at least `min_impact`.
 
     Impact: the replay under bf16 autocast: each TF32 kernel's time at its roofline halves (its
     roofline fraction r: time x (1 - r/2); the rest of its time, latency and tails, stays), and the
@@ -53,12 +56,12 @@ class Tf32WhereBf16(Rule):
     """
 
     id = "GA1103"
-    name = "tf32-where-bf16"
+    name = "tf32-convolutions"
     category = Category.KERNEL_EFFICIENCY
     requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.NVIDIA_GPU})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_tf32_fraction": Threshold(
-            0.10, "TF32 conv/matmul time as a share of the step worth reporting", "fraction"
+            0.10, "TF32 convolution time as a share of the step worth reporting", "fraction"
         ),
         "max_fp32_fraction": Threshold(
             0.05, "plain-FP32 matmul time above which GA701 owns the bf16 finding", "fraction"
@@ -83,7 +86,7 @@ class Tf32WhereBf16(Rule):
             return
         step_us = win.median_step_us
         tf32_us = kb.class_time_us(ctx, _MATH, ("tf32",))
-        fp32_us = kb.class_time_us(ctx, _MATH, ("fp32",))
+        fp32_us = kb.plain_fp32_matmul_us(ctx)
         if step_us <= 0 or tf32_us / step_us < ctx.threshold("min_tf32_fraction"):
             return
         if fp32_us / step_us >= ctx.threshold("max_fp32_fraction"):
@@ -98,7 +101,7 @@ class Tf32WhereBf16(Rule):
         tf32 = table[table["class"].isin(list(_MATH)) & (table["dtype"] == "tf32")]
         roof = float((tf32["roofline_fraction"].fillna(0.0) * tf32["dur"]).sum() / tf32["dur"].sum())
         message = (
-            f"{cm.pct(tf32_us / step_us)} of the step is convolutions/matmuls on tensor cores in TF32 "
+            f"{cm.pct(tf32_us / step_us)} of the step is convolutions on tensor cores in cuDNN's default TF32 "
             f"({cm.ms(tf32_us)} per step, at {cm.pct(roof)} of their roofline on average); FP32 normalization, "
             f"elementwise and reduction kernels take {cm.ms(memory_us)} more. bf16 doubles the tensor-core peak "
             "and halves the bytes. " + cm.prediction_sentence(pred, "bf16 autocast")
@@ -146,7 +149,7 @@ class Tf32WhereBf16(Rule):
         ]
         yield self.finding(
             impact=impact,
-            title=f"TF32 convolutions/matmuls ({cm.pct(tf32_us / step_us)} of the step): bf16 saves {cm.pct(impact)}",
+            title=f"TF32 convolutions ({cm.pct(tf32_us / step_us)} of the step): bf16 saves {cm.pct(impact)}",
             message=message,
             evidence={
                 "tf32_time_per_step_us": tf32_us,
