@@ -580,3 +580,134 @@ def vocab_loss_factor(model: StepModel) -> Any:
         return np.ones(len(t))
     f = min(1.0, v.predicted_per_step_us / v.time_per_step_us)
     return np.where(v.kernels, f, 1.0)
+
+
+# ---- hand-written chains of memory-bound kernels ------------------------------------------------------------
+
+# Primitive aten arithmetic: what hand-written LayerNorm, GELU, scaling and residual code launches, one
+# kernel per operator. Library ops that are already one kernel (native_layer_norm, native_batch_norm,
+# gelu, softmax, native_dropout) are not chain links: a compiler gains little on them.
+_PRIMITIVE_OPS = frozenset(
+    {
+        "aten::add",
+        "aten::add_",
+        "aten::sub",
+        "aten::sub_",
+        "aten::rsub",
+        "aten::mul",
+        "aten::mul_",
+        "aten::div",
+        "aten::div_",
+        "aten::pow",
+        "aten::sqrt",
+        "aten::rsqrt",
+        "aten::tanh",
+        "aten::tanh_",
+        "aten::exp",
+        "aten::neg",
+        "aten::reciprocal",
+        "aten::mean",
+        "aten::sum",
+        "aten::var",
+        "aten::where",
+        "aten::clamp",
+        "aten::clamp_min",
+        "aten::maximum",
+        "aten::minimum",
+        "aten::sigmoid",
+        "aten::abs",
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::addcmul",
+        "aten::tanh_backward",
+        "aten::pow_",
+        "aten::sigmoid_backward",
+        "aten::masked_fill",
+        "aten::bernoulli_",
+        "aten::square",
+        "aten::erf",
+    }
+)
+
+
+@dataclass
+class MemoryChains:
+    """Runs of consecutive primitive memory-bound kernels on one stream (hand-written elementwise code)."""
+
+    kernels: Any  # boolean mask over kernel-table rows: members of chains of at least `min_length`
+    factor: Any  # per kernel-table row: fused chain time / chain time (1 outside)
+    chains_per_step: float
+    time_per_step_us: float
+    predicted_per_step_us: float
+    longest: int
+    ops: dict[str, float] = field(default_factory=dict)
+
+
+def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | None:
+    """Chains of at least `min_length` consecutive primitive elementwise/reduction kernels on one stream
+    (nothing else between them on that stream), outside the optimizer, with their bytes known. A fused
+    kernel for a chain moves the bytes of its largest member (one read of the input, one write of the
+    output) at the bandwidth the chain reaches now: fused time = chain time x max(bytes) / sum(bytes)."""
+    import numpy as np
+
+    cache_key = ("memory_chains", min_length)
+    if cache_key in model._derived:
+        hit: MemoryChains | None = model._derived[cache_key]
+        return hit
+    model._derived[cache_key] = None
+    t = model.kernel_table
+    if len(t) < min_length:
+        return None
+    op = t["op_name"].fillna("").astype(str).to_numpy(dtype=object)
+    cls = t["class"].to_numpy(dtype=object)
+    nbytes = t["bytes"].to_numpy(dtype=np.float64)
+    ok = (
+        np.isin(op, list(_PRIMITIVE_OPS))
+        & np.isin(cls, ["elementwise", "reduction_softmax", "copy"])
+        & np.isfinite(nbytes)
+        & (nbytes > 0)
+    )
+    order = np.lexsort(
+        (t["ts"].to_numpy(dtype=np.float64), np.nan_to_num(t["stream"].to_numpy(dtype=np.float64), nan=-1.0))
+    )
+    ok_o = ok[order]
+    stream_o = np.nan_to_num(t["stream"].to_numpy(dtype=np.float64), nan=-1.0)[order]
+    new_chain = ~ok_o | np.r_[True, (stream_o[1:] != stream_o[:-1]) | ~ok_o[:-1]]
+    chain_id = np.cumsum(new_chain)
+    chain_id = np.where(ok_o, chain_id, 0)
+    ids, counts = np.unique(chain_id[chain_id > 0], return_counts=True)
+    long_ids = ids[counts >= min_length]
+    if not len(long_ids):
+        return None
+    dur_o = t["dur"].to_numpy(dtype=np.float64)[order]
+    bytes_o = nbytes[order]
+    member_o = np.isin(chain_id, long_ids)
+    factor_o = np.ones(len(t))
+    predicted = 0.0
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": chain_id[member_o], "dur": dur_o[member_o], "bytes": bytes_o[member_o]})
+    g = frame.groupby("id").agg(dur=("dur", "sum"), total=("bytes", "sum"), largest=("bytes", "max"))
+    f = (g["largest"] / g["total"]).clip(upper=1.0)
+    predicted = float((g["dur"] * f).sum())
+    factor_o[member_o] = pd.Series(chain_id[member_o]).map(f).to_numpy(dtype=np.float64)
+    factor = np.ones(len(t))
+    factor[order] = factor_o
+    member = np.zeros(len(t), dtype=bool)
+    member[order] = member_o
+    steps = max(1, model.window.count)
+    dur = t["dur"].to_numpy(dtype=np.float64)
+    by_op: dict[str, float] = {}
+    for name in np.unique(op[member]).tolist():
+        by_op[str(name)] = float(dur[member & (op == name)].sum()) / steps
+    result = MemoryChains(
+        kernels=member,
+        factor=factor,
+        chains_per_step=len(long_ids) / steps,
+        time_per_step_us=float(dur[member].sum()) / steps,
+        predicted_per_step_us=predicted / steps,
+        longest=int(counts.max()),
+        ops=dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
+    )
+    model._derived[cache_key] = result
+    return result

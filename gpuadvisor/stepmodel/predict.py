@@ -113,6 +113,8 @@ def _cuda_graphs(model: StepModel, program: Program, p: dict[str, Any]) -> Progr
 
 @transform(RemedyId.TORCH_COMPILE)
 def _torch_compile(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    if p.get("mode") == "default":  # fusion of hand-written elementwise chains only (GA1106)
+        return t.fuse_memory_chains(model, program)
     inputs = bool(p.get("input_copies", True))
     if p.get("fusion", True):
         return t.torch_compile(model, program, input_copies=inputs)

@@ -874,3 +874,18 @@ def fused_cross_entropy(model: StepModel, program: Program) -> Program:
     from gpuadvisor.stepmodel.busy import vocab_loss_factor
 
     return _scale_table_kernels(model, program, vocab_loss_factor(model))
+
+
+def fuse_memory_chains(model: StepModel, program: Program) -> Program:
+    """torch.compile in its default mode (no CUDA graphs) on hand-written elementwise code: each chain of
+    primitive memory-bound kernels (gpuadvisor.stepmodel.busy.memory_chains) runs as one fused kernel
+    that moves the bytes of the chain's largest member at the bandwidth the chain reaches now. Launches
+    stay (a GPU-bound step does not wait for them)."""
+    import numpy as np
+
+    from gpuadvisor.stepmodel.busy import memory_chains
+
+    chains = memory_chains(model)
+    if chains is None:
+        return program
+    return _scale_table_kernels(model, program, np.asarray(chains.factor, dtype=np.float64))

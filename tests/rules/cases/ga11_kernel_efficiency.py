@@ -452,3 +452,88 @@ CASES += [
     ),
     RuleCase("GA1105-quiet-on-a-small-vocabulary", "GA1105", small_vocab_loss, expect=Expect(fires=False)),
 ]
+
+
+# ---- hand-written elementwise chains ------------------------------------------------------------------------
+
+K_LAYER_NORM = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, float const*, float const*, float const*, float*, float*, float*)"
+K_GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, float, std::array<char*, 2ul>)"
+
+
+def _mlp_chains(hand_written: bool) -> SyntheticTrace:
+    """8 MLP blocks on 16k tokens x 1024 (hidden 4096) in FP32 activations: LayerNorm and the tanh GELU by
+    hand (one kernel per operator, ~45 us a pass over [16384, 1024] and ~180 us over [16384, 4096] at
+    ~3 TB/s), or as library ops (one kernel each)."""
+    x = [16384, 1024]
+    h = [16384, 4096]
+    stat = [16384, 1]
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = []
+    for _ in range(8):
+        if hand_written:
+            ks += [
+                (K_REDUCE_MEAN, 30.0, "aten::mean", ["float"], [x]),
+                (K_ELEMENTWISE, 45.0, "aten::sub", ["float", "float"], [x, stat]),
+                (K_ELEMENTWISE, 45.0, "aten::pow", ["float", "Scalar"], [x, []]),
+                (K_REDUCE_MEAN, 30.0, "aten::mean", ["float"], [x]),
+                (K_ELEMENTWISE, 5.0, "aten::add", ["float", "Scalar"], [stat, []]),
+                (K_ELEMENTWISE, 5.0, "aten::sqrt", ["float"], [stat]),
+                (K_ELEMENTWISE, 45.0, "aten::div", ["float", "float"], [x, stat]),
+                (K_ELEMENTWISE, 45.0, "aten::mul", ["float", "float"], [x, [1024]]),
+                (K_ELEMENTWISE, 45.0, "aten::add", ["float", "float"], [x, [1024]]),
+            ]
+        else:
+            ks.append(
+                (
+                    K_LAYER_NORM,
+                    50.0,
+                    "aten::native_layer_norm",
+                    ["float", "ScalarList", "float", "float"],
+                    [x, [], [1024], [1024]],
+                )
+            )
+        ks.append((K_NVJET_BF16, 250.0, "aten::mm", [BF16, BF16], [[16384, 1024], [1024, 4096]]))
+        if hand_written:
+            ks += [
+                (K_ELEMENTWISE, 180.0, "aten::pow", ["float", "Scalar"], [h, []]),
+                (K_ELEMENTWISE, 180.0, "aten::mul", ["float", "Scalar"], [h, []]),
+                (K_ELEMENTWISE, 180.0, "aten::add", ["float", "float"], [h, h]),
+                (K_ELEMENTWISE, 180.0, "aten::mul", ["float", "Scalar"], [h, []]),
+                (K_ELEMENTWISE, 180.0, "aten::tanh", ["float"], [h]),
+                (K_ELEMENTWISE, 180.0, "aten::add", ["float", "Scalar"], [h, []]),
+                (K_ELEMENTWISE, 180.0, "aten::mul", ["float", "float"], [h, h]),
+                (K_ELEMENTWISE, 180.0, "aten::mul", ["float", "Scalar"], [h, []]),
+            ]
+        else:
+            ks.append((K_GELU, 180.0, "aten::gelu", ["float", ""], [h, []]))
+        ks.append((K_NVJET_BF16, 250.0, "aten::mm", [BF16, BF16], [[16384, 4096], [4096, 1024]]))
+    return _gpu_bound(ks)
+
+
+K_REDUCE_MEAN = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+    "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)"
+)
+
+
+def hand_written_mlp() -> SyntheticTrace:
+    return _mlp_chains(hand_written=True)
+
+
+def library_mlp() -> SyntheticTrace:
+    return _mlp_chains(hand_written=False)
+
+
+CASES += [
+    RuleCase(
+        "GA1106-fires-on-hand-written-layernorm-and-gelu",
+        "GA1106",
+        hand_written_mlp,
+        expect=Expect(
+            fires=True,
+            min_severity="high",
+            message_contains=("chains per step", "aten::mul"),
+            recommendation_contains=("torch.compile", "nn.LayerNorm"),
+        ),
+    ),
+    RuleCase("GA1106-quiet-on-library-layernorm-and-gelu", "GA1106", library_mlp, expect=Expect(fires=False)),
+]
