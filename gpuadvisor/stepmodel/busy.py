@@ -112,21 +112,21 @@ def attention_patterns(model: StepModel, c: BusyConstants | None = None) -> list
 
 def _find_attention(model: StepModel, c: BusyConstants) -> list[AttentionPattern]:
     import numpy as np
-    import pandas as pd
 
-    from gpuadvisor.stepmodel.kernels import dtype_of_types
+    from gpuadvisor.stepmodel.kernels import column_codes, combined_codes, dtype_of_types
 
     table = model.kernel_table
     k = model.window_kernels
     steps = max(1, model.window.count)
     if len(table) == 0:
         return []
-    op = k["op_name"].fillna("").astype(str).to_numpy(dtype=object)
-    dims = k["op_input_dims"].fillna("").astype(str).to_numpy(dtype=object)
-    types = k["op_input_types"].fillna("").astype(str).to_numpy(dtype=object)
+    op_c, op_u = column_codes(model, "op_name")
+    dims_c, dims_u = column_codes(model, "op_input_dims")
+    type_c, type_u = column_codes(model, "op_input_types")
+    op = np.asarray(op_u, dtype=object)[op_c]
     not_opt = table["class"].to_numpy(dtype=object) != "optimizer"
-    key = pd.MultiIndex.from_arrays([op, dims, types])
-    codes, uniques = pd.factorize(key)
+    codes, first = combined_codes(op_c, dims_c, type_c)
+    uniques = [(op_u[op_c[i]], dims_u[dims_c[i]], type_u[type_c[i]]) for i in first.tolist()]
     parsed = [(o, _shapes(d), t) for o, d, t in uniques]
     # signatures from the forward softmaxes
     sigs: dict[tuple[int, int, int], dict[str, Any]] = {}
@@ -278,14 +278,21 @@ def layout_transposes(model: StepModel) -> Any:
     t = model.kernel_table
     if len(t) == 0:
         return np.zeros(0, dtype=bool)
-    names = t["name"].astype(str)
+    import re
+
+    from gpuadvisor.stepmodel.kernels import column_codes
+
+    cached = model._derived.get("layout_transposes")
+    if cached is not None:
+        return cached
+    name_c, name_u = column_codes(model, "name")
+    op_c, op_u = column_codes(model, "op_name")
+    pattern = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
+    cudnn_u = np.array([bool(pattern.search(n)) for n in name_u], dtype=bool)
+    conv_u = np.array(["conv" in o.lower() for o in op_u], dtype=bool)
     cls = t["class"].to_numpy(dtype=object)
-    ops = t["op_name"].fillna("").astype(str)
-    cudnn = names.str.contains(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", case=False, regex=True).to_numpy(
-        dtype=bool
-    )
-    conv_op = ops.str.contains("conv", case=False, regex=False).to_numpy(dtype=bool)
-    out: Any = (cls == "layout_transpose") & (cudnn | conv_op)
+    out: Any = (cls == "layout_transpose") & (cudnn_u[name_c] | conv_u[op_c])
+    model._derived["layout_transposes"] = out
     return out
 
 
@@ -367,7 +374,6 @@ def odd_gemms(
     GEMM does the FLOPs of its padded shape at the roofline fraction this run's aligned bf16/fp16
     GEMMs reach (time-weighted; 0.6 of the peak when there are none), never slower than now."""
     import numpy as np
-    import pandas as pd
 
     c = c or BUSY
     cache_key = ("odd_gemms", align, min_k)
@@ -378,14 +384,15 @@ def odd_gemms(
     result: OddGemms | None = None
     peak = _peak(model)
     if len(t) and peak is not None:
-        k = model.window_kernels
         gemm = (t["class"].to_numpy(dtype=object) == "gemm") & np.isin(
             t["dtype"].to_numpy(dtype=object), ["bf16", "fp16"]
         )
-        op = k["op_name"].fillna("").astype(str).to_numpy(dtype=object)
-        dims = k["op_input_dims"].fillna("").astype(str).to_numpy(dtype=object)
-        key = pd.MultiIndex.from_arrays([op, dims])
-        codes, uniques = pd.factorize(key)
+        from gpuadvisor.stepmodel.kernels import column_codes, combined_codes
+
+        op_c, op_u = column_codes(model, "op_name")
+        dims_c, dims_u = column_codes(model, "op_input_dims")
+        codes, first = combined_codes(op_c, dims_c)
+        uniques = [(op_u[op_c[i]], dims_u[dims_c[i]]) for i in first.tolist()]
         odd_u = np.zeros(len(uniques), dtype=bool)
         padded_flops_u = np.full(len(uniques), np.nan)
         shape_u: list[tuple[int, int, int, int] | None] = []
@@ -494,7 +501,6 @@ def vocab_loss(
 ) -> VocabLoss | None:
     """The FP32 large-vocabulary loss of a bf16/fp16 run, or None (cached per model)."""
     import numpy as np
-    import pandas as pd
 
     c = c or BUSY
     cache_key = ("vocab_loss", min_vocab)
@@ -516,11 +522,14 @@ def vocab_loss(
     if low < 0.5 * float(dur[gemm].sum()):
         return None  # the run is not in low precision: GA701/GA1103 territory
     k = model.window_kernels
-    op = k["op_name"].fillna("").astype(str).to_numpy(dtype=object)
-    dims = k["op_input_dims"].fillna("").astype(str).to_numpy(dtype=object)
-    types = k["op_input_types"].fillna("").astype(str).to_numpy(dtype=object)
-    key = pd.MultiIndex.from_arrays([op, dims, types])
-    codes, uniques = pd.factorize(key)
+    from gpuadvisor.stepmodel.kernels import column_codes, combined_codes
+
+    op_c, op_u = column_codes(model, "op_name")
+    dims_c, dims_u = column_codes(model, "op_input_dims")
+    type_c, type_u = column_codes(model, "op_input_types")
+    op = np.asarray(op_u, dtype=object)[op_c]
+    codes, first = combined_codes(op_c, dims_c, type_c)
+    uniques = [(op_u[op_c[i]], dims_u[dims_c[i]], type_u[type_c[i]]) for i in first.tolist()]
     parsed = [(o, _shapes(d), ty) for o, d, ty in uniques]
     loss_shape: tuple[int, int] | None = None
     for o, shapes, ty in parsed:

@@ -243,11 +243,13 @@ def _op_work(
     return nan, read + largest  # the output is the size of the largest input (elementwise, norm, softmax)
 
 
-def _conv_output_sizes(frame: pd.DataFrame) -> dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]]:
-    """(input shape, weight shape) -> (Ho, Wo) from the convolution backward ops' grad_out."""
+def _conv_output_sizes(
+    backward_dims: list[str],
+) -> dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]]:
+    """(input shape, weight shape) -> (Ho, Wo) from the convolution backward ops' grad_out (their
+    distinct `Input Dims` texts)."""
     out: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]] = {}
-    back = frame[frame["op_name"].astype(str).str.contains("convolution_backward", regex=False)]
-    for dims in back["op_input_dims"].dropna().unique().tolist():
+    for dims in backward_dims:
         shapes = _parse_list(dims)
         if len(shapes) >= 3 and all(isinstance(s, list) and len(s) == 4 for s in shapes[:3]):
             go, x, w = shapes[0], shapes[1], shapes[2]
@@ -268,6 +270,47 @@ def _math_dtype(name: str, data_dtype: str, tensor_core: bool | None) -> str:
     return data_dtype
 
 
+def column_codes(model: StepModel, column: str) -> tuple[Any, list[str]]:
+    """(codes, distinct values as str; "" for missing) of a `window_kernels` column, factorized once per
+    model: every distinct-value computation of the busy-time code maps through these."""
+    import numpy as np
+    import pandas as pd
+
+    key = ("codes", column)
+    hit = model._derived.get(key)
+    if hit is not None:
+        out: tuple[Any, list[str]] = hit
+        return out
+    values = model.window_kernels[column]
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    labels = [str(u) for u in np.asarray(uniques, dtype=object).tolist()]
+    codes = np.asarray(codes, dtype=np.int64)
+    if (codes < 0).any():
+        labels.append("")
+        codes = np.where(codes < 0, len(labels) - 1, codes)
+    result = (codes, labels)
+    model._derived[key] = result
+    return result
+
+
+def combined_codes(*codes: Any) -> tuple[Any, Any]:
+    """(inverse, first row of each distinct combination) of several integer code arrays (hash-based:
+    the codes are packed into one int64 key)."""
+    import numpy as np
+    import pandas as pd
+
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for c in codes:
+        c = np.asarray(c, dtype=np.int64)
+        key = key * (int(c.max()) + 1 if len(c) else 1) + c
+    inverse, uniques = pd.factorize(key)
+    inverse = np.asarray(inverse, dtype=np.int64)
+    first = np.full(len(uniques), -1, dtype=np.int64)
+    rows = np.arange(len(inverse), dtype=np.int64)
+    first[inverse[::-1]] = rows[::-1]
+    return inverse, first
+
+
 def build_kernel_table(model: StepModel) -> pd.DataFrame:
     """One row per kernel of `model.window_kernels` (same index); columns TABLE_COLUMNS."""
     import numpy as np
@@ -278,23 +321,26 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
     if n == 0:
         empty: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in TABLE_COLUMNS})
         return empty
-    names = k["name"].astype(str).to_numpy(dtype=object)
-    op_names = k["op_name"].fillna("").astype(str).to_numpy(dtype=object)
-    families = k["family"].astype(str).to_numpy(dtype=object)
+    name_c, name_u = column_codes(model, "name")
+    op_c, op_u = column_codes(model, "op_name")
+    fam_c, fam_u = column_codes(model, "family")
+    type_c, type_u = column_codes(model, "op_input_types")
+    dims_c, dims_u = column_codes(model, "op_input_dims")
+    names = np.asarray(name_u, dtype=object)[name_c]
     # ---- classes, once per distinct (name, op) -------------------------------------------------------
-    key = pd.MultiIndex.from_arrays([names, op_names, families])
-    codes, uniques = pd.factorize(key)
+    codes, first = combined_codes(name_c, op_c, fam_c)
     math_of = model.matmul_math()
-    u_class = [kernel_class(nm, op or None, fam) for nm, op, fam in uniques]
+    u_class = [
+        kernel_class(name_u[name_c[i]], op_u[op_c[i]] or None, fam_u[fam_c[i]]) for i in first.tolist()
+    ]
     cls = np.asarray(u_class, dtype=object)[codes]
     in_opt = k["in_optimizer"].to_numpy(dtype=bool)
     cls = np.where(in_opt & (cls != "collective"), "optimizer", cls)
     # ---- dtypes, once per distinct (name, types) ------------------------------------------------------
-    types = k["op_input_types"].to_numpy(dtype=object)
-    tkey = pd.MultiIndex.from_arrays([names, pd.Series(types).fillna("").astype(str).to_numpy(dtype=object)])
-    tcodes, tuniques = pd.factorize(tkey)
+    tcodes, tfirst = combined_codes(name_c, type_c)
     u_dtype: list[str] = []
-    for nm, ty in tuniques:
+    for i in tfirst.tolist():
+        nm, ty = name_u[name_c[i]], type_u[type_c[i]]
         data = dtype_of_types(ty or None)
         tc = math_of.get(nm)
         if tc is None:
@@ -303,19 +349,19 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
             _math_dtype(nm, data, tc) if nm in math_of or tc is not None else (data or _name_dtype(nm))
         )
     dtype = np.asarray(u_dtype, dtype=object)[tcodes]
-    # ---- work, once per distinct (op, dims, types) ----------------------------------------------------
-    dims = k["op_input_dims"].to_numpy(dtype=object)
-    wkey = pd.MultiIndex.from_arrays(
-        [
-            op_names,
-            pd.Series(dims).fillna("").astype(str).to_numpy(dtype=object),
-            pd.Series(types).fillna("").astype(str).to_numpy(dtype=object),
-            cls,
-        ]
-    )
-    wcodes, wuniques = pd.factorize(wkey)
-    out_hw = _conv_output_sizes(k)
-    work = [_op_work(op, d, t, c, out_hw) if op else (math.nan, math.nan) for op, d, t, c in wuniques]
+    # ---- work, once per distinct (op, dims, types, class) -----------------------------------------------
+    cls_c = np.unique(cls.astype(str), return_inverse=True)[1]
+    wcodes, wfirst = combined_codes(op_c, dims_c, type_c, cls_c)
+    back = [i for i, o in enumerate(op_u) if "convolution_backward" in o]
+    out_hw = _conv_output_sizes([dims_u[d] for d in np.unique(dims_c[np.isin(op_c, back)]).tolist()])
+    work = []
+    for i in wfirst.tolist():
+        op = op_u[op_c[i]]
+        work.append(
+            _op_work(op, dims_u[dims_c[i]], type_u[type_c[i]], str(cls[i]), out_hw)
+            if op
+            else (math.nan, math.nan)
+        )
     op_flops_est = np.asarray([w[0] for w in work], dtype=np.float64)[wcodes]
     op_bytes = np.asarray([w[1] for w in work], dtype=np.float64)[wcodes]
     recorded = k["op_flops"].to_numpy(dtype=np.float64)
