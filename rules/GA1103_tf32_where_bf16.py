@@ -1,5 +1,5 @@
-"""GA1103 tf32-convolutions: convolutions on tensor cores in cuDNN's default TF32, where bf16 doubles
-the peak and halves the bytes."""
+"""GA1103 tf32-where-bf16: convolutions and matmuls on tensor cores in TF32, where bf16 doubles the peak
+and halves the bytes."""
 
 from __future__ import annotations
 
@@ -13,31 +13,32 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 
-_MATH = kb.CONV_CLASSES
+_MATH = (*kb.CONV_CLASSES, "gemm")
 
 
-class Tf32Convolutions(Rule):
-    """FP32 conv net whose convolutions run in cuDNN's default TF32: bf16 doubles the peak.
+class Tf32WhereBf16(Rule):
+    """FP32 model whose convolutions and matmuls run on tensor cores in TF32: bf16 doubles the peak.
 
     Why it matters
     --------------
     cuDNN runs FP32 convolutions in TF32 on tensor cores by default (`torch.backends.cudnn.allow_tf32`
-    is True): an FP32 conv net "uses tensor cores" without anyone choosing it, yet bf16 autocast
-    doubles their peak again and halves the bytes every kernel moves (the BatchNorm and elementwise
-    kernels around the convolutions are memory-bound). On a conv net in NCHW much of that gain is
-    behind cuDNN's layout transposes: see GA1102.
+    is True), and `torch.set_float32_matmul_precision("high")` (or `allow_tf32`) does the same for
+    matmuls: the run "uses tensor cores", yet bf16 autocast doubles their peak again and halves the
+    bytes every kernel moves (the BatchNorm and elementwise kernels around the convolutions are
+    memory-bound). On a conv net in NCHW much of that gain is behind cuDNN's layout transposes: see
+    GA1102.
 
     Ownership: GA701 owns plain FP32 math on CUDA cores (TF32 off); this rule fires only when that
-    time is under GA701's `min_fp32_fraction`, so one finding per run names bf16_autocast. TF32
-    matmuls (GEMMs, cuDNN's RNN GEMMs) are not reported: PyTorch runs FP32 matmuls without TF32 unless
-    the script turns it on (`allow_tf32`, `set_float32_matmul_precision`), a deliberate numerics
-    choice; the convolutions' TF32 is cuDNN's silent default.
+    time is under GA701's `min_fp32_fraction`, so one finding per run names bf16_autocast.
 
     How it is detected
     ------------------
-    The step model's kernel table gives each convolution kernel its math dtype: FP32 data on tensor
-    cores (TF32 in the name, or the tensor-core verdict of `matmul_math`) is `tf32`. Fires when those
-    kernels take at least `min_tf32_fraction` of the step, plain-FP32 matmul time (GA701's) is under
+    The step model's kernel table gives each convolution and GEMM kernel its math dtype: FP32 data on
+    tensor cores (TF32 in the name, or the tensor-core verdict of `matmul_math`) is `tf32`. Fires when
+    those kernels take at least `min_tf32_fraction` of the step, the ones whose roofline the recorded
+    shapes give make up at least `min_known_fraction` of that time (the prediction prices only what it
+    can see: TF32 GEMMs inside an opaque library call such as cuDNN's RNN have no shapes, and a
+    finding built on them would be a guess), plain-FP32 matmul time (GA701's) is under
     `max_fp32_fraction`, and the bf16 replay recovers at least `min_impact`.
 
     Impact: the replay under bf16 autocast: each TF32 kernel's time at its roofline halves (its
@@ -56,12 +57,15 @@ class Tf32Convolutions(Rule):
     """
 
     id = "GA1103"
-    name = "tf32-convolutions"
+    name = "tf32-where-bf16"
     category = Category.KERNEL_EFFICIENCY
     requires = frozenset({Requirement.GPU_KERNELS, Requirement.STEPS, Requirement.NVIDIA_GPU})
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_tf32_fraction": Threshold(
-            0.10, "TF32 convolution time as a share of the step worth reporting", "fraction"
+            0.10, "TF32 convolution/matmul time as a share of the step worth reporting", "fraction"
+        ),
+        "min_known_fraction": Threshold(
+            0.5, "share of the TF32 time whose work (FLOPs, bytes) the recorded shapes give", "fraction"
         ),
         "max_fp32_fraction": Threshold(
             0.05, "plain-FP32 matmul time above which GA701 owns the bf16 finding", "fraction"
@@ -91,17 +95,20 @@ class Tf32Convolutions(Rule):
             return
         if fp32_us / step_us >= ctx.threshold("max_fp32_fraction"):
             return  # GA701's
+        table = model.kernel_table
+        tf32 = table[table["class"].isin(list(_MATH)) & (table["dtype"] == "tf32")]
+        known_us = float(tf32.loc[tf32["roofline_us"].notna(), "dur"].sum()) / win.count
+        if known_us < ctx.threshold("min_known_fraction") * tf32_us:
+            return  # mostly opaque (no shapes): nothing to price with confidence
         pred = ctx.predict(RemedyId.BF16_AUTOCAST)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
             return
         memory_us = kb.class_time_us(ctx, ("normalization", "elementwise", "reduction_softmax"), ("fp32",))
         transpose_us = kb.mask_time_us(ctx, layout_transposes(model))
-        table = model.kernel_table
-        tf32 = table[table["class"].isin(list(_MATH)) & (table["dtype"] == "tf32")]
         roof = float((tf32["roofline_fraction"].fillna(0.0) * tf32["dur"]).sum() / tf32["dur"].sum())
         message = (
-            f"{cm.pct(tf32_us / step_us)} of the step is convolutions on tensor cores in cuDNN's default TF32 "
+            f"{cm.pct(tf32_us / step_us)} of the step is convolutions/matmuls on tensor cores in TF32 "
             f"({cm.ms(tf32_us)} per step, at {cm.pct(roof)} of their roofline on average); FP32 normalization, "
             f"elementwise and reduction kernels take {cm.ms(memory_us)} more. bf16 doubles the tensor-core peak "
             "and halves the bytes. " + cm.prediction_sentence(pred, "bf16 autocast")
@@ -149,12 +156,13 @@ class Tf32Convolutions(Rule):
         ]
         yield self.finding(
             impact=impact,
-            title=f"TF32 convolutions ({cm.pct(tf32_us / step_us)} of the step): bf16 saves {cm.pct(impact)}",
+            title=f"TF32 convolutions/matmuls ({cm.pct(tf32_us / step_us)} of the step): bf16 saves {cm.pct(impact)}",
             message=message,
             evidence={
                 "tf32_time_per_step_us": tf32_us,
                 "tf32_fraction": tf32_us / step_us,
                 "tf32_roofline_fraction": roof,
+                "tf32_known_time_per_step_us": known_us,
                 "fp32_memory_bound_time_per_step_us": memory_us,
                 "layout_transpose_time_per_step_us": transpose_us,
                 "plain_fp32_matmul_time_per_step_us": fp32_us,
