@@ -537,3 +537,42 @@ CASES += [
     ),
     RuleCase("GA1106-quiet-on-library-layernorm-and-gelu", "GA1106", library_mlp, expect=Expect(fires=False)),
 ]
+
+
+# ---- TF32 matmuls: priced when their shapes are recorded ----------------------------------------------------
+
+K_GEMM_TF32 = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+
+
+def _tf32_gemms(op: str, dims: Sequence[Sequence[int]]) -> SyntheticTrace:
+    # [8192, 4096] x [4096, 4096] in TF32: 275 GFLOP in 800 us (~340 TFLOP/s, 70% of the TF32 peak)
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
+        (K_GEMM_TF32, 800.0, op, ["float", "float"], dims) for _ in range(12)
+    ]
+    ks += [
+        (K_ELEMENTWISE, 60.0, "aten::add", ["float", "float"], [[8192, 4096], [8192, 4096]])
+        for _ in range(12)
+    ]
+    return _gpu_bound(ks)
+
+
+def tf32_gemms_with_shapes() -> SyntheticTrace:
+    return _tf32_gemms("aten::mm", [[8192, 4096], [4096, 4096]])
+
+
+def tf32_gemms_inside_cudnn_rnn() -> SyntheticTrace:
+    # cuDNN's LSTM runs its GEMMs inside one op whose recorded inputs do not give their shapes
+    return _tf32_gemms("aten::_cudnn_rnn", [[128, 256, 1024], [4096, 1024]])
+
+
+CASES += [
+    RuleCase(
+        "GA1103-fires-on-tf32-gemms-with-shapes",
+        "GA1103",
+        tf32_gemms_with_shapes,
+        expect=Expect(fires=True, min_severity="high", message_contains=("TF32",)),
+    ),
+    RuleCase(
+        "GA1103-quiet-on-opaque-tf32-gemms", "GA1103", tf32_gemms_inside_cudnn_rnn, expect=Expect(fires=False)
+    ),
+]
