@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.hardware import low_precision_data
+
 if TYPE_CHECKING:
     from gpuadvisor.rules_api import RuleContext
 
@@ -54,8 +56,6 @@ def mask_time_us(ctx: RuleContext, mask: Any) -> float:
 def plain_fp32_matmul_us(ctx: RuleContext) -> float:
     """Per analyzed step: matmul/conv/attention kernel time in plain FP32 on CUDA cores, as GA701 counts it
     (the step model's `matmul_math` False, data not bf16/fp16)."""
-    from gpuadvisor.hardware import low_precision_data
-
     model = ctx.model
     k = model.window_kernels
     if len(k) == 0:

@@ -12,8 +12,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.hardware import GpuPeak, gpu_peak_for
+from gpuadvisor.stepmodel.kernels import column_codes, combined_codes, dtype_of_types
+
 if TYPE_CHECKING:
-    from gpuadvisor.hardware import GpuPeak
     from gpuadvisor.stepmodel.model import StepModel
 
 
@@ -112,8 +114,6 @@ def attention_patterns(model: StepModel, c: BusyConstants | None = None) -> list
 
 def _find_attention(model: StepModel, c: BusyConstants) -> list[AttentionPattern]:
     import numpy as np
-
-    from gpuadvisor.stepmodel.kernels import column_codes, combined_codes, dtype_of_types
 
     table = model.kernel_table
     k = model.window_kernels
@@ -249,7 +249,6 @@ def fused_attention_us(model: StepModel, p: AttentionPattern, c: BusyConstants |
 
 
 def _peak(model: StepModel) -> GpuPeak | None:
-    from gpuadvisor.hardware import gpu_peak_for
 
     return gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
 
@@ -279,8 +278,6 @@ def layout_transposes(model: StepModel) -> Any:
     if len(t) == 0:
         return np.zeros(0, dtype=bool)
     import re
-
-    from gpuadvisor.stepmodel.kernels import column_codes
 
     cached = model._derived.get("layout_transposes")
     if cached is not None:
@@ -387,7 +384,6 @@ def odd_gemms(
         gemm = (t["class"].to_numpy(dtype=object) == "gemm") & np.isin(
             t["dtype"].to_numpy(dtype=object), ["bf16", "fp16"]
         )
-        from gpuadvisor.stepmodel.kernels import column_codes, combined_codes
 
         op_c, op_u = column_codes(model, "op_name")
         dims_c, dims_u = column_codes(model, "op_input_dims")
@@ -522,7 +518,6 @@ def vocab_loss(
     if low < 0.5 * float(dur[gemm].sum()):
         return None  # the run is not in low precision: GA701/GA1103 territory
     k = model.window_kernels
-    from gpuadvisor.stepmodel.kernels import column_codes, combined_codes
 
     op_c, op_u = column_codes(model, "op_name")
     dims_c, dims_u = column_codes(model, "op_input_dims")

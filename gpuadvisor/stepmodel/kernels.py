@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.hardware import GpuPeak, tensor_core_from_name
+from gpuadvisor.hardware import GpuPeak, gpu_peak_for, tensor_core_from_name
 from gpuadvisor.trace.kernels import MATH_CLASSES, MEMORY_CLASSES, kernel_class
 
 if TYPE_CHECKING:
@@ -439,8 +439,6 @@ def _name_dtype(name: str) -> str:
 
 
 def _peak(model: StepModel) -> GpuPeak | None:
-    from gpuadvisor.hardware import gpu_peak_for
-
     return gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
 
 

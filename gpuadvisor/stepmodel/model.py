@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.hardware import classify_tensor_core, gpu_peak_for
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.kernels import build_kernel_table
+from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
 from gpuadvisor.trace.kind import Workload, kind_of
@@ -198,8 +200,6 @@ class StepModel:
         TB/s, roofline time and bound (gpuadvisor.stepmodel.kernels). Computed once; read-only."""
         out = self._frames.get("kernel_table")
         if out is None:
-            from gpuadvisor.stepmodel.kernels import build_kernel_table
-
             out = self._frames["kernel_table"] = build_kernel_table(self)
         return out
 
@@ -209,9 +209,7 @@ class StepModel:
         the roofline (gpuadvisor.stepmodel.kernels.busy_by_class). Computed once; read-only."""
         out = self._frames.get("busy_by_class")
         if out is None:
-            from gpuadvisor.stepmodel.kernels import busy_by_class
-
-            out = self._frames["busy_by_class"] = busy_by_class(self.kernel_table, self.window.count)
+            out = self._frames["busy_by_class"] = kernel_busy_by_class(self.kernel_table, self.window.count)
         return out
 
     def _gpu_name(self) -> str | None:

@@ -15,6 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import gpu_peak_for, low_precision_data
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.busy import (
+    attention_factor,
+    layout_transposes,
+    memory_chains,
+    padding_factor,
+    precision_factor,
+    table_to_program_rows,
+    vocab_loss_factor,
+)
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
 
 if TYPE_CHECKING:
@@ -798,7 +807,6 @@ def lower_precision(model: StepModel, program: Program, mode: str, c: Constants 
     c = c or CONSTANTS
     program.op_dur = program.op_dur / kernel_speedups(model, program, mode, c)
     if mode == "bf16":
-        from gpuadvisor.stepmodel.busy import precision_factor
 
         program = _scale_table_kernels(model, program, precision_factor(model))
     return program
@@ -827,7 +835,6 @@ def _scale_table_kernels(model: StepModel, program: Program, factor_by_row: Any)
     """Multiply the duration of each window kernel of the program by its kernel-table row's factor."""
     import numpy as np
 
-    from gpuadvisor.stepmodel.busy import table_to_program_rows
 
     if program.n_ops == 0 or len(factor_by_row) == 0:
         return program
@@ -843,7 +850,6 @@ def sdpa(model: StepModel, program: Program) -> Program:
     """Hand-written attention becomes F.scaled_dot_product_attention: each pattern's kernels
     (gpuadvisor.stepmodel.busy.attention_patterns) shrink together to the time the fused kernels need
     for the same work (`fused_attention_us`). Their launches stay (a conservative host side)."""
-    from gpuadvisor.stepmodel.busy import attention_factor
 
     return _scale_table_kernels(model, program, attention_factor(model))
 
@@ -853,7 +859,6 @@ def channels_last(model: StepModel, program: Program) -> Program:
     its NCHW<->NHWC layout transposes (gpuadvisor.stepmodel.busy.layout_transposes) go."""
     import numpy as np
 
-    from gpuadvisor.stepmodel.busy import layout_transposes
 
     mask = layout_transposes(model)
     return _scale_table_kernels(model, program, np.where(mask, 0.0, 1.0))
@@ -862,7 +867,6 @@ def channels_last(model: StepModel, program: Program) -> Program:
 def pad_gemm_shapes(model: StepModel, program: Program) -> Program:
     """Misaligned bf16/fp16 GEMMs padded to multiples of 8: each runs its padded FLOPs at the roofline
     fraction of this run's aligned GEMMs (gpuadvisor.stepmodel.busy.odd_gemms), never slower than now."""
-    from gpuadvisor.stepmodel.busy import padding_factor
 
     return _scale_table_kernels(model, program, padding_factor(model))
 
@@ -871,7 +875,6 @@ def fused_cross_entropy(model: StepModel, program: Program) -> Program:
     """The FP32 large-vocabulary loss as a fused cross-entropy: its kernels (upcast, log_softmax,
     nll_loss and their backward; gpuadvisor.stepmodel.busy.vocab_loss) shrink together to one read of
     the bf16 logits and one write of their gradient at the memory bandwidth."""
-    from gpuadvisor.stepmodel.busy import vocab_loss_factor
 
     return _scale_table_kernels(model, program, vocab_loss_factor(model))
 
@@ -883,7 +886,6 @@ def fuse_memory_chains(model: StepModel, program: Program) -> Program:
     stay (a GPU-bound step does not wait for them)."""
     import numpy as np
 
-    from gpuadvisor.stepmodel.busy import memory_chains
 
     chains = memory_chains(model)
     if chains is None:
