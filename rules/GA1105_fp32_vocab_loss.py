@@ -24,13 +24,16 @@ class Fp32VocabLoss(Rule):
 
     How it is detected
     ------------------
-    A log_softmax/softmax/cross-entropy op over FP32 input [rows, V] with V >= `min_vocab` in a run
-    whose GEMM time is mostly bf16/fp16; the pattern is every non-GEMM kernel whose op reads a
-    [rows, V] tensor (the upcast, log_softmax, nll_loss, their backward). Fires when it takes at least
-    `min_loss_fraction` of the step and the replay recovers at least `min_impact`.
+    The logits: a bf16/fp16 GEMM [rows, d] x [d, V] with V >= `min_vocab` (the LM head) in a run whose
+    GEMM time is mostly bf16/fp16, followed by ops on FP32 [rows, V] tensors (an upcast `.float()`,
+    autocast running log_softmax/cross_entropy in float32, or a hand-written logsumexp). The pattern is
+    every non-GEMM kernel whose op reads a [rows, V] tensor (the upcast, log_softmax or logsumexp,
+    the gather/nll_loss and every backward). Fires when it takes at least `min_loss_fraction` of the
+    step and the replay recovers at least `min_impact`.
 
-    Impact: the replay with those kernels shrunk to one read of the bf16 logits and one write of their
-    gradient at the memory bandwidth, per loss evaluation.
+    Impact: the replay with those kernels shrunk to what `F.cross_entropy` on the bf16 logits moves:
+    12 bytes per logit (log_softmax reads and writes them, its backward reads two and writes one,
+    nll_loss's backward writes the gradient) at the achievable memory bandwidth, per LM-head GEMM.
 
     How to fix
     ----------
@@ -75,7 +78,7 @@ class Fp32VocabLoss(Rule):
         message = (
             f"The loss over [{v.rows}, {v.vocab}] logits runs in FP32 in a bf16/fp16 run: {cm.ms(v.time_per_step_us)} "
             f"of memory-bound kernels per step ({cm.pct(v.time_per_step_us / step_us)} of the step): {ops}. A fused "
-            f"cross-entropy reading the bf16 logits once needs about {cm.ms(v.predicted_per_step_us)}. "
+            f"cross-entropy on the bf16 logits needs about {cm.ms(v.predicted_per_step_us)}. "
             + cm.prediction_sentence(pred, "a fused cross-entropy")
             + cm.note_uncorrected(pred)
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import GpuPeak, gpu_peak_for
@@ -35,6 +35,13 @@ class BusyConstants:
     achievable_bandwidth_fraction: float = 0.85
     # smallest sequence length of an attention pattern (shorter softmaxes are classifiers or gates)
     min_attention_seq: int = 32
+    # channels_last: normalization kernels of a conv net in channels_last are bound by their
+    # per-element work, not their bytes: they stream the FP32-equivalent bytes (4 per element, bf16 or
+    # not) at this share of the memory bandwidth (None: channels_last leaves them unchanged)
+    channels_last_norm_fraction: float | None = 0.5
+    # F.cross_entropy on bf16 logits: log_softmax reads and writes them (4 bytes per element), its
+    # backward reads two and writes one (6), nll_loss's backward writes the gradient (2)
+    bf16_cross_entropy_bytes_per_element: float = 12.0
 
 
 BUSY = BusyConstants()
@@ -266,6 +273,23 @@ def attention_factor(model: StepModel) -> Any:
     return out
 
 
+def attention_bf16_factor(model: StepModel) -> Any:
+    """Per kernel-table row, applied after `attention_factor` under bf16 autocast: an FP32 pattern's
+    fused kernels (the memory-efficient kernel in FP32) become FlashAttention in bf16: the ratio of
+    the two fused times. bf16/fp16 patterns and other rows: 1."""
+    import numpy as np
+
+    out = np.ones(len(model.kernel_table))
+    for p in attention_patterns(model):
+        if p.dtype in ("bf16", "fp16") or not p.predicted_per_step_us:
+            continue
+        flash = fused_attention_us(model, replace(p, dtype="bf16"))
+        if flash is None:
+            continue
+        out = np.where(p.kernels, np.minimum(out, min(1.0, flash / p.predicted_per_step_us)), out)
+    return out
+
+
 # ---- convolutions: layout and precision ----------------------------------------------------------------------
 
 
@@ -291,6 +315,36 @@ def layout_transposes(model: StepModel) -> Any:
     out: Any = (cls == "layout_transpose") & (cudnn_u[name_c] | conv_u[op_c])
     model._derived["layout_transposes"] = out
     return out
+
+
+def channels_last_factor(model: StepModel, c: BusyConstants | None = None) -> Any:
+    """Per kernel-table row: the factor channels_last applies to its duration. cuDNN's layout
+    transposes go (0). In a run with those transposes (an NCHW conv net) the normalization kernels of
+    4-D activations run as their channels-last versions: time = elements x 4 bytes / (share x
+    bandwidth) (`channels_last_norm_fraction`), never slower than now. Others: 1."""
+    import numpy as np
+
+    c = c or BUSY
+    t = model.kernel_table
+    mask = layout_transposes(model)
+    out = np.where(mask, 0.0, 1.0)
+    peak = _peak(model)
+    if not mask.any() or c.channels_last_norm_fraction is None or peak is None or not peak.bandwidth_tbps:
+        return out
+    norm = t["class"].to_numpy(dtype=object) == "normalization"
+    dims_c, dims_u = column_codes(model, "op_input_dims")
+    four_d_u = np.array([bool(_shapes(d)) and len(_shapes(d)[0]) == 4 for d in dims_u], dtype=bool)
+    norm &= four_d_u[dims_c]
+    if not norm.any():
+        return out
+    dtype = t["dtype"].to_numpy(dtype=object)
+    elt = np.where(np.isin(dtype, ["bf16", "fp16"]), 2.0, np.where(dtype == "fp8", 1.0, 4.0))
+    nbytes = t["bytes"].to_numpy(dtype=np.float64)
+    dur = t["dur"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        new = nbytes * (4.0 / elt) / (c.channels_last_norm_fraction * peak.bandwidth_tbps * 1e6)
+        f = np.where(norm & np.isfinite(new) & (dur > 0), np.minimum(1.0, new / dur), 1.0)
+    return np.minimum(out, f)
 
 
 def precision_factor(model: StepModel, c: BusyConstants | None = None) -> Any:
@@ -487,10 +541,6 @@ class VocabLoss:
     passes_per_step: float = 1.0
 
 
-_LOSS_OPS = frozenset(
-    {"aten::_log_softmax", "aten::log_softmax", "aten::cross_entropy_loss", "aten::_softmax"}
-)
-
 
 def vocab_loss(
     model: StepModel, *, min_vocab: int = 16384, c: BusyConstants | None = None
@@ -526,17 +576,20 @@ def vocab_loss(
     codes, first = combined_codes(op_c, dims_c, type_c)
     uniques = [(op_u[op_c[i]], dims_u[dims_c[i]], type_u[type_c[i]]) for i in first.tolist()]
     parsed = [(o, _shapes(d), ty) for o, d, ty in uniques]
+    # the LM head: a GEMM [rows, d] x [d, V] with V >= min_vocab makes the logits
+    heads: dict[tuple[int, int], list[int]] = {}
+    for i, (o, shapes, _ty) in enumerate(parsed):
+        mnk = _mnk(o, shapes) if o in _GEMM_OPS else None
+        if mnk is not None and mnk[2] >= min_vocab and mnk[3] == 1:
+            heads.setdefault((mnk[0], mnk[2]), []).append(i)
     loss_shape: tuple[int, int] | None = None
     for o, shapes, ty in parsed:
-        first = _parse(ty)[:1]
-        if (
-            o in _LOSS_OPS
-            and shapes
-            and len(shapes[0]) >= 2
-            and shapes[0][-1] >= min_vocab
-            and first == ["float"]
-        ):
-            loss_shape = (_prod(shapes[0][:-1]), int(shapes[0][-1]))
+        lead = _parse(ty)[:1]
+        if o in _GEMM_OPS or not shapes or len(shapes[0]) < 2 or lead != ["float"]:
+            continue
+        key = (_prod(shapes[0][:-1]), int(shapes[0][-1]))
+        if key in heads:  # an FP32 op over the logits
+            loss_shape = key
             break
     if loss_shape is None:
         return None
@@ -552,10 +605,10 @@ def vocab_loss(
     if not sel.any():
         return None
     steps = max(1, model.window.count)
-    fwd = [i for i, (o, _, _) in enumerate(parsed) if o in _LOSS_OPS and member[i]]
     ext = k["external_id"].to_numpy(dtype=np.float64)
-    passes = len(np.unique(ext[np.isin(codes, fwd) & np.isfinite(ext)])) / steps or 1.0
-    nbytes = 2.0 * rows_ * vocab * 2.0  # read the bf16 logits, write their bf16 gradient
+    head_rows = np.isin(codes, heads[loss_shape]) & np.isfinite(ext)
+    passes = len(np.unique(ext[head_rows])) / steps or 1.0
+    nbytes = c.bf16_cross_entropy_bytes_per_element * rows_ * vocab
     per_pass = max(
         nbytes / (peak.bandwidth_tbps * c.achievable_bandwidth_fraction * 1e6), c.fused_kernel_min_us
     )

@@ -381,8 +381,10 @@ def _lm_loss(vocab: int) -> SyntheticTrace:
     scale = vocab / 128256
     logits = [8192, vocab]
     ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
-        (K_NVJET_BF16, 1000.0, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, 4096]]) for _ in range(10)
+        (K_NVJET_BF16, 1000.0, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, 4096]]) for _ in range(8)
     ]
+    # the LM head makes the logits: [8192, 4096] x [4096, vocab]
+    ks.append((K_NVJET_BF16, 2000.0 * scale, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, vocab]]))
     ks += [
         (K_COPY, 2000.0 * scale, "aten::_to_copy", [BF16], [logits]),
         (
