@@ -21,8 +21,10 @@ class NchwLayoutTransposes(Rule):
     cuDNN's fast convolution kernels on tensor cores work on NHWC (channels-last) data. Given a model
     and input in PyTorch's default NCHW layout, cuDNN converts each activation and gradient with
     `nchwToNhwcKernel` before the convolution and `nhwcToNchwKernel` after it: memory-bound kernels
-    that read and write every activation again, in both passes. With the model and its input in
-    `torch.channels_last` the kernels read the activations directly. bf16 without channels_last gains
+    that read and write every activation again, in both passes; and PyTorch's NCHW BatchNorm/GroupNorm
+    kernels run far from the memory bandwidth. With the model and its input in `torch.channels_last`
+    the convolutions read the activations directly and the normalization runs its channels-last
+    kernels. bf16 without channels_last gains
     little on a conv net (FIELD_NOTES): the transposes and memory-bound kernels stay.
 
     How it is detected
@@ -31,9 +33,13 @@ class NchwLayoutTransposes(Rule):
     transposes launched by a convolution op) as `layout_transpose`. Fires when they take at least
     `min_transpose_fraction` of the step and the replay without them recovers at least `min_impact`.
 
-    Impact: the replay of the analyzed steps without those transposes (the NHWC kernels themselves
-    unchanged). When the convolutions run in FP32/TF32 the message also quotes bf16 autocast and the
-    pair together (GA1103 owns the bf16 finding; both rank by the pair, applied together).
+    Impact: the replay of the analyzed steps without those transposes and with the normalization
+    kernels of the 4-D activations (BatchNorm, GroupNorm) as their channels-last versions: bound by
+    their per-element work, they stream the FP32-equivalent bytes at half the memory bandwidth, never
+    slower than now (the NCHW kernels of a bf16 net ran at a tenth of it on the H200; docs/model.md,
+    "Busy-time transforms"). When the convolutions run in FP32/TF32 the message also quotes bf16
+    autocast and the pair together (GA1103 owns the bf16 finding; both rank by the pair, applied
+    together).
 
     How to fix
     ----------
@@ -84,10 +90,25 @@ class NchwLayoutTransposes(Rule):
             f"The convolutions run in NCHW: cuDNN's layout transposes around its NHWC kernels take "
             f"{cm.ms(transpose_us)} per step ({cm.pct(transpose_us / step_us)} of the step; the convolutions "
             f"themselves {cm.ms(conv_us)}). "
-            + cm.prediction_sentence(pred, "the model and input in channels_last")
         )
+        norm = model.kernel_table["class"].to_numpy(dtype=object) == "normalization"
+        norm_us = kb.mask_time_us(ctx, norm)
+        if norm_us > 0.05 * step_us:
+            roof = model.kernel_table.loc[norm, ["roofline_fraction", "dur"]].dropna()
+            frac = (
+                float((roof["roofline_fraction"] * roof["dur"]).sum() / roof["dur"].sum())
+                if len(roof)
+                else None
+            )
+            message += (
+                f"Normalization kernels take {cm.ms(norm_us)} per step"
+                + (f" at {cm.pct(frac)} of their memory roofline" if frac is not None else "")
+                + "; in channels_last they run PyTorch's channels-last kernels. "
+            )
+        message += cm.prediction_sentence(pred, "the model and input in channels_last")
         evidence: dict[str, object] = {
             "transpose_time_per_step_us": transpose_us,
+            "normalization_time_per_step_us": norm_us,
             "transpose_fraction": transpose_us / step_us,
             "conv_time_per_step_us": conv_us,
             "fp32_or_tf32_conv_time_per_step_us": fp32_conv_us,
@@ -143,7 +164,11 @@ class NchwLayoutTransposes(Rule):
             evidence=evidence,
             recommendation=rec,
             locations=locations,
-            impact_explanation=cm.impact_explanation(pred, "cuDNN's NCHW<->NHWC layout transposes removed"),
+            impact_explanation=cm.impact_explanation(
+                pred,
+                "cuDNN's NCHW<->NHWC layout transposes removed and the normalization kernels of the 4-D "
+                "activations at their channels-last speed",
+            ),
             remedy=RemedyId.CHANNELS_LAST,
             prediction=pred.to_dict(),
         )
