@@ -28,8 +28,11 @@ class Fp32VocabLoss(Rule):
     GEMM time is mostly bf16/fp16, followed by ops on FP32 [rows, V] tensors (an upcast `.float()`,
     autocast running log_softmax/cross_entropy in float32, or a hand-written logsumexp). The pattern is
     every non-GEMM kernel whose op reads a [rows, V] tensor (the upcast, log_softmax or logsumexp,
-    the gather/nll_loss and every backward). Fires when it takes at least `min_loss_fraction` of the
-    step and the replay recovers at least `min_impact`.
+    the gather/nll_loss and every backward). PyTorch's own `F.cross_entropy` under autocast (which runs
+    log_softmax and nll_loss in float32 by policy, the documented mixed-precision recipe; an explicit
+    `.float()` before it costs the same) is not reported: the pattern needs hand-written FP32
+    arithmetic on the logits (a log-sum-exp by hand, subtractions, exp...). Fires when it takes at least
+    `min_loss_fraction` of the step and the replay recovers at least `min_impact`.
 
     Impact: the replay with those kernels shrunk to what `F.cross_entropy` on the bf16 logits moves:
     12 bytes per logit (log_softmax reads and writes them, its backward reads two and writes one,

@@ -542,6 +542,25 @@ class VocabLoss:
 
 
 
+# The kernels of PyTorch's cross-entropy on logits (with autocast's or an explicit upcast)
+_CROSS_ENTROPY_OWN_OPS = frozenset(
+    {
+        "aten::_log_softmax",
+        "aten::log_softmax",
+        "aten::_log_softmax_backward_data",
+        "aten::nll_loss_forward",
+        "aten::nll_loss_backward",
+        "aten::nll_loss_nd",
+        "aten::cross_entropy_loss",
+        "aten::copy_",
+        "aten::_to_copy",
+        "aten::fill_",
+        "aten::zero_",
+        "aten::zeros_like",
+    }
+)
+
+
 def vocab_loss(
     model: StepModel, *, min_vocab: int = 16384, c: BusyConstants | None = None
 ) -> VocabLoss | None:
@@ -603,6 +622,13 @@ def vocab_loss(
     )
     sel = member[codes] & ~gemm & (cls != "optimizer")
     if not sel.any():
+        return None
+    # PyTorch's own cross-entropy (autocast runs log_softmax/nll_loss in float32 by policy, the
+    # documented mixed-precision recipe; an explicit .float() before it costs the same) is not what
+    # this pattern is about: it needs hand-written FP32 arithmetic on the logits (a log-sum-exp, a
+    # subtraction, exp...) beside or instead of it
+    own = np.array([o in _CROSS_ENTROPY_OWN_OPS for o, _, _ in parsed], dtype=bool)
+    if not (sel & ~own[codes]).any():
         return None
     steps = max(1, model.window.count)
     ext = k["external_id"].to_numpy(dtype=np.float64)

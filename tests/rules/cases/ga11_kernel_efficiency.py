@@ -375,48 +375,63 @@ def aligned_gemm_mlp() -> SyntheticTrace:
     return _mlp(odd=False)
 
 
-def _lm_loss(vocab: int) -> SyntheticTrace:
+def _lm_loss(vocab: int, hand_written: bool = True) -> SyntheticTrace:
     """bf16 GEMMs (10 ms) then the loss over [8192, vocab] logits upcast to FP32 (times of a 128k vocab
-    on an H100: each FP32 pass over 1e9 values takes milliseconds)."""
+    on an H100: each FP32 pass over 1e9 values takes milliseconds): a log-sum-exp written by hand
+    (amax, subtract, exp, sum, subtract, gather, and their backward), or PyTorch's cross-entropy
+    (log_softmax and nll_loss in float32, as autocast runs them)."""
     scale = vocab / 128256
     logits = [8192, vocab]
+    rows = [8192, 1]
     ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
         (K_NVJET_BF16, 1000.0, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, 4096]]) for _ in range(8)
     ]
     # the LM head makes the logits: [8192, 4096] x [4096, vocab]
     ks.append((K_NVJET_BF16, 2000.0 * scale, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, vocab]]))
-    ks += [
-        (K_COPY, 2000.0 * scale, "aten::_to_copy", [BF16], [logits]),
-        (
-            K_LOG_SOFTMAX,
-            3000.0 * scale,
-            "aten::_log_softmax",
-            ["float", "Scalar", "Scalar"],
-            [logits, [], []],
-        ),
-        (
-            K_NLL,
-            50.0,
-            "aten::nll_loss_forward",
-            ["float", "long int", "", "Scalar", "Scalar"],
-            [logits, [8192], [], [], []],
-        ),
-        (
-            K_NLL_BWD,
-            1500.0 * scale,
-            "aten::nll_loss_backward",
-            ["float", "float", "long int"],
-            [[], logits, [8192]],
-        ),
-        (
-            K_LOG_SOFTMAX_BWD,
-            3000.0 * scale,
-            "aten::_log_softmax_backward_data",
-            ["float", "float", "Scalar", "Scalar"],
-            [logits, logits, [], []],
-        ),
-        (K_COPY, 2000.0 * scale, "aten::_to_copy", ["float"], [logits]),
-    ]
+    ks.append((K_COPY, 2000.0 * scale, "aten::_to_copy", [BF16], [logits]))
+    if hand_written:
+        ks += [
+            (K_REDUCE_MEAN, 1500.0 * scale, "aten::amax", ["float"], [logits]),
+            (K_ELEMENTWISE, 3000.0 * scale, "aten::sub", ["float", "float"], [logits, rows]),
+            (K_ELEMENTWISE, 3000.0 * scale, "aten::exp", ["float"], [logits]),
+            (K_REDUCE_MEAN, 1500.0 * scale, "aten::sum", ["float"], [logits]),
+            (K_ELEMENTWISE, 3000.0 * scale, "aten::sub", ["float", "float"], [logits, rows]),
+            (K_ELEMENTWISE, 3000.0 * scale, "aten::exp", ["float"], [logits]),
+            (K_ELEMENTWISE, 3000.0 * scale, "aten::mul", ["float", "float"], [rows, logits]),
+            (K_ELEMENTWISE, 3000.0 * scale, "aten::sub", ["float", "float"], [logits, logits]),
+        ]
+    else:
+        ks += [
+            (
+                K_LOG_SOFTMAX,
+                3000.0 * scale,
+                "aten::_log_softmax",
+                ["float", "Scalar", "Scalar"],
+                [logits, [], []],
+            ),
+            (
+                K_NLL,
+                50.0,
+                "aten::nll_loss_forward",
+                ["float", "long int", "", "Scalar", "Scalar"],
+                [logits, [8192], [], [], []],
+            ),
+            (
+                K_NLL_BWD,
+                1500.0 * scale,
+                "aten::nll_loss_backward",
+                ["float", "float", "long int"],
+                [[], logits, [8192]],
+            ),
+            (
+                K_LOG_SOFTMAX_BWD,
+                3000.0 * scale,
+                "aten::_log_softmax_backward_data",
+                ["float", "float", "Scalar", "Scalar"],
+                [logits, logits, [], []],
+            ),
+        ]
+    ks.append((K_COPY, 2000.0 * scale, "aten::_to_copy", ["float"], [logits]))
     return _gpu_bound(ks)
 
 
@@ -426,6 +441,10 @@ def fp32_vocab_loss() -> SyntheticTrace:
 
 def small_vocab_loss() -> SyntheticTrace:
     return _lm_loss(1000)
+
+
+def pytorch_cross_entropy_loss() -> SyntheticTrace:
+    return _lm_loss(128256, hand_written=False)
 
 
 CASES += [
@@ -448,11 +467,17 @@ CASES += [
         expect=Expect(
             fires=True,
             min_severity="medium",
-            message_contains=("[8192, 128256]", "aten::_log_softmax"),
+            message_contains=("[8192, 128256]", "aten::exp"),
             recommendation_contains=("fused cross-entropy",),
         ),
     ),
     RuleCase("GA1105-quiet-on-a-small-vocabulary", "GA1105", small_vocab_loss, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1105-quiet-on-pytorch-cross-entropy-in-fp32",
+        "GA1105",
+        pytorch_cross_entropy_loss,
+        expect=Expect(fires=False),
+    ),
 ]
 
 
