@@ -26,7 +26,9 @@ class UnfusedElementwiseChains(Rule):
     ------------------
     Runs of at least 4 consecutive kernels on one stream, each launched by a primitive aten arithmetic
     op (add, sub, mul, div, pow, sqrt, tanh, mean, sum, where, casts...; library ops that are already
-    one kernel, such as native_layer_norm, gelu or softmax, break a chain), outside the optimizer, with
+    one kernel, such as native_layer_norm, gelu or softmax, break a chain, except inside a hand-written
+    attention (GA1101's pattern), whose scale, mask, casts and softmax are one chain to a compiler),
+    outside the optimizer, with
     their bytes known from the recorded shapes (gpuadvisor.stepmodel.busy.memory_chains). Fires on a
     GPU-bound step (idle launch overhead under `max_launch_idle_fraction`: GA501 prices the rest) with at
     least `min_chains_per_step` chains (a model's code repeats per layer; a one-off input
@@ -88,7 +90,8 @@ class UnfusedElementwiseChains(Rule):
             return
         ops = ", ".join(f"{op} {cm.ms(us)}" for op, us in list(chains.ops.items())[:6])
         message = (
-            f"{chains.chains_per_step:g} chains per step of memory-bound kernels from primitive operators (up to "
+            f"{chains.chains_per_step:g} chains per step of memory-bound kernels from primitive operators or a "
+            f"hand-written attention's scale/mask/softmax (up to "
             f"{chains.longest} in a row) take {cm.ms(chains.time_per_step_us)} per step "
             f"({cm.pct(chains.time_per_step_us / step_us)} of the step): {ops}. Fused, each chain moves the bytes of its "
             f"largest kernel once: about {cm.ms(chains.predicted_per_step_us)} per step. "

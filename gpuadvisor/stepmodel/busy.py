@@ -744,12 +744,12 @@ def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | No
     op = t["op_name"].fillna("").astype(str).to_numpy(dtype=object)
     cls = t["class"].to_numpy(dtype=object)
     nbytes = t["bytes"].to_numpy(dtype=np.float64)
-    ok = (
-        np.isin(op, list(_PRIMITIVE_OPS))
-        & np.isin(cls, ["elementwise", "reduction_softmax", "copy"])
-        & np.isfinite(nbytes)
-        & (nbytes > 0)
-    )
+    links = np.isin(op, list(_PRIMITIVE_OPS))
+    for p in attention_patterns(model):
+        # a hand-written attention's scale, mask, casts and softmax (forward and backward) are one chain
+        # a compiler fuses (its matmuls break the chain)
+        links |= p.kernels & (cls != "gemm")
+    ok = links & np.isin(cls, ["elementwise", "reduction_softmax", "copy"]) & np.isfinite(nbytes) & (nbytes > 0)
     order = np.lexsort(
         (t["ts"].to_numpy(dtype=np.float64), np.nan_to_num(t["stream"].to_numpy(dtype=np.float64), nan=-1.0))
     )
