@@ -541,7 +541,6 @@ class VocabLoss:
     passes_per_step: float = 1.0
 
 
-
 # The kernels of PyTorch's cross-entropy on logits (with autocast's or an explicit upcast)
 _CROSS_ENTROPY_OWN_OPS = frozenset(
     {
@@ -749,7 +748,12 @@ def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | No
         # a hand-written attention's scale, mask, casts and softmax (forward and backward) are one chain
         # a compiler fuses (its matmuls break the chain)
         links |= p.kernels & (cls != "gemm")
-    ok = links & np.isin(cls, ["elementwise", "reduction_softmax", "copy"]) & np.isfinite(nbytes) & (nbytes > 0)
+    ok = (
+        links
+        & np.isin(cls, ["elementwise", "reduction_softmax", "copy"])
+        & np.isfinite(nbytes)
+        & (nbytes > 0)
+    )
     order = np.lexsort(
         (t["ts"].to_numpy(dtype=np.float64), np.nan_to_num(t["stream"].to_numpy(dtype=np.float64), nan=-1.0))
     )

@@ -18,6 +18,7 @@ from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.busy import (
     attention_bf16_factor,
     attention_factor,
+    channels_last_factor,
     memory_chains,
     padding_factor,
     precision_factor,
@@ -900,12 +901,9 @@ def sdpa(model: StepModel, program: Program) -> Program:
 
 
 def channels_last(model: StepModel, program: Program) -> Program:
-    """The model and its input in channels_last: cuDNN's NHWC kernels read the activations directly and
-    its NCHW<->NHWC layout transposes (gpuadvisor.stepmodel.busy.layout_transposes) go."""
-
-
-    from gpuadvisor.stepmodel.busy import channels_last_factor
-
+    """The model and its input in channels_last: cuDNN's NHWC kernels read the activations directly, its
+    NCHW<->NHWC layout transposes (gpuadvisor.stepmodel.busy.layout_transposes) go, and the normalization
+    kernels run their channels-last versions (gpuadvisor.stepmodel.busy.channels_last_factor)."""
     return _scale_table_kernels(model, program, channels_last_factor(model))
 
 
