@@ -172,6 +172,13 @@ def remedy_params(remedy: str, model: Any, result: Any, multiplier: float | None
     if r is RemedyId.LARGER_BATCH:
         return {"multiplier": float(multiplier or 2.0)}
     if r is RemedyId.TORCH_COMPILE:
+        # the finding that names it says which compile it priced (GA501: fusion + CUDA graphs; GA1106:
+        # the default mode's fusion of hand-written chains in a GPU-bound step)
+        for f in result.findings:
+            if f.remedy == r.value and isinstance(f.prediction, dict):
+                for entry in f.prediction.get("remedies") or []:
+                    if entry.get("remedy") == r.value:
+                        return dict(entry.get("params") or {})
         return {"fusion": True}
     if r is RemedyId.FUSED_OPTIMIZER:
         from gpuadvisor.rulekit import gpuwork as gw

@@ -8,7 +8,9 @@
   * `kernels`: aggregate by kernel name (columns `KERNEL_AGG_COLUMNS`), sorted by total time.
   * `ops`: aggregate of cpu ops by name (columns `OP_AGG_COLUMNS`), sorted by self time.
   * `gaps`: every GPU idle gap inside an analyzed step with its attributed cause (`GAP_COLUMNS`).
-  * `gpu_peak`: `GpuPeak` for the trace's GPU, or None when the GPU is unknown.
+  * `gpu_peak`: `GpuPeak` for the trace's GPU (gpuadvisor.hardware), or None when the GPU is unknown.
+  * `busy_classes`: kernel time by class and its distance to the roofline (the step model's
+    `busy_by_class`, docs/model.md "Busy time").
 
 Everything is vectorized with numpy/pandas (an 80k-event trace takes well under a second).
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.hardware import MATMUL_FAMILIES, GpuPeak, classify_tensor_core, gpu_peak_for
+from gpuadvisor.hardware import tf32_allowed as _tf32_allowed
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.trace.flops import matmul_flops
 
@@ -31,7 +35,6 @@ if TYPE_CHECKING:
 from gpuadvisor.stepmodel import build as _intervals
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel import build_step_model
-from gpuadvisor.trace.kernels import MATMUL_FAMILIES, tensor_core_from_name
 
 WindowValue = float | int | str | bool | None
 
@@ -169,19 +172,6 @@ GAP_COLUMNS: tuple[str, ...] = ("step", "start", "end", "dur", "cause")
 GAP_CAUSES: tuple[str, ...] = ("data_loading", "host_sync", "launch_overhead", "other")
 
 
-@dataclass(frozen=True)
-class GpuPeak:
-    """Peak numbers of a GPU model (dense, no sparsity), from vendor datasheets (see `_PEAKS`)."""
-
-    name: str  # the matched table entry, e.g. "H100 SXM"
-    sm_count: int | None
-    tflops: dict[str, float]  # dtype ("bf16", "fp16", "tf32", "fp32", "fp8") -> dense TFLOP/s
-    memory_bandwidth_gbps: float | None = None
-
-    def peak(self, dtype: str) -> float | None:
-        return self.tflops.get(dtype)
-
-
 @dataclass
 class Metrics:
     """See the module docstring; `window` keys are `WINDOW_KEYS` (every key always present)."""
@@ -194,75 +184,17 @@ class Metrics:
     gpu_peak: GpuPeak | None = None
     notes: list[str] = field(default_factory=list)
     model: StepModel | None = None  # the step model the metrics were computed from
+    # kernel time per class per analyzed step and its distance to the roofline
+    # (gpuadvisor.stepmodel.kernels.BY_CLASS_COLUMNS); None without GPU kernels
+    busy_classes: pd.DataFrame | None = None
 
     def get(self, key: str) -> Any:
         return self.window.get(key)
 
 
-# ---- GPU peak table --------------------------------------------------------------------------------
-# Dense (no sparsity) peak TFLOP/s per dtype. Sources (vendor datasheets / whitepapers):
-#   H100 SXM5: NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): FP64 34, FP32 67,
-#     TF32 494.7, BF16/FP16 989.4, FP8 1978.9 (the datasheet's 2x figures are with sparsity).
-#   H100 PCIe: same datasheet: FP32 51, TF32 378, BF16 756, FP8 1513.
-#   H200 SXM: NVIDIA H200 datasheet: same compute as H100 SXM (FP32 67, TF32 494.7, BF16 989.4).
-#   A100 (SXM and PCIe): NVIDIA A100 datasheet: FP32 19.5, TF32 156, BF16/FP16 312.
-#   L4: NVIDIA L4 datasheet: FP32 30.3, TF32 60, BF16/FP16 121, FP8 242.5 (dense = half the sparse figure).
-#   A10: NVIDIA A10 datasheet: FP32 31.2, TF32 62.5, BF16/FP16 125.
-#   L40S: NVIDIA L40S datasheet: FP32 91.6, TF32 183, BF16 362, FP8 733.
-#   V100 SXM2: NVIDIA V100 datasheet: FP32 15.7, FP16 125 (no BF16/TF32).
-#   T4: NVIDIA T4 datasheet: FP32 8.1, FP16 65.
-# Memory bandwidth in GB/s from the same datasheets.
-_PEAKS: tuple[tuple[str, str, int | None, dict[str, float], float | None], ...] = (
-    # (substring of the device name, label, SM count, TFLOP/s per dtype, memory GB/s); first match wins
-    (
-        "H200",
-        "H200 SXM",
-        132,
-        {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-        4800.0,
-    ),
-    (
-        "H100 PCIe",
-        "H100 PCIe",
-        114,
-        {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
-        2000.0,
-    ),
-    (
-        "H100",
-        "H100 SXM",
-        132,
-        {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-        3350.0,
-    ),
-    ("A100", "A100", 108, {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, 2039.0),
-    ("L40S", "L40S", 142, {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0, "fp8": 733.0}, 864.0),
-    ("L4", "L4", 58, {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5}, 300.0),
-    ("A10", "A10", 72, {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}, 600.0),
-    ("V100", "V100", 80, {"fp32": 15.7, "fp16": 125.0}, 900.0),
-    ("T4", "T4", 40, {"fp32": 8.1, "fp16": 65.0}, 320.0),
-)
-
-
-def gpu_peak_for(name: str | None, sm_count: int | None = None) -> GpuPeak | None:
-    """Look up a GPU by its device name (trace deviceProperties / environment.json); None if unknown.
-
-    `sm_count` (from the trace) overrides the table's when given: it is what this device really has.
-    """
-    if not name:
-        return None
-    for key, label, sms, tflops, bw in _PEAKS:
-        if key.lower() in name.lower():
-            return GpuPeak(
-                name=label, sm_count=sm_count or sms, tflops=dict(tflops), memory_bandwidth_gbps=bw
-            )
-    return None
-
-
 # ---- interval helpers (vectorized) -----------------------------------------------------------------
 
 TINY_COPY_BYTES = _intervals.TINY_COPY_BYTES  # a DtoH copy this small is a scalar read
-_HALF_TYPES = ("BFloat16", "Half", "Float8", "bfloat16", "float16")
 
 
 # The interval algebra lives in the step model (one implementation for the whole analysis).
@@ -313,80 +245,6 @@ def _f(x: Any) -> float | None:
 def _i(x: Any) -> int | None:
     v = _f(x)
     return int(v) if v is not None else None
-
-
-# ---- tensor cores ----------------------------------------------------------------------------------
-
-
-def _dtype_class(types: Any) -> str | None:
-    """'half' (bf16/fp16/fp8 inputs), 'float' (fp32 inputs), or None from an op's `Input type` text."""
-    if not isinstance(types, str) or not types:
-        return None
-    if any(h in types for h in _HALF_TYPES):
-        return "half"
-    if "float" in types and "double" not in types:
-        return "float"
-    return None
-
-
-def _tf32_allowed(settings: dict[str, Any], family: str) -> bool | None:
-    """Whether TF32 was allowed for this family per the captured settings; None when unknown."""
-    if not settings:
-        return None
-    if family == "conv":
-        v = settings.get("allow_tf32_cudnn")
-        return bool(v) if isinstance(v, bool) else None
-    prec = settings.get("float32_matmul_precision")
-    flag = settings.get("allow_tf32_matmul")
-    if isinstance(prec, str) and prec in ("high", "medium"):
-        return True
-    if isinstance(flag, bool):
-        return flag
-    return None
-
-
-def classify_tensor_core(
-    kernels_with_ops: pd.DataFrame, settings: dict[str, Any], fp32_peak_tflops: float | None
-) -> pd.DataFrame:
-    """Per distinct matmul/conv/attention kernel name: columns name, tensor_core (True/False/None), basis.
-
-    Order of evidence: (1) the kernel name (`trace.kernels.tensor_core_from_name`; FP32 patterns such as
-    `simt`, `sgemm`, `ffma` win over `xmma`); (2) when the name says nothing, the launching op's input
-    dtypes: bf16/fp16/fp8 -> tensor core; fp32 -> tensor core only when the captured settings allow TF32;
-    (3) achieved FLOP/s: a kernel whose op FLOPs over its time beat 1.1x the FP32 non-tensor peak must
-    use tensor cores, whatever (1) said.
-    """
-    import numpy as np
-    import pandas as pd
-
-    k = kernels_with_ops[kernels_with_ops["family"].astype(str).isin(MATMUL_FAMILIES)]
-    rows: list[tuple[str, bool | None, str]] = []
-    if len(k) == 0:
-        return _empty(("name", "tensor_core", "basis"))
-    k = k.assign(_name=k["name"].astype(str), _fam=k["family"].astype(str))
-    for name, g in k.groupby("_name", sort=True):
-        verdict = tensor_core_from_name(str(name))
-        basis = "name" if verdict is not None else "unknown"
-        if verdict is None:
-            classes = {c for c in (_dtype_class(t) for t in g["op_input_types"]) if c is not None}
-            if classes == {"half"}:
-                verdict, basis = True, "dtype"
-            elif classes == {"float"}:
-                allowed = _tf32_allowed(settings, str(g["_fam"].iloc[0]))
-                if allowed is not None:
-                    verdict, basis = allowed, "dtype+settings"
-        if fp32_peak_tflops:
-            per_op = g.dropna(subset=["op_flops"]).drop_duplicates("external_id")
-            dur = float(g["dur"].sum())
-            if len(per_op) and dur > 0:
-                tflops = float(np.nansum(per_op["op_flops"].to_numpy())) / (dur * 1e-6) / 1e12
-                if tflops > 1.1 * fp32_peak_tflops and verdict is not True:
-                    verdict, basis = True, "flops"
-        rows.append((str(name), verdict, basis))
-    out: pd.DataFrame = pd.DataFrame.from_records(rows, columns=["name", "tensor_core", "basis"]).astype(
-        object
-    )
-    return out
 
 
 # ---- compute_metrics -------------------------------------------------------------------------------
@@ -779,6 +637,7 @@ def compute_metrics(
         gpu_peak=peak,
         notes=notes,
         model=model,
+        busy_classes=model.busy_by_class if len(model.window_kernels) else None,
     )
 
 

@@ -328,20 +328,32 @@ _SPECS: tuple[RemedySpec, ...] = (
     ),
     _spec(
         _R.SDPA, "Use F.scaled_dot_product_attention (flash attention)", "kernel_efficiency", _S.SAFE, 82,
-        NotReplayed.pending(31), _NO_EDIT,
+        Replay(
+            "the hand-written attention's kernels shrunk to what fused attention needs for the same shapes "
+            "(gpuadvisor.stepmodel.busy.attention_patterns)"
+        ),
+        _NO_EDIT,
     ),
     _spec(
         _R.PAD_GEMM_SHAPES, "Pad matmul dimensions to multiples of 64", "kernel_efficiency", _S.SAFE, 84,
-        NotReplayed.pending(31), _NO_EDIT,
+        Replay(
+            "misaligned bf16/fp16 GEMMs at their padded FLOPs and the roofline fraction of the run's aligned "
+            "GEMMs (gpuadvisor.stepmodel.busy.odd_gemms)"
+        ),
+        _NO_EDIT,
     ),
     _spec(
         _R.FUSED_CROSS_ENTROPY, "Compute the loss on the bf16 logits (no FP32 copy of the logits)",
         "kernel_efficiency", _S.CHANGES_NUMERICS, 86,
-        NotReplayed.pending(31), _NO_EDIT,
+        Replay(
+            "the FP32 large-vocabulary loss kernels shrunk to one read of the bf16 logits and one write of "
+            "their gradient (gpuadvisor.stepmodel.busy.vocab_loss)"
+        ),
+        _NO_EDIT,
     ),
     _spec(
-        _R.CHANNELS_LAST, "Use channels_last memory format for the conv net", "low_occupancy", _S.SAFE, 88,
-        NotReplayed("the trace does not say which layout each convolution kernel would get"),
+        _R.CHANNELS_LAST, "Use channels_last memory format for the conv net", "kernel_efficiency", _S.SAFE, 88,
+        Replay("cuDNN's NCHW<->NHWC layout transposes around its NHWC kernels removed"),
         Injection(
             how="the top module's 4-D floating parameters and buffers made channels_last, and its 4-D "
             "floating inputs at each call (other inputs, 5-D weights untouched); with a timm-style "

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
+from gpuadvisor.hardware import low_precision_data
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
-from gpuadvisor.trace.kernels import low_precision_data
 
 # Dense FP32 (CUDA-core, no tensor core) peak TFLOP/s by compute capability: an FP32 SIMT GEMM cannot
 # run faster than this, so a "fp32-looking" kernel that does is on tensor cores (TF32).

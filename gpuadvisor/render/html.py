@@ -268,6 +268,7 @@ def build_context(
         "severity_counts": _severity_counts(result.findings),
         "charts": charts,
         "kernels": _kernel_rows(getattr(detail, "kernels", None)),
+        "busy_classes": _busy_class_rows(getattr(detail, "busy_classes", None)),
         "ops": _op_rows(getattr(detail, "ops", None)),
         "environment": _environment_view(result),
         "notes": list(result.notes),
@@ -809,6 +810,28 @@ def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, str]]:
             }
         )
     return out
+
+
+def _busy_class_rows(frame: pd.DataFrame | None) -> list[dict[str, str]]:
+    """Busy time by kernel class (Metrics.busy_classes), as display strings."""
+    if frame is None or len(frame) == 0:
+        return []
+    rows: list[dict[str, str]] = []
+    for r in _records(frame, 20):
+        roof = _num(r.get("roofline_fraction"))
+        known = _num(r.get("known_fraction"))
+        rows.append(
+            {
+                "cls": str(r.get("class", "")),
+                "time": _ms((_num(r.get("time_us")) or 0.0) / 1000.0),
+                "share": _pct(r.get("share")),
+                "kernels": f"{_num(r.get('kernels')) or 0:.0f}",
+                "roofline": _pct(roof) if roof is not None else "n/a",
+                "known": _pct(known) if known is not None else "n/a",
+                "bound": str(r.get("bound") or ""),
+            }
+        )
+    return rows
 
 
 def _int(value: Any) -> int | None:

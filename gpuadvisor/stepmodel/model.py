@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.hardware import classify_tensor_core, gpu_peak_for
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.kernels import build_kernel_table
+from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
 from gpuadvisor.trace.kind import Workload, kind_of
@@ -98,6 +101,7 @@ class StepModel:
     _scalars: dict[str, float | None] = field(default_factory=dict, repr=False)
     _patterns: tuple[int, int] | None = field(default=None, repr=False)
     _frames: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    _derived: dict[Any, Any] = field(default_factory=dict, repr=False)  # busy-time patterns (stepmodel.busy)
 
     # ---- facts ---------------------------------------------------------------------------------
 
@@ -179,11 +183,8 @@ class StepModel:
     def matmul_math(self) -> dict[str, bool | None]:
         """Per distinct matmul/conv/attention kernel name: tensor cores (True), plain FP32 (False),
         unknown (None): the name, else the op's input dtypes with the captured TF32 settings, and the
-        achieved FLOP/s against the FP32 peak (gpuadvisor.metrics.classify_tensor_core)."""
+        achieved FLOP/s against the FP32 peak (gpuadvisor.hardware.classify_tensor_core)."""
         if self._math is None:
-            # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
-            from gpuadvisor.metrics import classify_tensor_core, gpu_peak_for
-
             k = self.window_kernels
             peak = gpu_peak_for(self.trace.meta.gpu_name or self._gpu_name(), self.facts.num_sms)
             if len(k) == 0:
@@ -192,6 +193,24 @@ class StepModel:
                 tc = classify_tensor_core(k, dict(self.settings), peak.peak("fp32") if peak else None)
                 self._math = dict(zip(tc["name"].tolist(), tc["tensor_core"].tolist(), strict=True))
         return self._math
+
+    @property
+    def kernel_table(self) -> pd.DataFrame:
+        """Per kernel of `window_kernels` (same index): class, dtype, FLOPs, bytes, achieved TFLOP/s and
+        TB/s, roofline time and bound (gpuadvisor.stepmodel.kernels). Computed once; read-only."""
+        out = self._frames.get("kernel_table")
+        if out is None:
+            out = self._frames["kernel_table"] = build_kernel_table(self)
+        return out
+
+    @property
+    def busy_by_class(self) -> pd.DataFrame:
+        """Kernel time per class per analyzed step, its share of the kernel time and its distance to
+        the roofline (gpuadvisor.stepmodel.kernels.busy_by_class). Computed once; read-only."""
+        out = self._frames.get("busy_by_class")
+        if out is None:
+            out = self._frames["busy_by_class"] = kernel_busy_by_class(self.kernel_table, self.window.count)
+        return out
 
     def _gpu_name(self) -> str | None:
         if self.run is not None:

@@ -113,6 +113,8 @@ def _cuda_graphs(model: StepModel, program: Program, p: dict[str, Any]) -> Progr
 
 @transform(RemedyId.TORCH_COMPILE)
 def _torch_compile(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    if p.get("mode") == "default":  # fusion of hand-written elementwise chains only (GA1106)
+        return t.fuse_memory_chains(model, program)
     inputs = bool(p.get("input_copies", True))
     if p.get("fusion", True):
         return t.torch_compile(model, program, input_copies=inputs)
@@ -142,6 +144,26 @@ def _tf32(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
 @transform(RemedyId.EXPANDABLE_SEGMENTS)
 def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.no_allocator_calls(model, program)
+
+
+@transform(RemedyId.SDPA)
+def _sdpa(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.sdpa(model, program)
+
+
+@transform(RemedyId.CHANNELS_LAST)
+def _channels_last(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.channels_last(model, program)
+
+
+@transform(RemedyId.PAD_GEMM_SHAPES)
+def _pad_gemm_shapes(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.pad_gemm_shapes(model, program)
+
+
+@transform(RemedyId.FUSED_CROSS_ENTROPY)
+def _fused_cross_entropy(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return t.fused_cross_entropy(model, program)
 
 
 def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Mapping[str, Any]) -> Program:
@@ -254,10 +276,16 @@ def combine_findings(
     return predict_combined(model, items), rules
 
 
-# Categories whose findings act on the same host time: a per-tensor optimizer and launch-bound
-# forward/backward are both launch overhead, fixed together (GA501 + GA502). The copy rules
-# (GA101-GA103) group themselves (gpuadvisor/rulekit/transfers.py).
-GROUPED_CATEGORIES: tuple[str, ...] = ("launch_overhead",)
+# Categories whose findings act on the same time: a per-tensor optimizer and launch-bound
+# forward/backward are both launch overhead, fixed together (GA501 + GA502); the kernel_efficiency
+# remedies act on the same kernels (channels_last and bf16 on a conv net's convolutions and transposes,
+# SDPA and bf16 on attention) (GA1101-GA1103). The copy rules (GA101-GA103) group themselves
+# (gpuadvisor/rulekit/transfers.py).
+GROUPED_CATEGORIES: tuple[str, ...] = ("launch_overhead", "kernel_efficiency")
+_GROUP_WHAT: dict[str, str] = {
+    "launch_overhead": "act on the same host launch time",
+    "kernel_efficiency": "act on the same GPU kernels",
+}
 
 
 def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
@@ -287,7 +315,7 @@ def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
         if combined is None or len(rules) < 2:
             continue
         sentence = (
-            f" {' and '.join(rules)} act on the same host launch time: their fixes together are predicted at "
+            f" {' and '.join(rules)} {_GROUP_WHAT.get(name, 'act on the same time')}: their fixes together are predicted at "
             f"{combined.baseline_step_ms:.2f} -> {combined.predicted_step_ms:.2f} ms per step "
             f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
             "do not add up."

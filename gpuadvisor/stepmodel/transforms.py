@@ -13,9 +13,19 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.hardware import gpu_peak_for, low_precision_data
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.busy import (
+    attention_bf16_factor,
+    attention_factor,
+    channels_last_factor,
+    memory_chains,
+    padding_factor,
+    precision_factor,
+    table_to_program_rows,
+    vocab_loss_factor,
+)
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
-from gpuadvisor.trace.kernels import low_precision_data
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -63,6 +73,8 @@ class Constants:
     max_autocast_speedup: float = 8.0
     autocast_speedup_unknown: float = 3.0
     bf16_elementwise_speedup: float = 1.5
+    # ... by each kernel's roofline fraction where the kernel table knows it (see kernel_speedups)
+    bf16_memory_by_roofline: bool = True
     # TF32: FP32 GEMMs only (elementwise work keeps its bytes)
     max_tf32_speedup: float = 6.0
     # a custom kernel given enough blocks: its time x max(blocks / SMs, 1 / this)
@@ -376,8 +388,6 @@ def batch_scaled_durations(model: StepModel, program: Program, m: float, c: Cons
     flops = _op_column(model, program, "op_flops").astype(np.float64)
     types = _op_column(model, program, "op_input_types")
     sms = float(model.facts.num_sms or 0)
-    # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
-    from gpuadvisor.metrics import gpu_peak_for
 
     peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
     out = d.copy()
@@ -758,13 +768,28 @@ def fp32_matmul_mask(model: StepModel, program: Program) -> Any:
     )
 
 
+# Ops autocast runs in float32 whatever the input (torch.amp, "CUDA Ops that can autocast to float32"):
+# under bf16 autocast their kernels keep their time.
+AUTOCAST_FP32_OPS = frozenset(
+    {
+        "aten::_softmax", "aten::softmax", "aten::_log_softmax", "aten::log_softmax",
+        "aten::_softmax_backward_data", "aten::_log_softmax_backward_data", "aten::exp", "aten::expm1",
+        "aten::log", "aten::log1p", "aten::log2", "aten::log10", "aten::pow", "aten::rsqrt",
+        "aten::reciprocal", "aten::sum", "aten::prod", "aten::cumsum", "aten::cumprod", "aten::norm",
+        "aten::linalg_vector_norm", "aten::nll_loss_forward", "aten::nll_loss_backward", "aten::nll_loss2d_forward",
+        "aten::nll_loss2d_backward", "aten::mse_loss", "aten::mse_loss_backward", "aten::l1_loss",
+        "aten::smooth_l1_loss", "aten::smooth_l1_loss_backward", "aten::binary_cross_entropy_with_logits",
+        "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::native_group_norm",
+        "aten::native_group_norm_backward", "aten::logsumexp", "aten::softplus", "aten::cdist",
+    }
+)
+
+
 def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants | None = None) -> Any:
     """Per op of the program: the expected speed-up under `mode` ("bf16" or "tf32")."""
     c = c or CONSTANTS
     import numpy as np
 
-    # lazy: metrics imports the step model; removed when gpuadvisor/hardware.py lands (issue 31)
-    from gpuadvisor.metrics import gpu_peak_for
 
     peak = gpu_peak_for(model.trace.meta.gpu_name or model._gpu_name(), model.facts.num_sms)
     fp32_peak = peak.peak("fp32") if peak else None
@@ -791,14 +816,43 @@ def kernel_speedups(model: StepModel, program: Program, mode: str, c: Constants 
             [isinstance(t, str) and "float" in t and "BFloat16" not in t and "Half" not in t for t in types],
             dtype=bool,
         )
-        out = np.where(ew & fp32_inputs & (out == 1.0), c.bf16_elementwise_speedup, out)
+        memory = ew & fp32_inputs & (out == 1.0)
+        if c.bf16_memory_by_roofline and len(model.kernel_table):
+            # the part of a memory-bound kernel's time at the bandwidth roofline halves with its bytes
+            # (factor 1 - r/2, r its roofline fraction); normalization kernels are bound by their
+            # per-element work, not their bytes, and keep their time (measured on ResNet-50 in NCHW,
+            # H200: BatchNorm 23.6 ms per step in FP32, 30.7 ms in bf16); without a roofline: flat
+            rows = table_to_program_rows(model, program)
+            known = rows >= 0
+            r = np.full(program.n_ops, np.nan)
+            cls = np.full(program.n_ops, "", dtype=object)
+            r[known] = model.kernel_table["roofline_fraction"].to_numpy(dtype=np.float64)[rows[known]]
+            cls[known] = model.kernel_table["class"].to_numpy(dtype=object)[rows[known]]
+            by_roof = 1.0 / (1.0 - 0.5 * np.clip(np.nan_to_num(r, nan=0.0), 0.0, 1.0))
+            op = _op_column(model, program, "op_name")
+            fp32_list = np.array([o in AUTOCAST_FP32_OPS for o in op.tolist()], dtype=bool)
+            speed = np.where(
+                (cls == "normalization") | fp32_list,
+                1.0,
+                np.where(np.isfinite(r), by_roof, c.bf16_elementwise_speedup),
+            )
+            out = np.where(memory, speed, out)
+        else:
+            out = np.where(memory, c.bf16_elementwise_speedup, out)
     return out
 
 
 def lower_precision(model: StepModel, program: Program, mode: str, c: Constants | None = None) -> Program:
-    """bf16 autocast ("bf16") or TF32 ("tf32") for the FP32 matmul/conv kernels (see kernel_speedups)."""
+    """bf16 autocast ("bf16") or TF32 ("tf32") for the FP32 matmul/conv kernels (see kernel_speedups).
+    Under bf16, the kernels already on tensor cores in TF32 (cuDNN's default for convolutions, or
+    allow_tf32) gain by their roofline fraction too (gpuadvisor.stepmodel.busy.precision_factor)."""
     c = c or CONSTANTS
     program.op_dur = program.op_dur / kernel_speedups(model, program, mode, c)
+    if mode == "bf16":
+        program = _scale_table_kernels(model, program, precision_factor(model))
+        if "sdpa" in program.applied:
+            # the fused attention of an FP32 pattern now runs as FlashAttention in bf16
+            program = _scale_table_kernels(model, program, attention_bf16_factor(model))
     return program
 
 
@@ -816,3 +870,67 @@ def no_allocator_calls(model: StepModel, program: Program) -> Program:
     no_fixed_host(program, alloc)
     program.ev_post[alloc] = 0.0
     return program
+
+
+# ---- busy time (issue 31; gpuadvisor.stepmodel.busy) ------------------------------------------------------
+
+
+def _scale_table_kernels(model: StepModel, program: Program, factor_by_row: Any) -> Program:
+    """Multiply the duration of each window kernel of the program by its kernel-table row's factor."""
+    import numpy as np
+
+
+    if program.n_ops == 0 or len(factor_by_row) == 0:
+        return program
+    rows = table_to_program_rows(model, program)
+    have = rows >= 0
+    factors = np.ones(program.n_ops)
+    factors[have] = np.asarray(factor_by_row, dtype=np.float64)[rows[have]]
+    program.op_dur = program.op_dur * factors
+    return program
+
+
+def sdpa(model: StepModel, program: Program) -> Program:
+    """Hand-written attention becomes F.scaled_dot_product_attention: each pattern's kernels
+    (gpuadvisor.stepmodel.busy.attention_patterns) shrink together to the time the fused kernels need
+    for the same work (`fused_attention_us`). Their launches stay (a conservative host side)."""
+
+    program = _scale_table_kernels(model, program, attention_factor(model))
+    program.applied.append("sdpa")
+    return program
+
+
+def channels_last(model: StepModel, program: Program) -> Program:
+    """The model and its input in channels_last: cuDNN's NHWC kernels read the activations directly, its
+    NCHW<->NHWC layout transposes (gpuadvisor.stepmodel.busy.layout_transposes) go, and the normalization
+    kernels run their channels-last versions (gpuadvisor.stepmodel.busy.channels_last_factor)."""
+    return _scale_table_kernels(model, program, channels_last_factor(model))
+
+
+def pad_gemm_shapes(model: StepModel, program: Program) -> Program:
+    """Misaligned bf16/fp16 GEMMs padded to multiples of 8: each runs its padded FLOPs at the roofline
+    fraction of this run's aligned GEMMs (gpuadvisor.stepmodel.busy.odd_gemms), never slower than now."""
+
+    return _scale_table_kernels(model, program, padding_factor(model))
+
+
+def fused_cross_entropy(model: StepModel, program: Program) -> Program:
+    """The FP32 large-vocabulary loss as a fused cross-entropy: its kernels (upcast, log_softmax,
+    nll_loss and their backward; gpuadvisor.stepmodel.busy.vocab_loss) shrink together to one read of
+    the bf16 logits and one write of their gradient at the memory bandwidth."""
+
+    return _scale_table_kernels(model, program, vocab_loss_factor(model))
+
+
+def fuse_memory_chains(model: StepModel, program: Program) -> Program:
+    """torch.compile in its default mode (no CUDA graphs) on hand-written elementwise code: each chain of
+    primitive memory-bound kernels (gpuadvisor.stepmodel.busy.memory_chains) runs as one fused kernel
+    that moves the bytes of the chain's largest member at the bandwidth the chain reaches now. Launches
+    stay (a GPU-bound step does not wait for them)."""
+    import numpy as np
+
+
+    chains = memory_chains(model)
+    if chains is None:
+        return program
+    return _scale_table_kernels(model, program, np.asarray(chains.factor, dtype=np.float64))

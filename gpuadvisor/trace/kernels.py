@@ -9,6 +9,19 @@ from __future__ import annotations
 
 import re
 
+# The tensor-core name classifier lives with the other hardware facts (a leaf module); re-exported here.
+from gpuadvisor.hardware import MATMUL_FAMILIES, low_precision_data, tensor_core_from_name
+
+__all__ = [
+    "FAMILIES",
+    "MATMUL_FAMILIES",
+    "is_collective",
+    "is_triton",
+    "kernel_family",
+    "low_precision_data",
+    "tensor_core_from_name",
+]
+
 FAMILIES: tuple[str, ...] = (
     "gemm",
     "conv",
@@ -20,9 +33,6 @@ FAMILIES: tuple[str, ...] = (
     "memcpy-like",
     "other",
 )
-
-# Families whose math can run on tensor cores (the denominator of the tensor-core share).
-MATMUL_FAMILIES: frozenset[str] = frozenset({"gemm", "conv", "attention"})
 
 # Checked in order; the first match wins. Case-insensitive.
 _FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -80,56 +90,6 @@ def kernel_family(name: str) -> str:
     return "other"
 
 
-# Plain FP32 math, even where the name says xmma: `sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize..._ffma_...`
-# computes with FFMA (FIELD_NOTES trap: the TensorBoard plugin counted any xmma_gemm as tensor core).
-_NOT_TENSOR_CORE = re.compile(
-    r"simt|ffma|sgemm|dgemm|gemv|gemmsn|\bdot_kernel|implicit_convolve_sgemm|winograd|_engine<float\b|"
-    # PyTorch mem-efficient attention in float32 (fmha_cutlassF_f32_*, fmha_cutlassB_f32_*): FP32-accurate
-    # math (SIMT, or 3xTF32 emulation on Sm80+): FP32 math for our purposes, bf16 runs several times faster
-    r"fmha_cutlass[fb]_f32|"
-    r"fft|precomputed_convolve",
-    re.I,
-)
-
-# Tensor-core evidence in the name: MMA instruction families, Hopper cuBLAS JIT kernels, half/bf16/tf32
-# cutlass/xmma tiles, tensor-op cutlass kernels, fused attention kernels.
-_TENSOR_CORE = re.compile(
-    r"nvjet|hmma|wgmma|gmma|imma|tensorop|tensor_op|[shi](?:884|1688|16816)|"
-    r"xmma_gemm_(?:bf16|f16|e4m3|e5m2|tf32)|"
-    r"(?:bf16|f16|fp16|half|tf32|e4m3|e5m2)[a-z0-9_]*(?:gemm|fprop|dgrad|wgrad)|"
-    r"(?:gemm|fprop|dgrad|wgrad)[a-z0-9_]*(?:bf16|f16|fp16|tf32)|"
-    r"fmha|flash|cudnn_generated_fort_native_sdpa|sm\d+_xmma_(?:fprop|dgrad|wgrad)_.*(?:f16|bf16|tf32)|"
-    r"ampere_(?:h|bf16|fp16|tf32)|turing_h|volta_h|sm\d0_(?:h|bf16|tf32)",
-    re.I,
-)
-
-
-# 16-bit data in a kernel's template arguments or its op's input types: a CUDA-core kernel on bf16/fp16
-# data (cuDNN's `implicit_convolve_sgemm<__nv_bfloat16, ...>` for a 3-channel patch embedding) is not
-# FP32 math that autocast would move to tensor cores: it already runs in low precision.
-_LOW_PRECISION = re.compile(
-    r"__nv_bfloat16|__half(?![a-z0-9])|c10::BFloat16|c10::Half|(?<![a-z0-9])(?:bf16|fp16|f16|bfloat16|half)(?![a-z0-9])",
-    re.I,
-)
-
-
-def low_precision_data(name: str, input_types: str | None = None) -> bool:
-    """The kernel works on bf16/fp16 data (its name's template arguments, else its op's input types)."""
-    return bool(_LOW_PRECISION.search(name) or (input_types and _LOW_PRECISION.search(input_types)))
-
-
-def tensor_core_from_name(name: str) -> bool | None:
-    """What the name says about tensor cores: True, False (plain FP32/FP64 math), None (can't tell).
-
-    The FP32 patterns are checked first so that `xmma_gemm_f32f32_..._ffma` is False.
-    """
-    if _NOT_TENSOR_CORE.search(name):
-        return False
-    if _TENSOR_CORE.search(name):
-        return True
-    return None
-
-
 def is_collective(name: str) -> bool:
     return kernel_family(name) == "collective"
 
@@ -137,3 +97,123 @@ def is_collective(name: str) -> bool:
 def is_triton(name: str) -> bool:
     """torch.compile / Triton generated kernel (triton_poi_*, triton_red_*, triton_per_*, triton_tem_*)."""
     return name.startswith("triton_") or "triton" in name.lower()
+
+
+# ---- kernel classes (busy time by what the kernel does; docs/model.md, "Kernel classes") -------------
+
+KERNEL_CLASSES: tuple[str, ...] = (
+    "gemm",
+    "conv_fprop",
+    "conv_dgrad",
+    "conv_wgrad",
+    "attention_flash",
+    "attention_efficient",
+    "attention_math",
+    "elementwise",
+    "normalization",
+    "reduction_softmax",
+    "layout_transpose",
+    "copy",
+    "collective",
+    "optimizer",
+    "other",
+)
+
+# Classes whose math can run on tensor cores (judged against the dtype's matmul peak).
+MATH_CLASSES: frozenset[str] = frozenset(
+    {"gemm", "conv_fprop", "conv_dgrad", "conv_wgrad", "attention_flash", "attention_efficient", "attention_math"}
+)
+# Classes whose time follows the bytes they move (judged against the memory bandwidth).
+MEMORY_CLASSES: frozenset[str] = frozenset(
+    {"elementwise", "normalization", "reduction_softmax", "layout_transpose", "copy"}
+)
+
+_OPTIMIZER_NAME = re.compile(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|(?<![a-z])sgd|lamb(?!da)|(?<![a-z])lion", re.I)
+# cuDNN's layout transposes around its NHWC kernels in an NCHW network, and explicit transpose kernels
+_TRANSPOSE_NAME = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose", re.I)
+_FLASH_NAME = re.compile(
+    r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_attn|cudnn_generated_fort_native_sdpa|fmha_v2|"
+    r"fmha_.*sm(?:90|100)|fmhaSm\d|sdpa_flash",
+    re.I,
+)
+_EFFICIENT_NAME = re.compile(r"fmha_cutlass|efficient_attention|mem_eff|AttentionKernel|AttentionBackwardKernel", re.I)
+_ATTENTION_NAME = re.compile(r"fmha|flash|attention|(?<![a-z])attn|sdpa", re.I)
+_CONV_NAME = re.compile(
+    r"conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|implicit_convolve|im2col|col2im|precomputed_convolve|"
+    r"cudnn::.*(?:fwd|bwd)",
+    re.I,
+)
+_DGRAD_NAME = re.compile(r"dgrad|bwd_data|backward_data|col2im", re.I)
+_WGRAD_NAME = re.compile(r"wgrad|bwd_filter|backward_filter|bwd_weight", re.I)
+_CONV_OPS = re.compile(r"^aten::(?:cudnn_convolution|_convolution|convolution|conv\d?d|miopen_convolution|_slow_conv|slow_conv|thnn_conv|convolution_overrideable|mkldnn_convolution)", re.I)
+_CONV_BACKWARD_OPS = re.compile(r"convolution_backward|conv.*backward", re.I)
+_GEMM_OPS = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|_addmm_activation|addbmm|einsum)$", re.I)
+_NORM_OPS = re.compile(
+    r"^aten::(?:native_batch_norm|batch_norm|_batch_norm|cudnn_batch_norm|native_layer_norm|layer_norm|"
+    r"native_group_norm|group_norm|_fused_rms_norm|rms_norm|instance_norm|miopen_batch_norm|_native_batch_norm)",
+    re.I,
+)
+_NORM_NAME = re.compile(
+    r"batch_norm|layer_norm|group_norm|rms_?norm|instance_norm|bn_fw|bn_bw|RowwiseMoments|ComputeInternalGradients|"
+    r"GammaBeta|welford|norm_kernel|batchnorm|layernorm",
+    re.I,
+)
+_SOFTMAX_OPS = re.compile(
+    r"^aten::(?:_?softmax|_?log_softmax|_softmax_backward_data|_log_softmax_backward_data|nll_loss|nll_loss2d|"
+    r"cross_entropy_loss|sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|var_mean|std_mean|cumsum|"
+    r"argmax|argmin|prod|any|all|logsumexp|topk|sort)",
+    re.I,
+)
+_SOFTMAX_NAME = re.compile(
+    r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|argmax|argmin|\bsum\b|logsumexp|cub::|triton_red|triton_per",
+    re.I,
+)
+_COPY_OPS = re.compile(r"^aten::(?:copy_|_to_copy|to|clone|contiguous|cat|_cat|stack|fill_|zero_|zeros|ones|full|index_put_|_unsafe_view)$", re.I)
+_COPY_NAME = re.compile(r"memcpy|memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|CatArray|AddPadding|fill_kernel|FillFunctor", re.I)
+
+
+def kernel_class(name: str, op_name: str | None = None, family: str | None = None) -> str:
+    """The class of a kernel (one of KERNEL_CLASSES) from its name, the cpu op that launched it, and its
+    family (`kernel_family`, computed when not given). The op decides where the name is ambiguous: a
+    cuDNN helper launched by aten::convolution_backward is still a conversion or a reduction by name;
+    a `vectorized_layer_norm_kernel` is normalization, not elementwise."""
+    fam = family or kernel_family(name)
+    op = op_name or ""
+    if fam == "collective":
+        return "collective"
+    if _OPTIMIZER_NAME.search(name):
+        return "optimizer"
+    if _TRANSPOSE_NAME.search(name):
+        return "layout_transpose"
+    if _FLASH_NAME.search(name):
+        return "attention_flash"
+    if _EFFICIENT_NAME.search(name) or "efficient_attention" in op:
+        return "attention_efficient"
+    if _ATTENTION_NAME.search(name) and fam == "attention":
+        return "attention_math"
+    conv_op = bool(_CONV_OPS.search(op) or _CONV_BACKWARD_OPS.search(op))
+    if _CONV_NAME.search(name) or (conv_op and fam in ("gemm", "conv")):
+        if _DGRAD_NAME.search(name):
+            return "conv_dgrad"
+        if _WGRAD_NAME.search(name):
+            return "conv_wgrad"
+        if re.search(r"fprop|fwd|forward", name, re.I) or (conv_op and not _CONV_BACKWARD_OPS.search(op)):
+            return "conv_fprop"
+        if conv_op:
+            return "conv_dgrad" if fam != "other" else "other"
+        return "conv_fprop"
+    if fam == "gemm" or (_GEMM_OPS.search(op) and fam not in ("elementwise", "reduction", "memcpy-like")):
+        return "gemm"
+    if _NORM_OPS.search(op) or _NORM_NAME.search(name):
+        return "normalization"
+    if _COPY_NAME.search(name) or (_COPY_OPS.search(op) and fam in ("memcpy-like", "elementwise", "other")):
+        return "copy"
+    if _SOFTMAX_OPS.search(op) or _SOFTMAX_NAME.search(name) or fam == "reduction":
+        return "reduction_softmax"
+    if fam == "elementwise":
+        return "elementwise"
+    if fam == "optimizer":  # only `optim...` names get here (cuDNN's `..._optimized_...` conv tiles did above)
+        return "other"
+    if fam == "memcpy-like":
+        return "copy"
+    return "other"

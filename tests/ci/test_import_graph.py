@@ -19,15 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "gpuadvisor"
 
-# The one import against the direction, kept until its names move (the same exception as .importlinter):
-# the step model reads the GPU peaks and the tensor-core verdict from metrics, which imports the step
-# model. Removed when gpuadvisor/hardware.py lands (issue 31).
-ALLOWED = frozenset(
-    {
-        ("gpuadvisor.stepmodel.model", "gpuadvisor.metrics"),
-        ("gpuadvisor.stepmodel.transforms", "gpuadvisor.metrics"),
-    }
-)
+# Imports against the direction, kept until their names move (the same exceptions as .importlinter).
+# None left: the GPU peaks and the tensor-core verdict moved to gpuadvisor/hardware.py (issue 31).
+ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -200,9 +194,14 @@ def test_function_level_imports_say_why() -> None:
 
 
 def test_the_allowed_exception_is_still_needed() -> None:
-    # when issue 31 moves the peaks and the tensor-core verdict, ALLOWED (and .importlinter) must shrink
+    # an exception that is no longer used must go (ALLOWED and .importlinter shrink together)
     edges = {(i.source, i.target) for i in all_imports()}
     assert edges >= ALLOWED
+
+
+def test_hardware_is_a_leaf() -> None:
+    # the peaks and the tensor-core verdict are read by every stage: gpuadvisor/hardware.py imports none
+    assert not [i for i in all_imports() if i.source == "gpuadvisor.hardware"]
 
 
 def test_the_graph_is_read() -> None:

@@ -346,3 +346,15 @@ def test_hostile_kernel_name_reaches_the_kernel_table(hostile_result: AnalysisRe
     page = report_html.render_html(hostile_result, generated_at=FIXED)
     assert "void evil_kernel&lt;&lt;/script&gt;" in page
     assert 'href="javascript:' not in page  # only http(s) references become links
+
+
+def test_busy_time_by_kernel_class(plain_result: AnalysisResult) -> None:
+    """The report shows the step model's busy time by kernel class (Metrics.busy_classes), read from
+    the result: every class of the table with its share (synthetic run: GEMMs, elementwise, optimizer)."""
+    page = report_html.render_html(plain_result, generated_at=FIXED)
+    assert "Busy time by kernel class" in page
+    by_class = plain_result.metrics_detail.busy_classes  # type: ignore[union-attr]
+    assert by_class is not None and len(by_class)
+    for cls, share in zip(by_class["class"], by_class["share"], strict=True):
+        assert f"<td>{cls}</td>" in page
+        assert f"{share * 100:.1f}%" in page

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuadvisor.metrics import WINDOW_KEYS, compute_metrics, covered, gpu_peak_for, union_intervals
+from gpuadvisor.hardware import gpu_peak_for
+from gpuadvisor.metrics import WINDOW_KEYS, compute_metrics, covered, union_intervals
 from gpuadvisor.runinfo import load_run_info
 from gpuadvisor.trace.kernels import kernel_family, tensor_core_from_name
 from gpuadvisor.trace.load import load_trace
