@@ -36,6 +36,7 @@ __all__ = [
     "NvmlInfo",
     "RankEntry",
     "StepDetection",
+    "StepEvent",
     "Target",
     "TargetKind",
 ]
@@ -192,6 +193,45 @@ def utc_iso(unix_s: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------- capture window
+STEP_EVENT_KINDS = ("epoch_start", "epoch_end", "evaluation", "checkpoint", "gc")
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A cost met between steps (`manifest.capture.step_events`, issue 27): `kind` is `epoch_start`
+    (a DataLoader iterator created and its first batch: worker start-up when workers do not persist),
+    `epoch_end` (a worker loader's last `__next__`: the workers shut down unless they persist),
+    `evaluation` (consecutive model calls with grad off / inference mode / eval mode while the script
+    trains), `checkpoint` (one `torch.save`) or `gc` (a full garbage-collector pass, or one of 20 ms or more).
+    `step`: the step it fell in (None: before the first step); `start_unix_s`, `seconds`: when and how
+    long; `detail`: the kind's own fields (`num_workers`, `persistent_workers`, `first_batch_s`;
+    `forward_calls`; `bytes`, `file`, `line`, `code`; `generation`)."""
+
+    kind: str
+    step: int | None
+    start_unix_s: float
+    seconds: float
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.detail)
+        out.update(
+            kind=self.kind, step=self.step, start_unix_s=round(self.start_unix_s, 6), seconds=round(self.seconds, 6)
+        )
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> StepEvent:
+        d = _obj(data)
+        return cls(
+            kind=_str(d.get("kind")) or "unknown",
+            step=_int(d.get("step")),
+            start_unix_s=_float(d.get("start_unix_s")) or 0.0,
+            seconds=max(0.0, _float(d.get("seconds")) or 0.0),
+            detail={k: v for k, v in d.items() if k not in ("kind", "step", "start_unix_s", "seconds")},
+        )
+
+
 @dataclass(frozen=True)
 class CaptureWindow:
     """`manifest.capture`: the profiler window and the host-timed step boundaries.
@@ -202,7 +242,9 @@ class CaptureWindow:
     speculatively from the first step (docs/capture.md, "Short scripts"). `speculation_end_step`: the
     boundary at which that speculative recording stopped (None: no speculative recording), the steps
     before it ran under the profiler. `cupti_teardown`: Kineto was asked to finalize CUPTI when the
-    trace stopped (TEARDOWN_CUPTI=1).
+    trace stopped (TEARDOWN_CUPTI=1). `step_events`: costs met between steps (`StepEvent`; at most
+    2000, `step_events_dropped` more); `observe_steps`/`observe_seconds`: how long the steps were timed
+    after the window (None in runs recorded before issue 27: their step events were not recorded).
     """
 
     skip_steps: int = 10
@@ -222,6 +264,10 @@ class CaptureWindow:
     short_run: bool = False
     speculation_end_step: int | None = None
     cupti_teardown: bool = False
+    step_events: tuple[StepEvent, ...] = ()
+    step_events_dropped: int = 0
+    observe_steps: int | None = None
+    observe_seconds: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -261,6 +307,13 @@ class CaptureWindow:
             speculation_end_step=self.speculation_end_step,
             cupti_teardown=self.cupti_teardown,
         )
+        if self.observe_steps is not None:
+            out.update(
+                step_events=[e.to_json() for e in self.step_events],
+                step_events_dropped=self.step_events_dropped,
+                observe_steps=self.observe_steps,
+                observe_seconds=self.observe_seconds,
+            )
         return out
 
     @classmethod
@@ -293,6 +346,14 @@ class CaptureWindow:
             short_run=_bool(d.get("short_run")),
             speculation_end_step=_int(d.get("speculation_end_step")),
             cupti_teardown=_bool(d.get("cupti_teardown")),
+            step_events=tuple(
+                StepEvent.from_json(e) for e in (d.get("step_events") or ()) if isinstance(e, Mapping)
+            )
+            if isinstance(d.get("step_events"), (list, tuple))
+            else (),
+            step_events_dropped=_int(d.get("step_events_dropped")) or 0,
+            observe_steps=_int(d.get("observe_steps")),
+            observe_seconds=_float(d.get("observe_seconds")),
             extra=_extra(d, _known_keys(cls)),
         )
 

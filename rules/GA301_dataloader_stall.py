@@ -8,6 +8,9 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
 
+# the modeled remedy must recover at least this share of the measured wait to rate the finding by it
+MODELED_SHARE = 0.5
+
 
 class DataloaderStall(Rule):
     """The GPU waits for the input pipeline: it idles while the host is inside DataLoader `__next__`.
@@ -28,7 +31,10 @@ class DataloaderStall(Rule):
     over a ready batch, bounded below by the workers' throughput (one process made a batch in the time
     the host waited; N workers make N in that time). The annotation says `_SingleProcessDataLoaderIter`
     (num_workers=0) or `_MultiProcessingDataLoaderIter` (workers); a run adds the DataLoader call site
-    and settings from environment.json and the machine's CPU count.
+    and settings from environment.json and the machine's CPU count. When more workers are predicted
+    to recover less than half of the measured wait (already at the machine's CPU count, or workers
+    that cannot keep up), the finding is still reported, rated by the measured share of the step
+    spent waiting, "gain not modeled" (facts before remedies).
 
     How to fix
     ----------
@@ -80,8 +86,27 @@ class DataloaderStall(Rule):
             workers = current  # already at the machine's size: no worker change to predict
         pred = ctx.predict(RemedyId.DATALOADER_WORKERS, workers=workers, current_workers=current)
         impact = pred.recovered_fraction
-        if impact < ctx.threshold("min_impact"):
+        share = win.share(idle_us) if gpu else win.share(wait_us)
+        floor = ctx.threshold("min_impact")
+        timing = ctx.model.run_timing
+        restart = timing.cost("epoch_restart") if timing is not None else None
+        steady = share
+        if restart is not None:
+            # the steps that carry an epoch's worker restart are GA303's: the facts here are the others'
+            import numpy as np
+
+            keep = ~np.isin(win.step_ids, [s for s in restart.steps if s is not None])
+            if not keep.all() and keep.any():
+                wait_kept = float(spans.covered(win.starts[keep], win.ends[keep]).sum())
+                total_kept = float((win.ends[keep] - win.starts[keep]).sum())
+                steady = share * (wait_kept / wait_us) * (win.total_us / total_kept) if total_kept > 0 else share
+        if impact < floor and steady < floor:
             return
+        # Facts before remedies (issue 27): a large measured wait that the modeled remedy (more workers)
+        # removes little of is still reported, rated by its measured share, "gain not modeled".
+        modeled = impact >= floor and impact >= MODELED_SHARE * steady
+        if not modeled and restart is not None and steady < floor:
+            return  # the wait is the workers' restart at each epoch: GA303 reports it
         changes: list[str] = []
         observed = ""
         if loader is not None:
@@ -134,7 +159,14 @@ class DataloaderStall(Rule):
                 "per-sample work cheaper (decode once and cache, move augmentation to the GPU, e.g. "
                 "torchvision.transforms.v2 on CUDA tensors or DALI), or use more workers if CPUs allow."
             )
-        rec += f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+        if modeled:
+            rec += f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+        else:
+            rec += (
+                f" More workers alone are predicted to recover {cm.pct(impact)} of the step; the rest of the "
+                "wait is the cost of making each batch: make per-sample work cheaper (decode once and cache, "
+                "vectorize the transforms, move augmentation to the GPU). The gain of that is not modeled."
+            )
         if cpu_count:
             rec += f" (Worker count from the machine's {cpu_count} CPUs, capped at {cap}.)"
         if loader is not None:
@@ -143,6 +175,12 @@ class DataloaderStall(Rule):
             how = "The trace shows `_SingleProcessDataLoaderIter`: the DataLoader runs with num_workers=0 (call site not captured: raw trace)."
         else:
             how = "The trace shows `_MultiProcessingDataLoaderIter`: workers exist but do not keep up."
+        restart = ctx.model.run_timing.cost("epoch_restart") if ctx.model.run_timing is not None else None
+        if restart is not None:
+            how += (
+                f" Part of this wait is the workers' start-up at each epoch ({cm.ms(restart.each_ms * 1000)} every "
+                f"{restart.period_steps} steps: GA303)."
+            )
         if gpu:
             title = f"The GPU waits for data {cm.pct(win.share(idle_us))} of each step"
             seen = (
@@ -155,8 +193,15 @@ class DataloaderStall(Rule):
                 f"The training process spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__ "
                 f"({cm.pct(win.share(wait_us))} of the step; CPU-only run: the wait is on the critical path). "
             )
+        if restart is not None and steady < share:
+            title = (
+                f"The {'GPU waits' if gpu else 'step waits'} for data {cm.pct(steady)} of each step besides the "
+                "epoch restarts"
+            )
+        if not modeled:
+            title += " (gain not modeled)"
         yield self.finding(
-            impact=impact,
+            impact=impact if modeled else steady,
             title=title,
             message=seen
             + how
@@ -176,10 +221,18 @@ class DataloaderStall(Rule):
                 "cpu_count": cpu_count,
                 "suggested_workers": workers,
                 "framework": fw.name,
+                "measured_share": share,
+                "measured_share_without_epoch_restarts": steady if restart is not None else None,
+                "gain_modeled": modeled,
             },
             recommendation=rec,
             locations=locations,
-            impact_explanation=cm.impact_explanation(pred, f"the DataLoader running {workers} workers"),
+            impact_explanation=cm.impact_explanation(pred, f"the DataLoader running {workers} workers")
+            if modeled
+            else (
+                f"The measured share of the step spent waiting for data ({cm.pct(share)}): no modeled remedy "
+                f"removes most of it (more workers: {cm.pct(impact)}), so the finding is rated by what it costs now."
+            ),
             remedy=RemedyId.DATALOADER_WORKERS,
             prediction=pred,
         )

@@ -30,6 +30,7 @@ class Suspect(str, enum.Enum):
     CUPTI_TEARDOWN = "cupti_teardown"  # do not ask Kineto to finalize CUPTI after the window
     UNINSTALL_AFTER_WINDOW = "uninstall_after_window"  # keep every wrapper installed after the window
     SHORT_RUN = "short_run"  # no speculative recording of the first steps
+    PERIODIC_HOOKS = "periodic_hooks"  # torch.save wrapper and gc callback (costs between steps)
 
 
 ALIASES: Mapping[str, frozenset[Suspect]] = {
@@ -40,6 +41,7 @@ ALIASES: Mapping[str, frozenset[Suspect]] = {
             Suspect.OPTIMIZER_HOOKS,
             Suspect.SETTINGS_HOOKS,
             Suspect.MODULE_HOOKS,
+            Suspect.PERIODIC_HOOKS,
         }
     ),
     # The behaviour before issue 15's fix: wrappers left installed, CUPTI left attached.

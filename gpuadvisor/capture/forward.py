@@ -76,7 +76,7 @@ def _is_compiling() -> bool:
 class ForwardTracker:
     """Finds the top module and reports its calls; see the module docstring."""
 
-    def __init__(self, recorder: Recorder, on_top_call: Callable[[], None]) -> None:
+    def __init__(self, recorder: Recorder, on_top_call: Callable[[bool], None]) -> None:
         self._rec = recorder
         self._on_top_call = on_top_call
         self._main = threading.get_ident()
@@ -191,7 +191,7 @@ class ForwardTracker:
         if done:
             self._end_discovery(inside_top_call=True)
         try:
-            self._count_top()
+            self._count_top(mod)
         except BaseException:
             self._skip_hook_once = False  # the call never reaches its pre-hooks
             raise
@@ -207,20 +207,25 @@ class ForwardTracker:
                 self._record_site(mod, is_top=True)
             except Exception as err:
                 self._rec._failed("module forward site", err)
-        self._count_top()
+        self._count_top(mod)
 
-    def _count_top(self) -> None:
-        """One call of the top module: grad state, then the session's step signal (may raise the
-        window-complete exit, which must reach the user's code)."""
+    def _count_top(self, mod: Any) -> None:
+        """One call of the top module: grad state, then the session's step signal with whether the call
+        evaluates (grad off, inference mode, or the module in eval mode); it may raise the
+        window-complete exit, which must reach the user's code."""
         self.top_calls += 1
-        if self.record_sites:
-            with contextlib.suppress(Exception):
+        evaluating = False
+        with contextlib.suppress(Exception):
+            no_grad = not self._torch.is_grad_enabled()
+            inference = bool(self._torch.is_inference_mode_enabled())
+            evaluating = no_grad or inference or not bool(getattr(mod, "training", True))
+            if self.record_sites:
                 self.mode.forward_calls += 1
-                if not self._torch.is_grad_enabled():
+                if no_grad:
                     self.mode.no_grad_calls += 1
-                if self._torch.is_inference_mode_enabled():
+                if inference:
                     self.mode.inference_mode_calls += 1
-        self._on_top_call()
+        self._on_top_call(evaluating)
 
     def _record_site(self, mod: Any, is_top: bool) -> None:
         if not self.record_sites:

@@ -172,6 +172,14 @@ class Recorder:
         self.own_profiler_inner: Any = None  # set by the session while our profiler prepares
         self.recording_callsites = True
         self.in_window = False  # set by the session while the window records
+        # Costs between steps (issue 27): `on_step_event(kind, start perf_counter, seconds, detail)` for
+        # each DataLoader epoch start (iterator creation + its first batch), torch.save and long gc pass.
+        self.on_step_event: Callable[[str, float, float, dict[str, Any]], None] | None = None
+        self._first_batch: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], float]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._gc_started: float | None = None
+        self._gc_installed = False
 
     # ---------------------------------------------------------------- failure isolation
     def _failed(self, name: str, err: BaseException) -> None:
@@ -304,6 +312,7 @@ class Recorder:
         self._install_settings_hooks(torch)
         self._install_backward_hooks(torch)
         self._install_profiler_guard()
+        self._install_periodic_hooks(torch)
 
     def install_tensor_hooks(self) -> None:
         """The per-call Tensor wrappers (host-sync and host-to-device call sites). The session removes
@@ -452,11 +461,24 @@ class Recorder:
         def make_iter(orig: Any) -> Any:
             @functools.wraps(orig)
             def __iter__(loader: Any) -> Any:
+                t0 = time.perf_counter()
                 it = orig(loader)
                 try:
                     rec = self._dl_records.get(loader)
                     if rec is not None:
                         self._iter_records[it] = rec
+                        rec["epochs"] = int(rec.get("epochs", 0)) + 1
+                        if self.on_step_event is not None:
+                            # creating the iterator starts the workers (unless they persist); the
+                            # epoch's first batch waits for them: both are the epoch's start-up cost
+                            detail = {
+                                "dataloader": rec["id"],
+                                "num_workers": rec["num_workers"],
+                                "persistent_workers": rec["persistent_workers"],
+                                "epoch": rec["epochs"],
+                                "iter_s": round(time.perf_counter() - t0, 6),
+                            }
+                            self._first_batch[it] = (detail, t0)
                 except Exception as err:
                     self._failed("dataloader iter", err)
                 return it
@@ -467,19 +489,33 @@ class Recorder:
             @functools.wraps(orig)
             def __next__(it: Any) -> Any:
                 if "dataloader next" not in self._disabled:
+                    pending = None
                     try:
                         rec = self._iter_records.get(it)
                         if rec is not None:
                             rec["iterations"] += 1
                         self._on_dataloader_next()
                         ready = batch_ready(it) if rec is not None else None
+                        pending = self._first_batch.pop(it, None) if self._first_batch else None
                     except Exception as err:
                         self._failed("dataloader next", err)
                         ready = None
+                    if pending is not None:
+                        t1 = time.perf_counter()
+                        try:
+                            return orig(it)
+                        finally:
+                            self._epoch_start_event(pending, time.perf_counter() - t1)
                     if ready is not None and rec is not None:
                         profiled = _profiler_recording()
                         t0 = time.perf_counter()
-                        out = orig(it)
+                        try:
+                            out = orig(it)
+                        except StopIteration:
+                            # the epoch's end: a worker loader without persistent workers shuts
+                            # its workers down here
+                            self._epoch_end_event(rec, t0, time.perf_counter() - t0)
+                            raise
                         record_next_time(rec, ready, time.perf_counter() - t0, profiled)
                         return out
                 return orig(it)
@@ -489,6 +525,106 @@ class Recorder:
         self._patch(dlmod.DataLoader, "__init__", make_init, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod.DataLoader, "__iter__", make_iter, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next, Suspect.DATALOADER_HOOKS)
+
+    def _epoch_start_event(self, pending: tuple[dict[str, Any], float], first_batch_s: float) -> None:
+        detail, t0 = pending
+        sink = self.on_step_event
+        if sink is None or "epoch start" in self._disabled:
+            return
+        try:
+            detail["first_batch_s"] = round(first_batch_s, 6)
+            sink("epoch_start", t0, float(detail["iter_s"]) + first_batch_s, detail)
+        except Exception as err:
+            self._failed("epoch start", err)
+
+    def _epoch_end_event(self, rec: dict[str, Any], t0: float, seconds: float) -> None:
+        sink = self.on_step_event
+        if sink is None or "epoch end" in self._disabled:
+            return
+        try:
+            sink(
+                "epoch_end",
+                t0,
+                seconds,
+                {
+                    "dataloader": rec["id"],
+                    "num_workers": rec["num_workers"],
+                    "persistent_workers": rec["persistent_workers"],
+                    "epoch": rec.get("epochs"),
+                },
+            )
+        except Exception as err:
+            self._failed("epoch end", err)
+
+    # ---------------------------------------------------------------- costs between steps
+    def _install_periodic_hooks(self, torch: Any) -> None:
+        """torch.save (checkpoints: count, time, bytes, call site) and long garbage-collector passes.
+        Each costs nothing per step: they run when the script saves or the collector runs."""
+
+        def make_save(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return orig(obj, f, *args, **kwargs)
+                finally:
+                    self._save_event(f, t0, time.perf_counter() - t0)
+
+            return save
+
+        self._patch(torch, "save", make_save, Suspect.PERIODIC_HOOKS)
+        if Suspect.PERIODIC_HOOKS not in self.off:
+            import gc
+
+            gc.callbacks.append(self._gc_callback)
+            self._gc_installed = True
+
+    def _save_event(self, f: Any, t0: float, seconds: float) -> None:
+        sink = self.on_step_event
+        if sink is None or "torch.save" in self._disabled:
+            return
+        try:
+            size: int | None = None
+            if isinstance(f, (str, os.PathLike)):
+                with contextlib.suppress(OSError):
+                    size = os.path.getsize(f)
+            elif hasattr(f, "tell"):
+                with contextlib.suppress(Exception):
+                    size = int(f.tell())
+            frame = self.user_frame(3)
+            site = self.site(frame)
+            sink("checkpoint", t0, seconds, {"bytes": size, "file": site["file"], "line": site["line"],
+                                             "code": site["code"]})
+        except Exception as err:
+            self._failed("torch.save", err)
+
+    # a collection shorter than this is not recorded (young generations take microseconds; on a busy
+    # machine a descheduled one can take milliseconds): full collections are always recorded
+    GC_MIN_SECONDS = 0.02
+
+    def _gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        try:
+            if phase == "start":
+                self._gc_started = time.perf_counter()
+                return
+            t0, self._gc_started = self._gc_started, None
+            if t0 is None or self.on_step_event is None:
+                return
+            dt = time.perf_counter() - t0
+            if dt >= self.GC_MIN_SECONDS or info.get("generation") == 2:
+                self.on_step_event(
+                    "gc", t0, dt, {"generation": info.get("generation"), "collected": info.get("collected")}
+                )
+        except Exception:
+            pass  # never raise inside the collector
+
+    def remove_gc_callback(self) -> None:
+        if self._gc_installed:
+            import gc
+
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(self._gc_callback)
+            self._gc_installed = False
 
     def _record_dataloader(self, loader: Any) -> None:
         frame = self.user_frame(3)
@@ -521,6 +657,7 @@ class Recorder:
             "sampler_type": type(loader.sampler).__name__,
             "collate_fn": getattr(collate, "__name__", type(collate).__name__),
             "iterations": 0,
+            "epochs": 0,  # iterators created (`for batch in loader` once per epoch)
             # worker loaders: __next__ calls that found a batch already delivered by a worker
             # (the main process only takes it over) and those that waited for the workers
             "batches_ready": 0,

@@ -29,7 +29,9 @@ class ProfileOptions:
     before the window is still captured (0: never); term_timeout: seconds between a forwarded SIGTERM
     and SIGKILL; analyze: analyze the run at the end (done by the caller, `gpuadvisor.api.profile` or
     the profile command, after `run_profile` returns: the capture never imports the analysis); redact: mask credentials of the command line in
-    everything written (gpuadvisor.redact).
+    everything written (gpuadvisor.redact); observe_steps / observe_seconds: after the window (without
+    `full`) the steps go on being timed, without the profiler, until step `observe_steps` or for
+    `observe_seconds`, whichever comes first (costs that come every N steps: docs/capture.md).
     """
 
     out: str | None = None
@@ -44,6 +46,8 @@ class ProfileOptions:
     time_step_seconds: float = 1.0
     time_fallback_after: float = 20.0
     short_run_seconds: float = 2.0
+    observe_steps: int = 100
+    observe_seconds: float = 20.0
     term_timeout: float = 20.0
     analyze: bool = True
     redact: bool = True
@@ -62,9 +66,12 @@ class ProfileOptions:
         for name, fvalue in (
             ("--time-fallback-after", self.time_fallback_after),
             ("--short-run-seconds", self.short_run_seconds),
+            ("--observe-seconds", self.observe_seconds),
         ):
             if fvalue < 0:
                 raise UsageError(f"{name} must be >= 0 (got {fvalue})")
+        if self.observe_steps < 0:
+            raise UsageError(f"--observe-steps must be >= 0 (got {self.observe_steps})")
         return self
 
     @classmethod

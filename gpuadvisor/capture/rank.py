@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-step-seconds", type=float, default=1.0)
     p.add_argument("--time-fallback-after", type=float, default=20.0)
     p.add_argument("--short-run-seconds", type=float, default=2.0)
+    p.add_argument("--observe-steps", type=int, default=100)
+    p.add_argument("--observe-seconds", type=float, default=20.0)
     p.add_argument("--term-grace", type=float, default=DEFAULT_TERM_GRACE_S)
     p.add_argument("--analyze", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("-q", "--quiet", action="store_true")
@@ -160,6 +162,8 @@ def _options(ns: argparse.Namespace) -> ProfileOptions:
         time_step_seconds=ns.time_step_seconds,
         time_fallback_after=ns.time_fallback_after,
         short_run_seconds=ns.short_run_seconds,
+        observe_steps=ns.observe_steps,
+        observe_seconds=ns.observe_seconds,
         analyze=ns.analyze,
     )
 

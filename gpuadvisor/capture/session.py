@@ -59,6 +59,7 @@ from gpuadvisor.manifest import (
     DegradedFlag,
     ExitReason,
     StepDetection,
+    StepEvent,
 )
 
 STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manifest.json then removed
@@ -78,8 +79,11 @@ def rank_file_name(name: str, rank: int) -> str:
     return f"{stem}.rank{rank}{dot}{ext}"
 
 
-# Step end times kept for the profiler-overhead estimate (enough for any capture window; bounded).
+# Step end times kept for the profiler-overhead estimate and the costs that come every N steps
+# (bounded: 20k boundaries are about 320 kB in the manifest).
 MAX_STEP_TIMES = 20_000
+# Costs recorded between steps (epoch starts, evaluation passes, checkpoints, long gc passes): bounded.
+MAX_STEP_EVENTS = 2_000
 
 
 def _in_backward() -> bool:
@@ -94,6 +98,9 @@ def _in_backward() -> bool:
 
 # steps timed after the window (without --full) as the unprofiled reference of the analysis
 REFERENCE_STEPS_AFTER = 5
+# how long model calls and batches wait for a constructed optimizer's first step when
+# --time-fallback-after is 0 (never count by time)
+OPTIMIZER_HOLD_SECONDS = 20.0
 
 
 class CaptureWindowComplete(SystemExit):
@@ -234,6 +241,15 @@ class CaptureSession:
         # outside the profiler window with the window's steps to measure how much the profiler itself
         # slowed the step (per-op CPU overhead), see docs/metrics.md.
         self.step_ends: list[tuple[int, float]] = []
+        # what happened between steps and cost time (issue 27): epoch starts (DataLoader iterator
+        # creation and its first batch), evaluation passes, torch.save, long gc passes
+        self.step_events: list[dict[str, Any]] = []
+        self.step_events_dropped = 0
+        self._eval_open: list[Any] | None = None  # [start perf_counter, forward calls, step]
+        self._expect_since: float | None = None  # first held forward call / batch (optimizer not stepped yet)
+        self._held_logged = False
+        self._min_stop_step: int | None = None  # after the window: the reference steps, at least
+        self._observe_deadline: float | None = None
 
     # ------------------------------------------------------------------ plumbing
     def is_origin(self) -> bool:
@@ -296,6 +312,7 @@ class CaptureSession:
             on_user_profiler=self._on_user_profiler,
         )
         self.recorder.off = self.off
+        self.recorder.on_step_event = self._on_step_event
         self.recorder.install()
         self.tracker = ForwardTracker(self.recorder, self._on_forward)
         self.tracker.install()
@@ -385,6 +402,8 @@ class CaptureSession:
 
     # ------------------------------------------------------------------ step signals
     def _on_optimizer_step(self, opt: Any) -> None:
+        if self._eval_open is not None and self.is_origin():
+            self._close_eval(time.perf_counter())
         if self.state is WindowState.DONE:
             if self.method is StepDetection.OPTIMIZER_STEP_HOOK and opt is self._primary_optimizer:
                 self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
@@ -396,7 +415,7 @@ class CaptureSession:
             self._primary_optimizer = opt
         elif opt is not self._primary_optimizer:
             return  # only the first optimizer that steps counts (GANs and friends step several)
-        self._signal()
+        self._signal(optimizer=True)
         self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
         method = StepDetection.OPTIMIZER_STEP_HOOK
         if self.method is not method and self._may_switch(method):
@@ -423,10 +442,13 @@ class CaptureSession:
             self._deferred_boundaries -= 1
             self._boundary()
 
-    def _on_forward(self) -> None:
+    def _on_forward(self, evaluating: bool = False) -> None:
         """A call of the top module (`capture.forward`): the first starts step 0, each later one ends
-        a step."""
+        a step. `evaluating`: grad off, inference mode or the module in eval mode (an evaluation pass
+        when the script trains)."""
         self._flush_deferred()
+        if self.is_origin():
+            self._track_evaluation(evaluating)
         if self.state is WindowState.DONE:
             if self.method is StepDetection.MODULE_FORWARD:
                 self.counts[StepDetection.MODULE_FORWARD] += 1
@@ -443,6 +465,7 @@ class CaptureSession:
         if (
             self.method is not method
             and self.counts[StepDetection.OPTIMIZER_STEP_HOOK] == 0
+            and not self._optimizer_expected()
             and self._may_switch(method)
         ):
             self._switch_method(method, "the model's forward was called again")
@@ -467,11 +490,86 @@ class CaptureSession:
         if (
             self.method is not method
             and self.counts[StepDetection.OPTIMIZER_STEP_HOOK] == 0
+            and not self._optimizer_expected()
             and self._may_switch(method)
         ):
             self._switch_method(method, "a second DataLoader batch came before any optimizer step")
         if self.method is method:
             self._boundary()
+
+    def _optimizer_hold_seconds(self) -> float:
+        return self.cfg.time_fallback_after if self.cfg.time_fallback_after > 0 else OPTIMIZER_HOLD_SECONDS
+
+    def _optimizer_expected(self, announce: bool = True) -> bool:
+        """The training loop first (issue 27): an optimizer was constructed but has not stepped yet, so
+        forward calls and DataLoader batches seen now (an evaluation before training: nanoGPT's
+        `estimate_loss()` at iteration 0, a validation sanity check) are not made steps. The hold ends
+        at the first optimizer step, or `time_fallback_after` seconds (default 20) after the first
+        held call: a script that builds an optimizer and never steps it is then stepped by its
+        forward calls or batches as before."""
+        if self.counts[StepDetection.OPTIMIZER_STEP_HOOK] > 0 or self.method is not None:
+            return False
+        if self.recorder is None or not self.recorder.optimizers:
+            return False
+        now = time.monotonic()
+        if self._expect_since is None:
+            self._expect_since = now
+        if now - self._expect_since >= self._optimizer_hold_seconds():
+            return False
+        if announce and not self._held_logged:
+            self._held_logged = True
+            self.say(
+                "an optimizer exists but has not stepped yet: model calls and batches before the first "
+                "optimizer step are not counted as steps (evaluation before training)",
+                force=True,
+            )
+        return True
+
+    def _training_seen(self) -> bool:
+        rec = self.recorder
+        return self.counts[StepDetection.OPTIMIZER_STEP_HOOK] > 0 or (
+            rec is not None and (bool(rec.optimizers) or rec.settings.backward_calls > 0)
+        )
+
+    # ------------------------------------------------------------------ costs between steps
+    def _track_evaluation(self, evaluating: bool) -> None:
+        """An evaluation pass: consecutive model calls with grad off / inference mode / eval mode, from
+        the first to the next training call, optimizer step, epoch start or checkpoint."""
+        now = time.perf_counter()
+        if evaluating:
+            if self._eval_open is None:
+                self._eval_open = [now, 0, self.steps_seen]
+            self._eval_open[1] += 1
+        elif self._eval_open is not None:
+            self._close_eval(now)
+
+    def _close_eval(self, end: float) -> None:
+        ev, self._eval_open = self._eval_open, None
+        if ev is None or not self._training_seen():
+            return  # an inference script: its model calls are the run, not an evaluation
+        start, calls, _step = ev
+        self._on_step_event("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
+
+    def _on_step_event(self, kind: str, start: float, seconds: float, detail: dict[str, Any]) -> None:
+        """A cost between steps (`Recorder.on_step_event`): kept with its wall-clock start and the
+        step it fell in (`steps_seen` then; None before the first step)."""
+        if not self.is_origin():
+            return
+        if kind != "evaluation" and self._eval_open is not None:
+            self._close_eval(start)  # a checkpoint or a new epoch ends an evaluation pass
+        if len(self.step_events) >= MAX_STEP_EVENTS:
+            self.step_events_dropped += 1
+            return
+        wall = time.time() - (time.perf_counter() - start)
+        self.step_events.append(
+            {
+                "kind": kind,
+                "step": self.steps_seen if self.method is not None and self.steps_seen > 0 else None,
+                "start_unix_s": round(wall, 6),
+                "seconds": round(seconds, 6),
+                **detail,
+            }
+        )
 
     def step(self) -> None:
         """Manual step boundary (the in-process `Capture.step()`)."""
@@ -502,9 +600,19 @@ class CaptureSession:
     def _boundary(self) -> None:
         """A step just ended: `steps_seen` completed steps, the next step's index is `steps_seen`."""
         if self.state is WindowState.DONE:  # after the window: O(1)
-            if len(self.step_ends) < MAX_STEP_TIMES:
+            full = len(self.step_ends) >= MAX_STEP_TIMES
+            if not full:
                 self.step_ends.append((self.steps_seen, time.time()))
-            if self._stop_at_step is not None and self.steps_seen >= self._stop_at_step:
+            if self._stop_at_step is not None and (
+                self.steps_seen >= self._stop_at_step
+                or full
+                or (
+                    self._min_stop_step is not None
+                    and self.steps_seen >= self._min_stop_step
+                    and self._observe_deadline is not None
+                    and time.monotonic() >= self._observe_deadline
+                )
+            ):
                 self.stop_requested = True
             if self.stop_requested:
                 self._raise_stop()
@@ -686,16 +794,26 @@ class CaptureSession:
             # reference (gpuadvisor.manifest.host_step_durations). Then the script is stopped.
             # Not for time-based steps (seconds of wall time, not the script's steps), nor when no step
             # hook stays installed after the window (an overhead experiment): no boundary would come.
+            # Then the steps go on being timed (unprofiled) until step `observe_steps` or for
+            # `observe_seconds`, whichever comes first, so that costs that come every N steps (epoch
+            # starts, evaluation, checkpoints) are seen: docs/capture.md, "Costs between steps".
             no_steps_after = self.method is StepDetection.TIME or Suspect.STEP_TIMER in self.off
             extra = 0 if no_steps_after else REFERENCE_STEPS_AFTER
             if extra:
-                self._stop_at_step = c + 1 + extra
+                self._min_stop_step = c + 1 + extra
+                self._stop_at_step = max(self._min_stop_step, self.cfg.observe_steps)
+                self._observe_deadline = time.monotonic() + self.cfg.observe_seconds
             else:
                 self.stop_requested = True
             if not self._stop_announced and self.is_origin():
                 self._stop_announced = True
+                observing = extra and self._stop_at_step is not None and self._stop_at_step > c + 1 + extra
                 msg = f"capture window complete after step {c}; " + (
-                    f"timing {extra} more steps without the profiler, then stopping the script" if extra
+                    f"timing the steps without the profiler until step {self._stop_at_step} (at most "
+                    f"{self.cfg.observe_seconds:g} s after {extra} steps), then stopping the script"
+                    if observing
+                    else f"timing {extra} more steps without the profiler, then stopping the script"
+                    if extra
                     else "stopping the script"
                 ) + " (use --full to run to the end)"
                 self.log(msg)
@@ -720,15 +838,30 @@ class CaptureSession:
         self.recorder.recording_callsites = False
         # optimizer steps taken inside backward become boundaries at the model's next call: keep it
         deferring = method is StepDetection.OPTIMIZER_STEP_HOOK and self._deferral_logged
+        # The top module's pre-hook stays to tell evaluation passes apart (O(1) per model call), as do
+        # DataLoader __iter__/__next__ (epoch starts), torch.save and the gc callback: the costs that
+        # come every N steps are timed after the window too.
         if self.tracker is not None:
-            self.tracker.stop(keep_step_hook=keep_steps and (method is StepDetection.MODULE_FORWARD or deferring))
+            self.tracker.stop(keep_step_hook=keep_steps)
         if self.frameworks is not None:
             self.frameworks.uninstall()
         self.recorder.uninstall(
-            keep=lambda owner, attr, group: keep_steps and self._is_step_hook(attr, group, method, deferring)
+            keep=lambda owner, attr, group: keep_steps
+            and (self._is_step_hook(attr, group, method, deferring) or self._is_periodic_hook(attr, group))
         )
+        if not keep_steps:
+            self.recorder.remove_gc_callback()
         left = self.recorder.installed()
         self.log(f"after the window: wrappers left installed: {', '.join(left) if left else 'none'}")
+
+    @staticmethod
+    def _is_periodic_hook(attr: str, group: Suspect) -> bool:
+        """Hooks kept after the window to time the costs between steps (each O(1) per step or rarer)."""
+        if group is Suspect.PERIODIC_HOOKS:
+            return True
+        if group is Suspect.DATALOADER_HOOKS:
+            return attr in ("__iter__", "__next__")
+        return attr == "<hook>" and group is Suspect.MODULE_HOOKS
 
     @staticmethod
     def _is_step_hook(attr: str, group: Suspect, method: StepDetection | None, deferring: bool = False) -> bool:
@@ -771,9 +904,12 @@ class CaptureSession:
             and not self.has(Degraded.USER_PROFILER)
         )
 
-    def _signal(self) -> None:
-        """Any step signal: the first one starts the speculative recording."""
+    def _signal(self, optimizer: bool = False) -> None:
+        """Any step signal: the first one starts the speculative recording (not the model calls or
+        batches held back while an optimizer has not stepped yet: an evaluation pass is not recorded)."""
         if self.state is WindowState.IDLE and not self._in_boundary:
+            if not optimizer and self._optimizer_expected(announce=False):
+                return
             self._maybe_speculate(self.steps_seen)
 
     def _maybe_speculate(self, c: int) -> None:
@@ -1137,6 +1273,10 @@ class CaptureSession:
             window_end_unix_s=self.window_end_unix_s,
             export_seconds=self.export_seconds,
             step_ends=tuple(self.step_ends),
+            step_events=tuple(StepEvent.from_json(e) for e in self.step_events),
+            step_events_dropped=self.step_events_dropped,
+            observe_steps=self.cfg.observe_steps,
+            observe_seconds=self.cfg.observe_seconds,
             short_run=self.short_run,
             speculation_end_step=self.speculation_end_step,
             cupti_teardown=self.cupti_teardown,
@@ -1231,6 +1371,8 @@ class CaptureSession:
         `skip_export`: drop the recording instead of exporting it; `skip_reason` says so in the manifest."""
         self.finishing = True
         self._stop_timer()
+        if self._eval_open is not None:
+            self._close_eval(time.perf_counter())
         if self.recorder is not None:
             self.recorder.recording_callsites = False
         why = " with an exception" if self.exit_reason is ExitReason.EXCEPTION else ""
@@ -1297,6 +1439,7 @@ class CaptureSession:
             self.frameworks.uninstall()
         if self.recorder is not None:
             self.recorder.uninstall()
+            self.recorder.remove_gc_callback()
             for err in self.recorder.hook_errors:
                 if err not in self.messages:
                     self.messages.append(err)

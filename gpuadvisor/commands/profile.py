@@ -88,6 +88,21 @@ from gpuadvisor.verify.runner import VerifyOptions, verify_run
     "is still captured (0: off).",
 )
 @click.option(
+    "--observe-steps",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="After the window, keep timing the steps (without the profiler) until this step, so that costs "
+    "that come every N steps (epoch starts, evaluation, checkpoints) are seen; bounded by --observe-seconds.",
+)
+@click.option(
+    "--observe-seconds",
+    type=click.FloatRange(min=0.0),
+    default=20.0,
+    show_default=True,
+    help="At most this long after the window's reference steps (0: stop right after them).",
+)
+@click.option(
     "--open",
     "open_report",
     is_flag=True,
@@ -172,6 +187,8 @@ def profile(
     time_step_seconds: float,
     time_fallback_after: float,
     short_run_seconds: float,
+    observe_steps: int,
+    observe_seconds: float,
     analyze: bool,
     open_report: bool,
     quiet: bool,
@@ -253,6 +270,8 @@ def profile(
             time_step_seconds=time_step_seconds,
             time_fallback_after=time_fallback_after,
             short_run_seconds=short_run_seconds,
+            observe_steps=observe_steps,
+            observe_seconds=observe_seconds,
             term_timeout=term_timeout,
             analyze=analyze and not verify_after,  # analyzed once, after verify (findings gain `verified`)
             redact=redact,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpuadvisor.runinfo import RunInfo
+    from gpuadvisor.stepmodel.periodic import PeriodicCost, RunTiming
     from gpuadvisor.stepmodel.replay import Program, ReplayResult
     from gpuadvisor.trace.model import TraceModel
 
@@ -47,10 +48,13 @@ class Prediction:
     notes: tuple[str, ...] = ()
     # the remedies replayed with their parameters: ((remedy id, {param: value}), ...)
     remedies: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    # "replay": the analyzed steps replayed with the remedy; "timed_steps": a cost between steps
+    # removed from the run as timed step by step (gpuadvisor.stepmodel.periodic), per mean step
+    basis: str = "replay"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "basis": "replay",
+            "basis": self.basis,
             "remedy": self.remedy,
             "baseline_step_ms": round(self.baseline_step_ms, 4),
             "predicted_step_ms": round(self.predicted_step_ms, 4),
@@ -102,8 +106,48 @@ class StepModel:
     _patterns: tuple[int, int] | None = field(default=None, repr=False)
     _frames: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
     _derived: dict[Any, Any] = field(default_factory=dict, repr=False)  # busy-time patterns (stepmodel.busy)
+    _timing: tuple[RunTiming | None] | None = field(default=None, repr=False)
 
     # ---- facts ---------------------------------------------------------------------------------
+
+    @property
+    def run_timing(self) -> RunTiming | None:
+        """The run as the capture timed it step by step, with its costs between steps (epoch
+        restarts, evaluation, checkpoints; gpuadvisor.stepmodel.periodic); None for a raw trace or
+        too few timed steps. Computed once."""
+        if self._timing is None:
+            from gpuadvisor.stepmodel.periodic import run_timing
+
+            timing = None
+            if self.run is not None and isinstance(self.run.manifest, dict):
+                capture = self.run.manifest.get("capture")
+                if isinstance(capture, dict):
+                    timing = run_timing(capture, self.run.environment)
+            self._timing = (timing,)
+        return self._timing[0]
+
+    def predict_without(self, cost: PeriodicCost, remedy: str, params: Mapping[str, Any] | None = None) -> Prediction:
+        """What removing a cost between steps gains, from the timed steps (`basis` "timed_steps"):
+        the mean step of the observed run with and without it."""
+        timing = self.run_timing
+        if timing is None:
+            raise ValueError("no timed steps in this run")
+        base = timing.mean_step_ms
+        new = timing.without(cost)
+        speedup = base / new if new > 0 else math.inf
+        return Prediction(
+            remedy=remedy,
+            baseline_step_ms=base,
+            predicted_step_ms=new,
+            speedup=speedup,
+            recovered_fraction=max(0.0, min(1.0, 1.0 - new / base)) if base > 0 else 0.0,
+            notes=(
+                f"priced over the {timing.steps_observed} steps the capture timed (mean step "
+                f"{base:.2f} ms, typical step {timing.typical_step_ms:.2f} ms), not the analyzed window",
+            ),
+            remedies=((remedy, dict(params or {})),),
+            basis="timed_steps",
+        )
 
     @property
     def has_gpu_work(self) -> bool:

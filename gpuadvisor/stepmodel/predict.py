@@ -254,6 +254,8 @@ def combine_findings(
         pred = getattr(f, "prediction", None)
         if not pred or f.severity.rank < min_rank or not isinstance(pred.get("remedies"), list):
             continue
+        if pred.get("basis", "replay") != "replay":
+            continue  # a cost between steps (timed steps), not a transformation of the analyzed steps
         added = False
         for entry in pred["remedies"]:
             try:

@@ -131,7 +131,7 @@ def test_forward_tracker_counts_only_the_outermost_model_call(nested_calls: int)
     rec = Recorder(log=lambda m: None, on_optimizer_step=lambda o: None, on_dataloader_next=lambda: None,
                    on_user_profiler=lambda p: None)  # fmt: skip
     calls: list[int] = []
-    tracker = ForwardTracker(rec, lambda: calls.append(1))
+    tracker = ForwardTracker(rec, lambda evaluating: calls.append(1))
     original_call = torch.nn.Module.__dict__["__call__"]
     tracker.install()
     try:

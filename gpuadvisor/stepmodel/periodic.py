@@ -1,0 +1,412 @@
+"""Costs that come every N steps (issue 27): the run as timed step by step, not the window's median.
+
+The capture times every step boundary of the run it observes (`manifest.capture.step_ends`: the
+skipped steps before the window, the window, and the steps after it, see docs/capture.md) and, since
+issue 27, records what happened between steps and cost time (`capture.step_events`): DataLoader epoch
+starts and ends (worker start-up and shut-down when workers do not persist), evaluation passes,
+`torch.save` checkpoints and long garbage-collector passes.
+
+`run_timing(capture, environment)` prices them over the observed run:
+
+- the typical step is the median of the steps timed without the profiler (steps holding a profiler
+  start, stop or export, the first step and the speculative recording are left out); the run is
+  `steps observed x typical step + every cost found`;
+- each cost is measured: a recorded event's own duration, or, in runs recorded before issue 27 (no
+  events), the excess over the typical step of periodic slow steps, attributed to epoch restarts when
+  their spacing is the main DataLoader's batches per epoch, else "cause not recorded";
+- its share of the run is what removing it recovers (an upper bound when it was seen once: its period
+  was then not observed, and a longer period makes it cheaper).
+
+Pure: reads the manifest's capture section and environment.json, never the trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuadvisor.manifest import CaptureWindow, StepEvent
+
+__all__ = [
+    "EPOCH_RESTART",
+    "PeriodicCost",
+    "RunTiming",
+    "run_timing",
+]
+
+EPOCH_RESTART = "epoch_restart"  # workers started and stopped every epoch (persistent_workers=False)
+EPOCH_START = "epoch_start"  # a new epoch's first batch with persistent workers or none
+EVALUATION = "evaluation"
+CHECKPOINT = "checkpoint"
+GC = "gc"
+UNKNOWN = "unknown"  # periodic slow steps whose cause the run did not record
+
+CAUSE_LABELS: Mapping[str, str] = {
+    EPOCH_RESTART: "DataLoader workers restarted every epoch",
+    EPOCH_START: "epoch start (first batch of each epoch)",
+    EVALUATION: "evaluation",
+    CHECKPOINT: "checkpoint saving (torch.save)",
+    GC: "garbage collection",
+    UNKNOWN: "periodic slow steps (cause not recorded)",
+}
+
+# A step is slow when it exceeds the typical step by this share of it and by this many MADs.
+SLOW_STEP_RATIO = 0.5
+SLOW_STEP_MADS = 4.0
+MIN_TIMED_STEPS = 4
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence of a cost: the step it fell in (None: before the first timed step) and its cost."""
+
+    step: int | None
+    cost_ms: float
+
+
+@dataclass(frozen=True)
+class PeriodicCost:
+    """A cost met between steps, amortized over the observed run."""
+
+    cause: str
+    occurrences: tuple[Occurrence, ...]
+    period_steps: int | None  # spacing of the occurrences in steps (None: seen once or irregular)
+    period_source: str  # "observed", "batches_per_epoch" or "not_observed"
+    cost_ms: float  # every occurrence in the observed run together
+    share: float  # cost_ms / the observed run: what removing it recovers
+    measured_by: str  # "step_events" (recorded durations) or "slow_steps" (excess of slow steps)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.occurrences)
+
+    @property
+    def each_ms(self) -> float:
+        return self.cost_ms / self.count if self.count else 0.0
+
+    @property
+    def period_observed(self) -> bool:
+        return self.period_source != "not_observed"
+
+    @property
+    def steps(self) -> list[int | None]:
+        return [o.step for o in self.occurrences]
+
+    @property
+    def label(self) -> str:
+        return CAUSE_LABELS.get(self.cause, self.cause)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "count": self.count,
+            "steps": self.steps,
+            "cost_ms": round(self.cost_ms, 3),
+            "each_ms": round(self.each_ms, 3),
+            "share": round(self.share, 4),
+            "period_steps": self.period_steps,
+            "period_source": self.period_source,
+            "measured_by": self.measured_by,
+            **({"detail": dict(self.detail)} if self.detail else {}),
+        }
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    """The observed run, step by step (see the module docstring)."""
+
+    steps_observed: int  # steps spanned by the timed boundaries
+    steps_timed: int  # steps timed without the profiler (the typical step's sample)
+    typical_step_ms: float  # their median
+    run_ms: float  # steps_observed x typical_step_ms + every cost found
+    costs: tuple[PeriodicCost, ...]
+    events_recorded: bool  # the capture recorded step events (issue 27 and later)
+    window: tuple[int, int] | None  # (first, last) recorded step
+    window_notes: tuple[str, ...] = ()
+
+    def cost(self, cause: str) -> PeriodicCost | None:
+        return next((c for c in self.costs if c.cause == cause), None)
+
+    @property
+    def mean_step_ms(self) -> float:
+        return self.run_ms / self.steps_observed if self.steps_observed else self.typical_step_ms
+
+    def without(self, cost: PeriodicCost) -> float:
+        """The mean step once `cost` is gone (ms)."""
+        return (self.run_ms - cost.cost_ms) / self.steps_observed if self.steps_observed else self.typical_step_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps_observed": self.steps_observed,
+            "steps_timed": self.steps_timed,
+            "typical_step_ms": round(self.typical_step_ms, 3),
+            "mean_step_ms": round(self.mean_step_ms, 3),
+            "events_recorded": self.events_recorded,
+            "costs": [c.to_dict() for c in self.costs],
+            "window_notes": list(self.window_notes),
+        }
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def _profiler_steps(cap: CaptureWindow) -> set[int]:
+    """Steps that hold a profiler start, stop or export, or run under a speculative recording."""
+    out = {0, cap.skip_steps}
+    if cap.speculation_end_step is not None:
+        out |= set(range(0, cap.speculation_end_step + 1))
+    if cap.first_recorded_step is not None:
+        out.add(cap.first_recorded_step)
+        out |= set(range(cap.skip_steps, cap.first_recorded_step))  # warm-up
+    if cap.last_recorded_step is not None:
+        out.add(cap.last_recorded_step + 1)
+    return out
+
+
+def _window_range(cap: CaptureWindow) -> tuple[int, int] | None:
+    if cap.first_recorded_step is None or cap.last_recorded_step is None or cap.short_run:
+        return None
+    return cap.first_recorded_step, cap.last_recorded_step
+
+
+def _batches_per_epoch(loader: Mapping[str, Any]) -> int | None:
+    n, bs = loader.get("dataset_len"), loader.get("batch_size")
+    if not isinstance(n, int) or not isinstance(bs, int) or bs <= 0 or n <= 0:
+        return None
+    return n // bs if loader.get("drop_last") else math.ceil(n / bs)
+
+
+def _main_loader(environment: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    loaders = [d for d in environment.get("dataloaders") or [] if isinstance(d, Mapping)]
+    return max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
+
+
+def _regular_period(steps: Sequence[int]) -> int | None:
+    """The spacing of `steps` when it is regular (every gap within one step of the median gap)."""
+    if len(steps) < 2:
+        return None
+    gaps = [b - a for a, b in itertools.pairwise(steps)]
+    mid = round(statistics.median(gaps))
+    if mid < 1 or any(abs(g - mid) > 1 and g % mid for g in gaps):
+        return None
+    return mid
+
+
+def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[str, Any] | None = None) -> RunTiming | None:
+    """The observed run with its costs between steps; None when too few steps were timed."""
+    cap = capture if isinstance(capture, CaptureWindow) else CaptureWindow.from_json(capture)
+    env = environment or {}
+    ends = cap.step_end_times()
+    if len(ends) < MIN_TIMED_STEPS + 1:
+        return None
+    order = sorted(ends)
+    durations = {k: (ends[k + 1] - ends[k]) * 1e3 for k in order if k + 1 in ends and ends[k + 1] >= ends[k]}
+    skip = _profiler_steps(cap)
+    window = _window_range(cap)
+    profiled = set(range(window[0], window[1] + 1)) if window else set()
+    clean = {k: d for k, d in durations.items() if k not in skip and k not in profiled}
+    inside = {k: d for k, d in durations.items() if k in profiled and k not in skip}
+    if len(clean) < MIN_TIMED_STEPS:
+        clean = {k: d for k, d in durations.items() if k not in skip}
+        inside = {}
+    if len(clean) < MIN_TIMED_STEPS:
+        return None
+    typical = _median(list(clean.values()))
+    steps_observed = max(order) - min(order) + 1  # boundaries min..max span these steps, and step min-1
+    events_recorded = cap.observe_steps is not None
+    costs: list[PeriodicCost] = []
+    if events_recorded:
+        costs = _costs_from_events(cap, ends, env)
+    else:
+        costs = _costs_from_slow_steps(clean, inside, typical, env)
+    total = sum(c.cost_ms for c in costs)
+    run_ms = steps_observed * typical + total
+    priced = tuple(
+        sorted(
+            (
+                PeriodicCost(
+                    cause=c.cause,
+                    occurrences=c.occurrences,
+                    period_steps=c.period_steps,
+                    period_source=c.period_source,
+                    cost_ms=c.cost_ms,
+                    share=c.cost_ms / run_ms if run_ms > 0 else 0.0,
+                    measured_by=c.measured_by,
+                    detail=c.detail,
+                )
+                for c in costs
+            ),
+            key=lambda c: -c.cost_ms,
+        )
+    )
+    notes: list[str] = []
+    if window is not None:
+        for c in priced:
+            near = sorted({s for s in c.steps if s is not None and window[0] - 1 <= s <= window[1] + 1})
+            if near:
+                where = "in" if any(window[0] <= s <= window[1] for s in near) else "next to"
+                notes.append(
+                    f"the analyzed window (steps {window[0]}-{window[1]}) is {where} step"
+                    f"{'s' if len(near) > 1 else ''} {', '.join(map(str, near))}, which carr"
+                    f"{'y' if len(near) > 1 else 'ies'} {c.label}"
+                )
+    return RunTiming(
+        steps_observed=steps_observed,
+        steps_timed=len(clean),
+        typical_step_ms=typical,
+        run_ms=run_ms,
+        costs=priced,
+        events_recorded=events_recorded,
+        window=window,
+        window_notes=tuple(notes),
+    )
+
+
+def _step_at(ends: Mapping[int, float], t: float) -> int | None:
+    """The step a wall-clock time falls in: step k runs from boundary k to boundary k+1."""
+    before = [k for k, te in ends.items() if te <= t]
+    return max(before) if before else None
+
+
+def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mapping[str, Any]) -> list[PeriodicCost]:
+    last_end = max(ends.values())
+    groups: dict[str, list[tuple[StepEvent, int | None]]] = {}
+    for ev in cap.step_events:
+        if ev.start_unix_s > last_end:
+            continue  # after the last timed boundary: outside the observed run
+        step = _step_at(ends, ev.start_unix_s)
+        if step is None and ev.kind != EVALUATION:
+            continue  # set-up before the training loop (imports, the first workers): not a periodic cost
+        cause = ev.kind
+        if ev.kind in ("epoch_start", "epoch_end"):
+            restart = bool(ev.detail.get("num_workers")) and not ev.detail.get("persistent_workers")
+            if (not restart and ev.kind == "epoch_end") or (ev.kind == "epoch_start" and ev.detail.get("epoch") == 1):
+                continue  # the first start of a loader's workers is paid once, persistent or not
+            cause = EPOCH_RESTART if restart else EPOCH_START
+        groups.setdefault(cause, []).append((ev, step))
+    out: list[PeriodicCost] = []
+    loader = _main_loader(env)
+    for cause, items in groups.items():
+        if cause == EPOCH_RESTART:
+            # one occurrence per epoch boundary: an epoch's end and the next one's start together
+            by_epoch: dict[Any, list[tuple[StepEvent, int | None]]] = {}
+            for ev, step in items:
+                epoch = ev.detail.get("epoch")
+                key = (ev.detail.get("dataloader"), int(epoch) + (1 if ev.kind == "epoch_end" else 0)) if isinstance(epoch, int) else id(ev)
+                by_epoch.setdefault(key, []).append((ev, step))
+            occ = [
+                Occurrence(
+                    step=next((s for e, s in evs if e.kind == "epoch_start"), evs[0][1]),
+                    cost_ms=sum(e.seconds for e, _ in evs) * 1e3,
+                )
+                for evs in by_epoch.values()
+            ]
+        else:
+            occ = [Occurrence(step, ev.seconds * 1e3) for ev, step in items]
+        occ.sort(key=lambda o: -1 if o.step is None else o.step)
+        detail: dict[str, Any] = {}
+        period, source = _regular_period([0 if o.step is None else o.step for o in occ]), "observed"
+        if cause in (EPOCH_RESTART, EPOCH_START) and loader is not None:
+            bpe = _batches_per_epoch(loader)
+            detail.update(
+                num_workers=loader.get("num_workers"),
+                persistent_workers=loader.get("persistent_workers"),
+                batches_per_epoch=bpe,
+                file=loader.get("file"),
+                line=loader.get("line"),
+                code=loader.get("code"),
+            )
+            if period is None and bpe:
+                period, source = bpe, "batches_per_epoch"
+        if cause == CHECKPOINT:
+            sizes = [int(b) for ev, _ in items if isinstance(b := ev.detail.get("bytes"), int)]
+            first = items[0][0].detail
+            detail.update(
+                bytes_each=max(sizes) if sizes else None,
+                file=first.get("file"),
+                line=first.get("line"),
+                code=first.get("code"),
+            )
+        if cause == EVALUATION:
+            detail["forward_calls_each"] = max(int(ev.detail.get("forward_calls") or 0) for ev, _ in items)
+            detail["before_first_step"] = sum(1 for o in occ if o.step is None)
+        if period is None:
+            source = "not_observed"
+        out.append(
+            PeriodicCost(
+                cause=cause,
+                occurrences=tuple(occ),
+                period_steps=period,
+                period_source=source,
+                cost_ms=sum(o.cost_ms for o in occ),
+                share=0.0,
+                measured_by="step_events",
+                detail=detail,
+            )
+        )
+    return out
+
+
+def _costs_from_slow_steps(
+    clean: Mapping[int, float], inside: Mapping[int, float], typical: float, env: Mapping[str, Any]
+) -> list[PeriodicCost]:
+    """Runs recorded before issue 27: periodic slow steps, priced by their excess over the typical
+    step of their own regime (the window's steps against the window's median: the profiler slows them
+    all)."""
+    slow: dict[int, float] = {}
+    for steps in (clean, inside):
+        if len(steps) < MIN_TIMED_STEPS:
+            continue
+        med = _median(list(steps.values()))
+        mad = _median([abs(d - med) for d in steps.values()])
+        for k, d in steps.items():
+            excess = d - med
+            if excess > SLOW_STEP_RATIO * med and excess > SLOW_STEP_MADS * mad and excess > 0.5:
+                slow[k] = excess
+    loader = _main_loader(env)
+    bpe = _batches_per_epoch(loader) if loader is not None else None
+    restart = loader is not None and bool(loader.get("num_workers")) and not loader.get("persistent_workers")
+    if not slow or (len(slow) < 2 and not (restart and bpe)):
+        return []
+    ordered = sorted(slow)
+    period = _regular_period(ordered)
+    source = "observed"
+    cause = UNKNOWN
+    if restart and bpe:
+        # every slow step at one phase of the epoch (gradient accumulation divides the period)
+        phases = {k % bpe for k in ordered}
+        if (period is not None and (period == bpe or bpe % period == 0 or period % bpe == 0)) or len(phases) == 1:
+            cause = EPOCH_RESTART
+            if period is None:
+                period, source = bpe, "batches_per_epoch"
+    if cause == UNKNOWN and period is None:
+        return []
+    detail: dict[str, Any] = {}
+    if cause == EPOCH_RESTART and loader is not None:
+        detail.update(
+            num_workers=loader.get("num_workers"),
+            persistent_workers=loader.get("persistent_workers"),
+            batches_per_epoch=bpe,
+            file=loader.get("file"),
+            line=loader.get("line"),
+            code=loader.get("code"),
+        )
+    occ = tuple(Occurrence(k, slow[k]) for k in ordered)
+    return [
+        PeriodicCost(
+            cause=cause,
+            occurrences=occ,
+            period_steps=period,
+            period_source=source,
+            cost_ms=sum(o.cost_ms for o in occ),
+            share=0.0,
+            measured_by="slow_steps",
+            detail=detail,
+        )
+    ]
