@@ -212,6 +212,47 @@ def notes_of(
     return out
 
 
+def run_timing_notes(model: Any) -> list[str]:
+    """What the run is beyond the analyzed steps (issue 27): "training with evaluation" and the costs
+    between steps the capture timed, each with its count, cost and share of the observed run (a cost
+    seen once says that its period was not observed)."""
+    from gpuadvisor.stepmodel import periodic as pc
+
+    timing = model.run_timing
+    if timing is None:
+        return []
+    out: list[str] = []
+    evaluation = timing.cost(pc.EVALUATION)
+    if evaluation is not None and model.is_training:
+        out.append(
+            f"run kind: training with evaluation ({evaluation.count} evaluation pass"
+            f"{'es' if evaluation.count > 1 else ''} seen; the analyzed steps are training steps)"
+        )
+    parts = []
+    for c in timing.costs:
+        steps = ", ".join("before the first step" if s is None else f"step {s}" for s in c.steps[:4])
+        if c.count > 4:
+            steps += f" and {c.count - 4} more"
+        period = (
+            f"every {c.period_steps} steps"
+            if c.period_observed and c.count > 1
+            else f"every {c.period_steps} steps by the loader's epoch length"
+            if c.period_observed
+            else f"seen once ({steps}): its period was not observed"
+        )
+        parts.append(
+            f"{c.label}: {c.count} x {c.each_ms:.1f} ms ({steps if c.count > 1 else period}"
+            f"{', ' + period if c.count > 1 else ''}), {100 * c.share:.1f}% of the run"
+        )
+    if parts:
+        out.append(
+            f"costs between steps over the {timing.steps_observed} steps the capture timed (typical step "
+            f"{timing.typical_step_ms:.2f} ms, mean {timing.mean_step_ms:.2f} ms): " + "; ".join(parts)
+        )
+    out.extend(n[0].upper() + n[1:] + "." for n in timing.window_notes)
+    return out
+
+
 def analyze(
     path: str | os.PathLike[str],
     *,
@@ -263,6 +304,8 @@ def analyze(
         factory, rule_classes, select=select_t, ignore=ignore_t, thresholds=thresholds
     )
     step_model = getattr(metrics, "model", None)
+    if step_model is not None:
+        extra_notes.extend(run_timing_notes(step_model))
     if step_model is not None and step_model.program.steps:
         findings = group_findings(step_model, findings)
     if run is not None:  # measured remedies (gpuadvisor verify) join their findings

@@ -26,11 +26,11 @@ class EpochWorkerRestarts(Rule):
     From the run as the capture timed it step by step (docs/capture.md, "Costs between steps"): each
     epoch's iterator creation, its first batch and the previous epoch's end, as recorded by the
     capture (`manifest.capture.step_events`); in runs recorded before they were, the periodic slow
-    steps whose spacing is the loader's batches per epoch. Impact: those costs over the observed run
-    (steps at their typical time plus every cost between steps), which is what keeping the workers
-    alive recovers (the first batch of an epoch still waits for one batch then: an upper bound).
-    When only one restart was seen, the period is the loader's batches per epoch
-    (`len(dataset) / batch_size`).
+    steps whose spacing is the loader's batches per epoch. Impact: a restart's measured time spread
+    over its period, against the run's mean step (the typical step plus every cost between steps,
+    amortized): what keeping the workers alive recovers (the first batch of an epoch still waits for
+    one batch then: an upper bound). When only one restart was seen, the period is the loader's
+    batches per epoch (`len(dataset) / batch_size`).
 
     How to fix
     ----------
@@ -130,8 +130,9 @@ class EpochWorkerRestarts(Rule):
             recommendation=rec,
             locations=locations,
             impact_explanation=(
-                f"The restarts' measured time over the {timing.steps_observed} timed steps of the run (each step at "
-                "its typical time plus every cost between steps): what persistent workers recover, at most."
+                f"A restart's measured time ({cm.ms(cost.each_ms * 1000)}) every {cost.period_steps} steps against "
+                f"the run's mean step ({pred.baseline_step_ms:.2f} ms: the typical step of the {timing.steps_observed} "
+                "timed steps plus every cost between steps, amortized): what persistent workers recover, at most."
             ),
             remedy=RemedyId.PERSISTENT_WORKERS,
             prediction=pred,

@@ -51,8 +51,8 @@ class PeriodicStepCosts(Rule):
     evaluation passes (model calls under `no_grad` / `inference_mode` / `model.eval()` while the script
     trains), each `torch.save`, and full garbage-collector passes, with their measured duration
     (`manifest.capture.step_events`); in runs recorded before those were, periodic slow steps of
-    unrecorded cause. Impact: the cost's share of the observed run (every step at its typical time
-    plus every cost between steps). Reported only when it came at least twice in the observed steps
+    unrecorded cause. Impact: the cost's time spread over its period, against the run's mean step
+    (the typical step plus every cost between steps, amortized). Reported only when it came at least twice in the observed steps
     (its period observed) and costs at least `min_impact`; an evaluation seen once (nanoGPT's at
     iteration 0) is shown in the run summary with its cost, not as a finding. Causes without a
     modeled remedy (garbage collection, unknown) are reported with the measured share, "gain not
@@ -156,8 +156,9 @@ class PeriodicStepCosts(Rule):
                 recommendation=fix + f" Removing it entirely gains {cm.pct(pred.recovered_fraction)} of the run.",
                 locations=locations,
                 impact_explanation=(
-                    f"The measured {pc.CAUSE_LABELS[cost.cause]} time over the {timing.steps_observed} timed steps "
-                    "of the run: what not doing it at all recovers (an upper bound)."
+                    f"The measured {pc.CAUSE_LABELS[cost.cause]} time ({cm.ms(cost.each_ms * 1000)} every "
+                    f"{cost.period_steps} steps) against the run's mean step ({pred.baseline_step_ms:.2f} ms, from the "
+                    f"{timing.steps_observed} timed steps): what not doing it at all recovers (an upper bound)."
                 ),
                 remedy=remedy,
                 prediction=pred,

@@ -801,8 +801,12 @@ class CaptureSession:
             extra = 0 if no_steps_after else REFERENCE_STEPS_AFTER
             if extra:
                 self._min_stop_step = c + 1 + extra
-                self._stop_at_step = max(self._min_stop_step, self.cfg.observe_steps)
-                self._observe_deadline = time.monotonic() + self.cfg.observe_seconds
+                self._stop_at_step = self._min_stop_step
+                if self.world_size <= 1:
+                    # Not under torch.distributed: a time bound would stop the ranks at different steps
+                    # (a rank left in a collective hangs); every rank stops at the same step there.
+                    self._stop_at_step = max(self._min_stop_step, self.cfg.observe_steps)
+                    self._observe_deadline = time.monotonic() + self.cfg.observe_seconds
             else:
                 self.stop_requested = True
             if not self._stop_announced and self.is_origin():

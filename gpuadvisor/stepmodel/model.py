@@ -142,8 +142,9 @@ class StepModel:
             speedup=speedup,
             recovered_fraction=max(0.0, min(1.0, 1.0 - new / base)) if base > 0 else 0.0,
             notes=(
-                f"priced over the {timing.steps_observed} steps the capture timed (mean step "
-                f"{base:.2f} ms, typical step {timing.typical_step_ms:.2f} ms), not the analyzed window",
+                f"priced from the {timing.steps_observed} steps the capture timed (typical step "
+                f"{timing.typical_step_ms:.2f} ms, mean step with the costs between steps amortized "
+                f"{base:.2f} ms), not from the analyzed window",
             ),
             remedies=((remedy, dict(params or {})),),
             basis="timed_steps",
@@ -182,14 +183,18 @@ class StepModel:
 
     @property
     def is_training(self) -> bool:
-        """A training run (advice about optimizers and learning rates applies): what the capture saw at
-        run time when it recorded it, else what the trace shows (gpuadvisor.trace.kind: optimizer steps
-        or a backward pass = training; neither, with forward ops = inference; unknown counts as training)."""
+        """The analyzed loop trains (advice about optimizers and learning rates applies), per loop
+        (issue 27): inference when the capture saw no optimizer step and no backward pass in the whole
+        run (`settings.run_mode.kind` "inference"), or when the analyzed steps show neither while they
+        show host ops (gpuadvisor.trace.kind: an evaluation loop of a training script is not the
+        training loop); training when the trace shows optimizer steps or a backward pass, or the run
+        trained and the trace cannot tell; unknown counts as training."""
+
         mode = self.settings.get("run_mode") if isinstance(self.settings, Mapping) else None
         if isinstance(mode, Mapping):
-            mode = mode.get("mode")
-        if mode in ("training", "inference"):
-            return bool(mode == "training")
+            mode = mode.get("kind", mode.get("mode"))
+        if mode == "inference":
+            return False
         return kind_of(self.trace).workload is not Workload.INFERENCE
 
     def idle_us(self, cause: str | None = None, sync_kind: str | None = None) -> float:

@@ -9,13 +9,15 @@ starts and ends (worker start-up and shut-down when workers do not persist), eva
 `run_timing(capture, environment)` prices them over the observed run:
 
 - the typical step is the median of the steps timed without the profiler (steps holding a profiler
-  start, stop or export, the first step and the speculative recording are left out); the run is
-  `steps observed x typical step + every cost found`;
+  start, stop or export, the first step and the speculative recording are left out);
+- a cost with a period (the spacing of its occurrences, or the loader's batches per epoch) costs
+  `each / period` per step; one seen once (its period not observed) costs its time over the observed
+  steps; the mean step of the run is the typical step plus every cost per step;
 - each cost is measured: a recorded event's own duration, or, in runs recorded before issue 27 (no
   events), the excess over the typical step of periodic slow steps, attributed to epoch restarts when
   their spacing is the main DataLoader's batches per epoch, else "cause not recorded";
-- its share of the run is what removing it recovers (an upper bound when it was seen once: its period
-  was then not observed, and a longer period makes it cheaper).
+- its share of the mean step is what removing it recovers (an upper bound when it was seen once: its
+  period was then not observed, and a longer period makes it cheaper).
 
 Pure: reads the manifest's capture section and environment.json, never the trace.
 """
@@ -77,9 +79,11 @@ class PeriodicCost:
     period_steps: int | None  # spacing of the occurrences in steps (None: seen once or irregular)
     period_source: str  # "observed", "batches_per_epoch" or "not_observed"
     cost_ms: float  # every occurrence in the observed run together
-    share: float  # cost_ms / the observed run: what removing it recovers
+    share: float  # per_step_ms / the run's mean step: what removing it recovers
     measured_by: str  # "step_events" (recorded durations) or "slow_steps" (excess of slow steps)
     detail: Mapping[str, Any] = field(default_factory=dict)
+
+    per_step_ms: float = 0.0  # amortized: each / period, or cost_ms / steps observed without a period
 
     @property
     def count(self) -> int:
@@ -109,6 +113,7 @@ class PeriodicCost:
             "cost_ms": round(self.cost_ms, 3),
             "each_ms": round(self.each_ms, 3),
             "share": round(self.share, 4),
+            "per_step_ms": round(self.per_step_ms, 4),
             "period_steps": self.period_steps,
             "period_source": self.period_source,
             "measured_by": self.measured_by,
@@ -123,7 +128,7 @@ class RunTiming:
     steps_observed: int  # steps spanned by the timed boundaries
     steps_timed: int  # steps timed without the profiler (the typical step's sample)
     typical_step_ms: float  # their median
-    run_ms: float  # steps_observed x typical_step_ms + every cost found
+    mean_step_ms: float  # typical_step_ms + every cost's per_step_ms
     costs: tuple[PeriodicCost, ...]
     events_recorded: bool  # the capture recorded step events (issue 27 and later)
     window: tuple[int, int] | None  # (first, last) recorded step
@@ -132,13 +137,9 @@ class RunTiming:
     def cost(self, cause: str) -> PeriodicCost | None:
         return next((c for c in self.costs if c.cause == cause), None)
 
-    @property
-    def mean_step_ms(self) -> float:
-        return self.run_ms / self.steps_observed if self.steps_observed else self.typical_step_ms
-
     def without(self, cost: PeriodicCost) -> float:
         """The mean step once `cost` is gone (ms)."""
-        return (self.run_ms - cost.cost_ms) / self.steps_observed if self.steps_observed else self.typical_step_ms
+        return self.mean_step_ms - cost.per_step_ms
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -225,8 +226,12 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
         costs = _costs_from_events(cap, ends, env)
     else:
         costs = _costs_from_slow_steps(clean, inside, typical, env)
-    total = sum(c.cost_ms for c in costs)
-    run_ms = steps_observed * typical + total
+    def per_step(c: PeriodicCost) -> float:
+        if c.period_steps and c.count:
+            return c.each_ms / c.period_steps
+        return c.cost_ms / steps_observed
+
+    mean = typical + sum(per_step(c) for c in costs)
     priced = tuple(
         sorted(
             (
@@ -236,13 +241,14 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
                     period_steps=c.period_steps,
                     period_source=c.period_source,
                     cost_ms=c.cost_ms,
-                    share=c.cost_ms / run_ms if run_ms > 0 else 0.0,
+                    share=per_step(c) / mean if mean > 0 else 0.0,
                     measured_by=c.measured_by,
                     detail=c.detail,
+                    per_step_ms=per_step(c),
                 )
                 for c in costs
             ),
-            key=lambda c: -c.cost_ms,
+            key=lambda c: -c.per_step_ms,
         )
     )
     notes: list[str] = []
@@ -260,7 +266,7 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
         steps_observed=steps_observed,
         steps_timed=len(clean),
         typical_step_ms=typical,
-        run_ms=run_ms,
+        mean_step_ms=mean,
         costs=priced,
         events_recorded=events_recorded,
         window=window,

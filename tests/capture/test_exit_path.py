@@ -54,7 +54,7 @@ def test_optimizer_step_in_backward_is_captured(tmp_path: Path, full: bool) -> N
     run = tmp_path / "run"
     r = run_profile_cli(
         "-o", str(run), "--skip-steps", "4", "--warmup-steps", "1", "--active-steps", "3", "--no-analyze",
-        *(["--full"] if full else []), str(SCRIPTS / "optim_in_backward.py"), "40",
+        "--observe-steps", "0", *(["--full"] if full else []), str(SCRIPTS / "optim_in_backward.py"), "40",
     )
     assert r.returncode == 0, r.stderr
     m = manifest(run)

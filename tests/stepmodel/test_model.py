@@ -532,3 +532,15 @@ def test_launches_held_with_the_queue_full_set_the_queue_depth(tmp_path: Path) -
     assert len(held) > 100
     assert int(held["in_flight"].min()) >= sb.BACKPRESSURE_MIN_IN_FLIGHT
     assert m.facts.queue_depth_observed and m.facts.queue_depth >= sb.BACKPRESSURE_MIN_IN_FLIGHT
+
+
+def test_training_or_inference_per_loop(tmp_path: Path) -> None:
+    """Issue 27: what the capture saw at run time (`settings.run_mode.kind`, the key it writes) decides
+    inference (no optimizer step and no backward in the whole run); otherwise the analyzed steps do."""
+    import dataclasses
+
+    model = model_of(training_loop(4), tmp_path)  # SYNTHETIC: optimizer steps in the trace
+    assert model.is_training
+    assert not dataclasses.replace(model, settings={"run_mode": {"kind": "inference"}}).is_training
+    assert dataclasses.replace(model, settings={"run_mode": {"kind": "training"}}).is_training
+    assert dataclasses.replace(model, settings={"run_mode": {"kind": "unknown"}}).is_training
