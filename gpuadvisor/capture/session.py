@@ -246,6 +246,7 @@ class CaptureSession:
         self.step_events: list[dict[str, Any]] = []
         self.step_events_dropped = 0
         self._eval_open: list[Any] | None = None  # [start perf_counter, forward calls, step]
+        self._pending_evals: list[tuple[float, float, int, int]] = []  # before the first optimizer step
         self._expect_since: float | None = None  # first held forward call / batch (optimizer not stepped yet)
         self._held_logged = False
         self._min_stop_step: int | None = None  # after the window: the reference steps, at least
@@ -404,6 +405,8 @@ class CaptureSession:
     def _on_optimizer_step(self, opt: Any) -> None:
         if self._eval_open is not None and self.is_origin():
             self._close_eval(time.perf_counter())
+        if self._pending_evals and self.is_origin():
+            self._flush_pending_evals()
         if self.state is WindowState.DONE:
             if self.method is StepDetection.OPTIMIZER_STEP_HOOK and opt is self._primary_optimizer:
                 self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
@@ -525,10 +528,11 @@ class CaptureSession:
             )
         return True
 
-    def _training_seen(self) -> bool:
+    def _trained(self) -> bool:
+        """An optimizer stepped or a backward pass ran: the script trains."""
         rec = self.recorder
         return self.counts[StepDetection.OPTIMIZER_STEP_HOOK] > 0 or (
-            rec is not None and (bool(rec.optimizers) or rec.settings.backward_calls > 0)
+            rec is not None and rec.settings.backward_calls > 0
         )
 
     # ------------------------------------------------------------------ costs between steps
@@ -545,10 +549,20 @@ class CaptureSession:
 
     def _close_eval(self, end: float) -> None:
         ev, self._eval_open = self._eval_open, None
-        if ev is None or not self._training_seen():
-            return  # an inference script: its model calls are the run, not an evaluation
+        if ev is None:
+            return
         start, calls, _step = ev
-        self._on_step_event("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
+        if self._trained():
+            self._on_step_event("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
+        elif self.recorder is not None and self.recorder.optimizers and len(self._pending_evals) < 16:
+            # an optimizer exists but has not stepped: an evaluation before training (nanoGPT's at
+            # iteration 0) if it ever steps, else the model calls of an inference script
+            self._pending_evals.append((start, end, calls, self.steps_seen))
+
+    def _flush_pending_evals(self) -> None:
+        pending, self._pending_evals = self._pending_evals, []
+        for start, end, calls, _step in pending:
+            self._on_step_event("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
 
     def _on_step_event(self, kind: str, start: float, seconds: float, detail: dict[str, Any]) -> None:
         """A cost between steps (`Recorder.on_step_event`): kept with its wall-clock start and the

@@ -127,7 +127,7 @@ def test_checkpoint_every_n_steps(tmp_path: Path) -> None:
     assert len(found) == 1, _findings(out)
     f = found[0]
     assert f["remedy"] == "async_checkpoint" and f["evidence"]["period_steps"] == 6
-    assert f["locations"][0]["file"].endswith("checkpoint_every_n.py") and f["locations"][0]["line"] == 25
+    assert f["locations"][0]["file"].endswith("checkpoint_every_n.py") and f["locations"][0]["line"] == 27
     last = max(t for _, t in manifest(out)["capture"]["step_ends"])
     _check_priced_over_the_run(f, [e["seconds"] for e in saves if e["start_unix_s"] <= last], "each_ms")
 
@@ -144,7 +144,8 @@ def test_cpu_data_bound_run_gets_a_data_loading_finding(tmp_path: Path) -> None:
     f = found[0]
     share = f["evidence"]["measured_share"]
     assert share > 0.5  # the metrics line prints the same wait
-    assert f["impact"] == pytest.approx(share if not f["evidence"]["gain_modeled"] else f["prediction"]["recovered_fraction"])
+    expected = share if not f["evidence"]["gain_modeled"] else f["prediction"]["recovered_fraction"]
+    assert f["impact"] == pytest.approx(expected, abs=1e-3)
     assert f["severity"] == "high"
 
 

@@ -23,6 +23,6 @@ for step in range(1, args.steps + 1):
     loss.backward()
     opt.step()
     if step % args.save_every == 0:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
-                   os.path.join(args.out_dir, f"step{step}.pt"))
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
+        torch.save(state, os.path.join(args.out_dir, f"step{step}.pt"))
 print("trained", flush=True)
