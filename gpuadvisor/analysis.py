@@ -320,7 +320,7 @@ def analyze(
             kind="run" if kind == "run" else "trace",
             ranks=tuple(t.rank for t in traces),
         ),
-        environment=environment_of(trace, run),
+        environment=_with_run_timing(environment_of(trace, run), step_model),
         metrics=dict(metrics.window),
         findings=sort_findings(findings),
         rules=statuses,
@@ -348,6 +348,15 @@ def rule_docs(rule_classes: Iterable[type[Rule]]) -> dict[str, RuleMeta]:
         )
         for cls in rule_classes
     }
+
+
+def _with_run_timing(env: dict[str, Any], model: Any) -> dict[str, Any]:
+    """`environment.run_timing`: the run as timed step by step and its costs between steps (issue 27;
+    gpuadvisor.stepmodel.periodic.RunTiming.to_dict), when the capture timed enough steps."""
+    timing = model.run_timing if model is not None else None
+    if timing is not None:
+        env["run_timing"] = timing.to_dict()
+    return env
 
 
 def _combined_prediction(metrics: Any, findings: list[Any]) -> dict[str, Any] | None:

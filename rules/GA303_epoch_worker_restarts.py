@@ -93,7 +93,7 @@ class EpochWorkerRestarts(Rule):
             f"per step on average ({cm.times(pred.speedup)})."
         )
         for note in timing.window_notes:
-            if pc.CAUSE_LABELS[pc.EPOCH_RESTART] in note:
+            if pc.CAUSE_EVENTS[pc.EPOCH_RESTART] in note:
                 message += f" Note: {note}."
         if fw.is_hf:
             rec = "Set dataloader_persistent_workers=True in your TrainingArguments"

@@ -76,7 +76,7 @@ class PeriodicStepCosts(Rule):
     id = "GA304"
     name = "periodic-step-costs"
     category = Category.HOST_SYNC
-    requires = frozenset({Requirement.STEPS, Requirement.SETTINGS})
+    requires = frozenset({Requirement.STEPS})  # and a run directory's timed steps (none: no finding)
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_impact": Threshold(
             0.03,
@@ -118,7 +118,7 @@ class PeriodicStepCosts(Rule):
                 f"{cm.pct(cost.share)} of the run."
             )
             for note in timing.window_notes:
-                if pc.CAUSE_LABELS[cost.cause] in note:
+                if pc.CAUSE_EVENTS[cost.cause] in note:
                     message += f" Note: {note}."
             loc = cm.location_of(d) if cost.cause == pc.CHECKPOINT else None
             locations: list[Location] = [loc] if loc is not None else []

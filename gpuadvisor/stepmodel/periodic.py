@@ -56,6 +56,16 @@ CAUSE_LABELS: Mapping[str, str] = {
     UNKNOWN: "periodic slow steps (cause not recorded)",
 }
 
+# what one occurrence is, in a sentence ("step 16 carries ...")
+CAUSE_EVENTS: Mapping[str, str] = {
+    EPOCH_RESTART: "a restart of the DataLoader workers (a new epoch)",
+    EPOCH_START: "an epoch start",
+    EVALUATION: "an evaluation pass",
+    CHECKPOINT: "a checkpoint save",
+    GC: "a full garbage collection",
+    UNKNOWN: "one of the periodic slow steps",
+}
+
 # A step is slow when it exceeds the typical step by this share of it and by this many MADs.
 SLOW_STEP_RATIO = 0.5
 SLOW_STEP_MADS = 4.0
@@ -260,7 +270,7 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
                 notes.append(
                     f"the analyzed window (steps {window[0]}-{window[1]}) is {where} step"
                     f"{'s' if len(near) > 1 else ''} {', '.join(map(str, near))}, which carr"
-                    f"{'y' if len(near) > 1 else 'ies'} {c.label}"
+                    f"{'y' if len(near) > 1 else 'ies'} {CAUSE_EVENTS.get(c.cause, c.label)}"
                 )
     return RunTiming(
         steps_observed=steps_observed,

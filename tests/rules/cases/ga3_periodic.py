@@ -1,0 +1,173 @@
+"""SYNTHETIC rule cases for GA303 (epoch-worker-restarts), GA304 (periodic-step-costs) and GA301's
+"facts before remedies" path, built with tests.synth and a manifest whose `capture.step_ends` /
+`step_events` are written the way the capture writes them (docs/capture.md, "Costs between steps").
+
+Timed steps of 10 ms; window 12-21 (the defaults). The trace is a plain GPU-busy training loop: the
+costs here are between steps, outside the analyzed window's median.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.rules.cases.ga3_data_loading import _trace
+from tests.rules.harness import Expect, RuleCase
+from tests.synth import training_loop
+
+T0 = 1_700_000_000.0
+
+
+def _capture(durations_ms: list[float], events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    t, ends = T0, []
+    for k, d in enumerate([0.0, *durations_ms], start=1):
+        t += d / 1e3
+        ends.append([k, round(t, 6)])
+    cap: dict[str, Any] = {
+        "skip_steps": 10, "warmup_steps": 2, "active_steps": 10, "first_recorded_step": 12,
+        "last_recorded_step": 21, "state": "complete", "step_ends": ends, "speculation_end_step": 5,
+    }  # fmt: skip
+    if events is not None:
+        cap.update(step_events=events, observe_steps=100, observe_seconds=20.0)
+    return {"capture": cap}
+
+
+def _at(durations_ms: list[float], step: int) -> float:
+    """Wall time of boundary `step` in `_capture(durations_ms)` (boundary 1 at T0)."""
+    return T0 + sum(durations_ms[: step - 1]) / 1e3
+
+
+LOADER = {
+    "id": 0, "file": "train.py", "line": 30, "code": "loader = DataLoader(ds, batch_size=8, num_workers=8)",
+    "batch_size": 8, "num_workers": 8, "pin_memory": True, "persistent_workers": False, "prefetch_factor": 2,
+    "dataset_len": 64, "drop_last": False, "iterations": 40,
+}  # fmt: skip
+
+
+def _restarts(extra_ms: float, n: int = 48) -> list[float]:
+    return [10.0 + (extra_ms if k % 8 == 0 else 0.0) for k in range(1, n + 1)]
+
+
+def _restart_events(durations: list[float], each_s: float) -> list[dict[str, Any]]:
+    base = {"dataloader": 0, "num_workers": 8, "persistent_workers": False}
+    ev: list[dict[str, Any]] = [{"kind": "epoch_start", "epoch": 1, "step": None, "start_unix_s": T0 - 1, "seconds": 0.3, **base}]
+    for e, s in enumerate(range(8, len(durations), 8), start=1):
+        ev.append({"kind": "epoch_end", "epoch": e, "step": s, "start_unix_s": _at(durations, s) + 1e-4, "seconds": each_s / 4, **base})
+        ev.append({"kind": "epoch_start", "epoch": e + 1, "step": s, "start_unix_s": _at(durations, s) + 2e-4,
+                   "seconds": 3 * each_s / 4, "iter_s": each_s / 4, "first_batch_s": each_s / 2, **base})  # fmt: skip
+    return ev
+
+
+def _evaluations(durations: list[float], every: int, each_s: float, *, before: bool = True) -> list[dict[str, Any]]:
+    ev: list[dict[str, Any]] = []
+    if before:
+        ev.append({"kind": "evaluation", "step": None, "start_unix_s": T0 - 2, "seconds": each_s, "forward_calls": 400})
+    for s in range(every, len(durations), every):
+        ev.append({"kind": "evaluation", "step": s, "start_unix_s": _at(durations, s) + 1e-4, "seconds": each_s,
+                   "forward_calls": 400})  # fmt: skip
+    return ev
+
+
+FLAT = [10.0] * 48
+
+CASES = [
+    # GA303: 80 ms every 8 steps of 10 ms (recorded events): 10 ms per step of a 20 ms mean step
+    RuleCase(
+        "GA303-fires-on-workers-restarted-every-epoch",
+        "GA303",
+        lambda: training_loop(6),
+        environment={"dataloaders": [LOADER]},
+        manifest=_capture(FLAT, _restart_events(FLAT, 0.08)),
+        expect=Expect(
+            fires=True,
+            severity="high",
+            impact_min=0.49,
+            impact_max=0.51,
+            title_contains=("restart every epoch",),
+            recommendation_contains=("persistent_workers=True",),
+            location_contains=("train.py:30",),
+            evidence_keys=("restart_ms_each", "period_steps", "steps_observed"),
+        ),
+    ),
+    # GA303 on a run recorded before the events: periodic slow steps at the loader's epoch length
+    RuleCase(
+        "GA303-fires-on-periodic-slow-steps-of-an-older-run",
+        "GA303",
+        lambda: training_loop(6),
+        environment={"dataloaders": [LOADER]},
+        manifest=_capture(_restarts(80.0)),
+        expect=Expect(fires=True, impact_min=0.49, impact_max=0.51, message_contains=("slow steps",)),
+    ),
+    RuleCase(
+        "GA303-quiet-with-persistent-workers",
+        "GA303",
+        lambda: training_loop(6),
+        environment={"dataloaders": [{**LOADER, "persistent_workers": True}]},
+        manifest=_capture(_restarts(80.0)),
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA303-quiet-on-steady-steps",
+        "GA303",
+        lambda: training_loop(6),
+        environment={"dataloaders": [LOADER]},
+        manifest=_capture(FLAT, []),
+        expect=Expect(fires=False),
+    ),
+    # GA304: a 400-call evaluation of 0.5 s every 10 steps of 10 ms: 50 ms per step of a 60 ms mean
+    RuleCase(
+        "GA304-fires-on-evaluation-every-n-steps",
+        "GA304",
+        lambda: training_loop(6),
+        manifest=_capture(FLAT, _evaluations(FLAT, 10, 0.5)),
+        expect=Expect(
+            fires=True,
+            severity="high",
+            impact_min=0.82,
+            impact_max=0.84,
+            title_contains=("Evaluation every 10 steps",),
+            recommendation_contains=("Evaluate less often",),
+        ),
+    ),
+    RuleCase(
+        "GA304-quiet-on-an-evaluation-seen-once",
+        "GA304",
+        lambda: training_loop(6),
+        manifest=_capture(FLAT, _evaluations(FLAT[:9], 10, 0.5)),
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA304-fires-on-checkpoints",
+        "GA304",
+        lambda: training_loop(6),
+        manifest=_capture(
+            FLAT,
+            [
+                {"kind": "checkpoint", "step": s, "start_unix_s": _at(FLAT, s) + 1e-4, "seconds": 0.2,
+                 "bytes": 600_000_000, "file": "train.py", "line": 88, "code": "torch.save(state, path)"}  # fmt: skip
+                for s in (15, 30, 45)
+            ],
+        ),
+        expect=Expect(
+            fires=True,
+            title_contains=("Checkpoint saving",),
+            recommendation_contains=("in the background",),
+            location_contains=("train.py:88",),
+            message_contains=("600.0 MB",),
+        ),
+    ),
+    RuleCase(
+        "GA304-unknown-cause-is-reported-without-a-modeled-gain",
+        "GA304",
+        lambda: training_loop(6),
+        manifest=_capture([10.0 + (50.0 if k % 6 == 0 else 0.0) for k in range(1, 49)]),
+        expect=Expect(fires=True, title_contains=("gain not modeled",), evidence_keys=("gain_modeled",)),
+    ),
+    # GA301, facts before remedies: a single-process loader on a 2-CPU machine (one worker suggested)
+    RuleCase(
+        "GA301-reports-a-large-wait-more-workers-do-not-remove",
+        "GA301",
+        lambda: _trace(8000, multiprocessing=True),
+        environment={"cpu_count": 8, "dataloaders": [{**LOADER, "num_workers": 8, "persistent_workers": True}]},
+        expect=Expect(fires=True, min_severity="high", impact_min=0.7, title_contains=("gain not modeled",)),
+    ),
+]
