@@ -142,8 +142,16 @@ CASES = [
         manifest=_capture(
             FLAT,
             [
-                {"kind": "checkpoint", "step": s, "start_unix_s": _at(FLAT, s) + 1e-4, "seconds": 0.2,
-                 "bytes": 600_000_000, "file": "train.py", "line": 88, "code": "torch.save(state, path)"}  # fmt: skip
+                {
+                    "kind": "checkpoint",
+                    "step": s,
+                    "start_unix_s": _at(FLAT, s) + 1e-4,
+                    "seconds": 0.2,
+                    "bytes": 600_000_000,
+                    "file": "train.py",
+                    "line": 88,
+                    "code": "torch.save(state, path)",
+                }
                 for s in (15, 30, 45)
             ],
         ),
