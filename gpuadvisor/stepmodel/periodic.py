@@ -70,6 +70,11 @@ CAUSE_EVENTS: Mapping[str, str] = {
 SLOW_STEP_RATIO = 0.5
 SLOW_STEP_MADS = 4.0
 MIN_TIMED_STEPS = 4
+MIN_PERIOD = 2
+MIN_UNKNOWN_OCCURRENCES = 3
+# the steps after the window are the typical step's sample when there are this many (before the
+# window the run still warms up and CUPTI may stay attached after the speculative recording)
+MIN_STEPS_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -198,13 +203,24 @@ def _main_loader(environment: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return max(loaders, key=lambda d: int(d.get("iterations") or 0)) if loaders else None
 
 
-def _regular_period(steps: Sequence[int]) -> int | None:
-    """The spacing of `steps` when it is regular (every gap within one step of the median gap)."""
+def _regular_period(steps: Sequence[int], *, exact: bool = False) -> int | None:
+    """The spacing of `steps` when it is regular: every gap within one step of the median gap (or a
+    multiple of it: an occurrence the observation missed), or, `exact`, every gap a multiple of the
+    shortest one, seen at least twice."""
     if len(steps) < 2:
         return None
     gaps = [b - a for a, b in itertools.pairwise(steps)]
     mid = round(statistics.median(gaps))
-    if mid < 1 or any(abs(g - mid) > 1 and g % mid for g in gaps):
+    # consecutive slow steps are a slow phase (warm-up, a stall), not a cost that comes every N steps
+    if mid < MIN_PERIOD or min(gaps) < MIN_PERIOD:
+        return None
+    if exact:
+        # every gap a multiple of the shortest (an occurrence in a step left out of the timing is
+        # missed), and the shortest seen at least twice
+        low = min(gaps)
+        ok = all(g % low == 0 for g in gaps) and sum(g == low for g in gaps) >= MIN_UNKNOWN_OCCURRENCES - 1
+        return low if ok else None
+    if any(abs(g - mid) > 1 and g % mid for g in gaps):
         return None
     return mid
 
@@ -228,14 +244,29 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
         inside = {}
     if len(clean) < MIN_TIMED_STEPS:
         return None
-    typical = _median(list(clean.values()))
+    after = [d for k, d in clean.items() if window is not None and k > window[1]]
+    typical = _median(after) if len(after) >= MIN_STEPS_AFTER else _median(list(clean.values()))
     steps_observed = max(order) - min(order) + 1  # boundaries min..max span these steps, and step min-1
     events_recorded = cap.observe_steps is not None
     costs: list[PeriodicCost] = []
     if events_recorded:
         costs = _costs_from_events(cap, ends, env)
+        # slow steps that no recorded event explains (logging every N steps, a schedule...): the
+        # steps holding an event are left out, and the cause is then unknown whatever the loader
+        explained = {s for c in costs for s in c.steps if s is not None}
+        regimes = [
+            {k: d for k, d in part.items() if k not in explained}
+            for part in (
+                {k: d for k, d in clean.items() if window is None or k < window[0]},
+                inside,
+                {k: d for k, d in clean.items() if window is not None and k > window[1]},
+            )
+        ]
+        costs += [c for c in _costs_from_slow_steps(regimes, {}) if c.cause == UNKNOWN]
     else:
-        costs = _costs_from_slow_steps(clean, inside, typical, env)
+        before = {k: d for k, d in clean.items() if window is None or k < window[0]}
+        later = {k: d for k, d in clean.items() if k not in before}
+        costs = _costs_from_slow_steps([before, inside, later], env)
     def per_step(c: PeriodicCost) -> float:
         if c.period_steps and c.count:
             return c.each_ms / c.period_steps
@@ -369,14 +400,12 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
     return out
 
 
-def _costs_from_slow_steps(
-    clean: Mapping[int, float], inside: Mapping[int, float], typical: float, env: Mapping[str, Any]
-) -> list[PeriodicCost]:
-    """Runs recorded before issue 27: periodic slow steps, priced by their excess over the typical
-    step of their own regime (the window's steps against the window's median: the profiler slows them
-    all)."""
+def _costs_from_slow_steps(regimes: Sequence[Mapping[int, float]], env: Mapping[str, Any]) -> list[PeriodicCost]:
+    """Runs recorded before issue 27: periodic slow steps, priced by their excess over the median of
+    their own regime (before the window, inside it, after it: the profiler slows the window's steps,
+    the run still warms up before it)."""
     slow: dict[int, float] = {}
-    for steps in (clean, inside):
+    for steps in regimes:
         if len(steps) < MIN_TIMED_STEPS:
             continue
         med = _median(list(steps.values()))
@@ -401,8 +430,12 @@ def _costs_from_slow_steps(
             cause = EPOCH_RESTART
             if period is None:
                 period, source = bpe, "batches_per_epoch"
-    if cause == UNKNOWN and period is None:
-        return []
+    if cause == UNKNOWN:
+        # no recorded cause: only an exact period seen at least MIN_UNKNOWN_OCCURRENCES times counts
+        # (two slow steps, or uneven gaps, are what variable-length batches and noise look like)
+        period = _regular_period(ordered, exact=True) if len(ordered) >= MIN_UNKNOWN_OCCURRENCES else None
+        if period is None:
+            return []
     detail: dict[str, Any] = {}
     if cause == EPOCH_RESTART and loader is not None:
         detail.update(

@@ -133,3 +133,16 @@ def test_worker_restart_events_pair_an_epoch_end_with_the_next_start() -> None:
 
 def test_too_few_timed_steps() -> None:
     assert pc.run_timing(_capture([10.0, 10.0]), {}) is None
+
+
+def test_two_slow_steps_or_a_slow_phase_are_not_a_periodic_cost() -> None:
+    """Without a recorded cause, two slow steps (what variable-length batches look like) or a run of
+    consecutive slow steps (warm-up) are not called periodic."""
+    two = [10.0] * 40
+    two[13 - 1] = two[19 - 1] = 80.0
+    phase = [10.0] * 40
+    for k in (24, 25, 26, 27):
+        phase[k - 1] = 80.0
+    for d in (two, phase):
+        timing = pc.run_timing(_capture(d), {})
+        assert timing is not None and timing.costs == ()
