@@ -180,6 +180,7 @@ class Recorder:
         )
         self._gc_started: float | None = None
         self._gc_installed = False
+        self._opt_step_calls = 0  # optimizer step post-hook calls (GradScaler.step compares)
 
     # ---------------------------------------------------------------- failure isolation
     def _failed(self, name: str, err: BaseException) -> None:
@@ -691,6 +692,7 @@ class Recorder:
             return __init__
 
         def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
+            self._opt_step_calls += 1
             if "optimizer step" in self._disabled:
                 return
             try:
@@ -701,9 +703,31 @@ class Recorder:
             except Exception as err:
                 self._failed("optimizer step", err)
 
+        def make_scaler_step(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+                before = self._opt_step_calls
+                out = orig(scaler, optimizer, *args, **kwargs)
+                if self._opt_step_calls == before and "grad scaler step" not in self._disabled:
+                    # GradScaler skipped optimizer.step() (inf/NaN gradients): still a step of the loop
+                    try:
+                        rec = self._opt_records.get(optimizer)
+                        if rec is not None:
+                            rec["skipped_steps"] = int(rec.get("skipped_steps", 0)) + 1
+                        self._on_optimizer_step(optimizer)
+                    except Exception as err:
+                        self._failed("grad scaler step", err)
+                return out
+
+            return step
+
         self._patch(Optimizer, "__init__", make_init, Suspect.OPTIMIZER_HOOKS)
         # The step post-hook counts steps: it is installed even when the __init__ wrapper is not.
         self.add_hook_handle(register_optimizer_step_post_hook(post_hook), Suspect.STEP_TIMER)
+        with contextlib.suppress(Exception):  # builds without torch.amp.GradScaler
+            import torch
+
+            self._patch(torch.amp.GradScaler, "step", make_scaler_step, Suspect.STEP_TIMER)
 
     def _record_optimizer(self, opt: Any) -> None:
         frame = self.user_frame(3)
@@ -731,6 +755,7 @@ class Recorder:
             "param_count": int(sum(int(p.numel()) for p in params)),
             "lr": lr,
             "steps": 0,
+            "skipped_steps": 0,  # GradScaler.step calls that skipped optimizer.step() (inf/NaN gradients)
         }
         self.optimizers.append(rec)
         self._opt_records[opt] = rec

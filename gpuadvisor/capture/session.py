@@ -884,8 +884,11 @@ class CaptureSession:
     @staticmethod
     def _is_step_hook(attr: str, group: Suspect, method: StepDetection | None, deferring: bool = False) -> bool:
         if method is StepDetection.OPTIMIZER_STEP_HOOK:
-            # steps taken inside backward become boundaries at the model's next call: keep that hook too
-            return attr == "<hook>" and (group is Suspect.STEP_TIMER or (deferring and group is Suspect.MODULE_HOOKS))
+            # steps taken inside backward become boundaries at the model's next call: keep that hook too;
+            # GradScaler.step counts the steps it skips (inf/NaN gradients)
+            return (attr in ("<hook>", "step") and group is Suspect.STEP_TIMER) or (
+                deferring and attr == "<hook>" and group is Suspect.MODULE_HOOKS
+            )
         if method is StepDetection.MODULE_FORWARD:
             return attr == "<hook>" and group is Suspect.MODULE_HOOKS
         if method is StepDetection.DATALOADER:

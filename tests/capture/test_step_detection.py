@@ -154,3 +154,31 @@ def test_forward_tracker_counts_only_the_outermost_model_call(nested_calls: int)
     finally:
         rec.uninstall()
     assert torch.nn.Module.__dict__["__call__"] is original_call
+
+
+def test_a_step_gradscaler_skips_is_still_a_step() -> None:
+    """In process: GradScaler.step skips optimizer.step() when the gradients hold inf/NaN; the loop
+    still took a step, so the step signal fires once per scaler.step either way."""
+    import torch
+
+    from gpuadvisor.capture.hooks import Recorder
+
+    steps: list[object] = []
+    rec = Recorder(log=lambda m: None, on_optimizer_step=steps.append, on_dataloader_next=lambda: None,
+                   on_user_profiler=lambda p: None)  # fmt: skip
+    rec.install()
+    try:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+        for i in range(6):
+            loss = model(torch.ones(2, 4)).sum() * (float("inf") if i in (1, 4) else 1.0)
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        assert len(steps) == 6 and all(s is opt for s in steps)
+        assert rec.optimizers[0]["steps"] == 4 and rec.optimizers[0]["skipped_steps"] == 2
+    finally:
+        rec.uninstall()
+        rec.remove_gc_callback()
