@@ -205,7 +205,7 @@ class StepEvent:
     trains), `checkpoint` (one `torch.save`) or `gc` (a full garbage-collector pass, or one of 20 ms or more).
     `step`: the step it fell in (None: before the first step); `start_unix_s`, `seconds`: when and how
     long; `detail`: the kind's own fields (`num_workers`, `persistent_workers`, `first_batch_s`;
-    `forward_calls`; `bytes`, `file`, `line`, `code`; `generation`)."""
+    `forward_calls`; `bytes`, `file`, `line`, `code`, `background` (saved from another thread); `generation`)."""
 
     kind: str
     step: int | None

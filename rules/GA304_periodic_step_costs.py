@@ -75,7 +75,7 @@ class PeriodicStepCosts(Rule):
 
     id = "GA304"
     name = "periodic-step-costs"
-    category = Category.HOST_SYNC
+    category = Category.PERIODIC_COST
     requires = frozenset({Requirement.STEPS})  # and a run directory's timed steps (none: no finding)
     thresholds: ClassVar[Mapping[str, Threshold]] = {
         "min_impact": Threshold(

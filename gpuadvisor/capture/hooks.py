@@ -594,8 +594,10 @@ class Recorder:
                     size = int(f.tell())
             frame = self.user_frame(3)
             site = self.site(frame)
-            sink("checkpoint", t0, seconds, {"bytes": size, "file": site["file"], "line": site["line"],
-                                             "code": site["code"]})
+            detail = {"bytes": size, "file": site["file"], "line": site["line"], "code": site["code"]}
+            if threading.current_thread() is not threading.main_thread():
+                detail["background"] = True  # saved from another thread: the training loop did not wait
+            sink("checkpoint", t0, seconds, detail)
         except Exception as err:
             self._failed("torch.save", err)
 

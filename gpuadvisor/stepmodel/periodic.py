@@ -327,6 +327,8 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
     for ev in cap.step_events:
         if ev.start_unix_s > last_end:
             continue  # after the last timed boundary: outside the observed run
+        if ev.kind == CHECKPOINT and ev.detail.get("background"):
+            continue  # saved from a background thread (an asynchronous checkpoint): the loop did not wait
         step = _step_at(ends, ev.start_unix_s)
         if step is None and ev.kind != EVALUATION:
             continue  # set-up before the training loop (imports, the first workers): not a periodic cost

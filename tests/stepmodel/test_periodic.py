@@ -146,3 +146,14 @@ def test_two_slow_steps_or_a_slow_phase_are_not_a_periodic_cost() -> None:
     for d in (two, phase):
         timing = pc.run_timing(_capture(d), {})
         assert timing is not None and timing.costs == ()
+
+
+def test_a_checkpoint_saved_from_a_background_thread_is_not_a_cost() -> None:
+    cap = _capture([10.0] * 40, events=[])
+    ends = _ends(cap)
+    cap["step_events"] = [
+        {"kind": "checkpoint", "step": s, "start_unix_s": ends[s] + 0.001, "seconds": 0.4, "bytes": 1, "background": True}
+        for s in (10, 20, 30)
+    ]
+    timing = pc.run_timing(cap, {})
+    assert timing is not None and timing.cost(pc.CHECKPOINT) is None
