@@ -33,8 +33,9 @@ class DataloaderStall(Rule):
     (num_workers=0) or `_MultiProcessingDataLoaderIter` (workers); a run adds the DataLoader call site
     and settings from environment.json and the machine's CPU count. When more workers are predicted
     to recover less than half of the measured wait (already at the machine's CPU count, or workers
-    that cannot keep up), the finding is still reported, rated by the measured share of the step
-    spent waiting, "gain not modeled" (facts before remedies).
+    that cannot keep up) and that wait is at least `min_share_unmodeled` of the step, the finding is
+    still reported, rated by the measured share of the step spent waiting, "gain not modeled" (facts
+    before remedies). Steps that carry an epoch's worker restart are left to GA303.
 
     How to fix
     ----------
@@ -60,6 +61,12 @@ class DataloaderStall(Rule):
             "fraction",
         ),
         "max_workers": Threshold(8, "cap of the suggested num_workers", "workers"),
+        "min_share_unmodeled": Threshold(
+            0.10,
+            "report a wait that more workers do not remove when it takes at least this share of the step "
+            "(10%: a large measured cost is reported even without a modeled remedy)",
+            "fraction",
+        ),
     }
     references = ("https://pytorch.org/docs/stable/data.html#multi-process-data-loading",)
 
@@ -100,13 +107,16 @@ class DataloaderStall(Rule):
                 wait_kept = float(spans.covered(win.starts[keep], win.ends[keep]).sum())
                 total_kept = float((win.ends[keep] - win.starts[keep]).sum())
                 steady = share * (wait_kept / wait_us) * (win.total_us / total_kept) if total_kept > 0 else share
-        if impact < floor and steady < floor:
+        facts_floor = ctx.threshold("min_share_unmodeled")
+        if impact < floor and steady < facts_floor:
             return
         # Facts before remedies (issue 27): a large measured wait that the modeled remedy (more workers)
         # removes little of is still reported, rated by its measured share, "gain not modeled".
         modeled = impact >= floor and impact >= MODELED_SHARE * steady
-        if not modeled and restart is not None and steady < floor:
-            return  # the wait is the workers' restart at each epoch: GA303 reports it
+        if not modeled and steady < facts_floor:
+            if impact < floor:
+                return  # neither modeled nor large (or the wait is the epoch restarts: GA303's)
+            modeled = True
         changes: list[str] = []
         observed = ""
         if loader is not None:
