@@ -46,6 +46,7 @@ from typing import Any
 from gpuadvisor import rundir
 from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture.between import StepEventLog
 from gpuadvisor.capture.experiment import Suspect
 from gpuadvisor.capture.forward import ForwardTracker
 from gpuadvisor.capture.frameworks import FrameworkRecorder
@@ -82,8 +83,6 @@ def rank_file_name(name: str, rank: int) -> str:
 # Step end times kept for the profiler-overhead estimate and the costs that come every N steps
 # (bounded: 20k boundaries are about 320 kB in the manifest).
 MAX_STEP_TIMES = 20_000
-# Costs recorded between steps (epoch starts, evaluation passes, checkpoints, long gc passes): bounded.
-MAX_STEP_EVENTS = 2_000
 
 
 def _in_backward() -> bool:
@@ -243,10 +242,11 @@ class CaptureSession:
         self.step_ends: list[tuple[int, float]] = []
         # what happened between steps and cost time (issue 27): epoch starts (DataLoader iterator
         # creation and its first batch), evaluation passes, torch.save, long gc passes
-        self.step_events: list[dict[str, Any]] = []
-        self.step_events_dropped = 0
-        self._eval_open: list[Any] | None = None  # [start perf_counter, forward calls, step]
-        self._pending_evals: list[tuple[float, float, int, int]] = []  # before the first optimizer step
+        self.between = StepEventLog(
+            self._current_step,
+            self._trained,
+            lambda: self.recorder is not None and bool(self.recorder.optimizers),
+        )
         self._expect_since: float | None = None  # first held forward call / batch (optimizer not stepped yet)
         self._held_logged = False
         self._min_stop_step: int | None = None  # after the window: the reference steps, at least
@@ -403,10 +403,8 @@ class CaptureSession:
 
     # ------------------------------------------------------------------ step signals
     def _on_optimizer_step(self, opt: Any) -> None:
-        if self._eval_open is not None and self.is_origin():
-            self._close_eval(time.perf_counter())
-        if self._pending_evals and self.is_origin():
-            self._flush_pending_evals()
+        if self.is_origin():
+            self.between.optimizer_step()
         if self.state is WindowState.DONE:
             if self.method is StepDetection.OPTIMIZER_STEP_HOOK and opt is self._primary_optimizer:
                 self.counts[StepDetection.OPTIMIZER_STEP_HOOK] += 1
@@ -451,7 +449,7 @@ class CaptureSession:
         when the script trains)."""
         self._flush_deferred()
         if self.is_origin():
-            self._track_evaluation(evaluating)
+            self.between.model_call(evaluating)
         if self.state is WindowState.DONE:
             if self.method is StepDetection.MODULE_FORWARD:
                 self.counts[StepDetection.MODULE_FORWARD] += 1
@@ -536,54 +534,13 @@ class CaptureSession:
         )
 
     # ------------------------------------------------------------------ costs between steps
-    def _track_evaluation(self, evaluating: bool) -> None:
-        """An evaluation pass: consecutive model calls with grad off / inference mode / eval mode, from
-        the first to the next training call, optimizer step, epoch start or checkpoint."""
-        now = time.perf_counter()
-        if evaluating:
-            if self._eval_open is None:
-                self._eval_open = [now, 0, self.steps_seen]
-            self._eval_open[1] += 1
-        elif self._eval_open is not None:
-            self._close_eval(now)
-
-    def _close_eval(self, end: float) -> None:
-        ev, self._eval_open = self._eval_open, None
-        if ev is None:
-            return
-        start, calls, _step = ev
-        if self._trained():
-            self._on_step_event("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
-        elif self.recorder is not None and self.recorder.optimizers and len(self._pending_evals) < 16:
-            # an optimizer exists but has not stepped: an evaluation before training (nanoGPT's at
-            # iteration 0) if it ever steps, else the model calls of an inference script
-            self._pending_evals.append((start, end, calls, self.steps_seen))
-
-    def _flush_pending_evals(self) -> None:
-        pending, self._pending_evals = self._pending_evals, []
-        for start, end, calls, _step in pending:
-            self._on_step_event("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
+    def _current_step(self) -> int | None:
+        return self.steps_seen if self.method is not None and self.steps_seen > 0 else None
 
     def _on_step_event(self, kind: str, start: float, seconds: float, detail: dict[str, Any]) -> None:
-        """A cost between steps (`Recorder.on_step_event`): kept with its wall-clock start and the
-        step it fell in (`steps_seen` then; None before the first step)."""
-        if not self.is_origin():
-            return
-        if kind != "evaluation" and self._eval_open is not None:
-            self._close_eval(start)  # a checkpoint or a new epoch ends an evaluation pass
-        if len(self.step_events) >= MAX_STEP_EVENTS:
-            self.step_events_dropped += 1
-            return
-        wall = time.time() - (time.perf_counter() - start)
-        self.step_events.append(
-            {
-                "kind": kind,
-                "step": self.steps_seen if self.method is not None and self.steps_seen > 0 else None,
-                "start_unix_s": round(wall, 6),
-                "seconds": round(seconds, 6),
-                **detail,
-            }
-        )
+        """A cost between steps (`Recorder.on_step_event`), in this process only."""
+        if self.is_origin():
+            self.between.add(kind, start, seconds, detail)
 
     def step(self) -> None:
         """Manual step boundary (the in-process `Capture.step()`)."""
@@ -1294,8 +1251,8 @@ class CaptureSession:
             window_end_unix_s=self.window_end_unix_s,
             export_seconds=self.export_seconds,
             step_ends=tuple(self.step_ends),
-            step_events=tuple(StepEvent.from_json(e) for e in self.step_events),
-            step_events_dropped=self.step_events_dropped,
+            step_events=tuple(StepEvent.from_json(e) for e in self.between.events),
+            step_events_dropped=self.between.dropped,
             observe_steps=self.cfg.observe_steps,
             observe_seconds=self.cfg.observe_seconds,
             short_run=self.short_run,
@@ -1392,8 +1349,8 @@ class CaptureSession:
         `skip_export`: drop the recording instead of exporting it; `skip_reason` says so in the manifest."""
         self.finishing = True
         self._stop_timer()
-        if self._eval_open is not None:
-            self._close_eval(time.perf_counter())
+        if self.is_origin():
+            self.between.finish()
         if self.recorder is not None:
             self.recorder.recording_callsites = False
         why = " with an exception" if self.exit_reason is ExitReason.EXCEPTION else ""
