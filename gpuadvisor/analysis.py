@@ -30,6 +30,7 @@ from gpuadvisor.result import AnalysisResult, SourceInfo
 from gpuadvisor.rules_api import Rule
 from gpuadvisor.runinfo import load_run_info, resolve_input
 from gpuadvisor.stepmodel import build_step_model
+from gpuadvisor.stepmodel import periodic as pc
 from gpuadvisor.stepmodel.predict import combine_findings, group_findings
 from gpuadvisor.terminal import strip_controls
 from gpuadvisor.trace import load
@@ -216,8 +217,6 @@ def run_timing_notes(model: Any) -> list[str]:
     """What the run is beyond the analyzed steps (issue 27): "training with evaluation" and the costs
     between steps the capture timed, each with its count, cost and share of the observed run (a cost
     seen once says that its period was not observed)."""
-    from gpuadvisor.stepmodel import periodic as pc
-
     timing = model.run_timing
     if timing is None:
         return []

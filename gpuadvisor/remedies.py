@@ -218,6 +218,11 @@ def _spec(
 _R = RemedyId
 _S = Safety
 _NO_EDIT = NotInjectable(EDIT)
+# costs between steps (issue 27): outside the analyzed steps, so not a transformation of them
+_TIMED_STEPS = NotReplayed(
+    "a cost between steps, outside the analyzed steps: priced from the run's timed steps "
+    "(gpuadvisor.stepmodel.periodic; the finding's prediction has basis `timed_steps`)"
+)
 
 # `order` is the application order: waits and the input pipeline first (they change what the host
 # does), then copies, memory, kernels and precision, then the launch remedies (a CUDA graph forms only
@@ -234,12 +239,12 @@ _SPECS: tuple[RemedySpec, ...] = (
         Replay("the waits of data-dependent-shape ops removed"), _NO_EDIT,
     ),
     _spec(
-        _R.EVALUATE_LESS_OFTEN, "Evaluate less often or on fewer batches", "host_sync", _S.SAFE, 25,
-        NotReplayed.pending(27), _NO_EDIT,
+        _R.EVALUATE_LESS_OFTEN, "Evaluate less often or on fewer batches", "periodic_cost", _S.SAFE, 25,
+        _TIMED_STEPS, _NO_EDIT,
     ),
     _spec(
-        _R.ASYNC_CHECKPOINT, "Save checkpoints less often or in the background", "host_sync", _S.SAFE, 27,
-        NotReplayed.pending(27), _NO_EDIT,
+        _R.ASYNC_CHECKPOINT, "Save checkpoints less often or in the background", "periodic_cost", _S.SAFE, 27,
+        _TIMED_STEPS, _NO_EDIT,
     ),
     _spec(
         _R.DATALOADER_WORKERS, "Load batches in DataLoader worker processes", "data_loading", _S.SAFE, 30,
@@ -278,7 +283,7 @@ _SPECS: tuple[RemedySpec, ...] = (
     _spec(
         _R.PERSISTENT_WORKERS, "Keep DataLoader workers alive across epochs (persistent_workers=True)",
         "data_loading", _S.SAFE, 37,
-        NotReplayed.pending(27),
+        _TIMED_STEPS,
         Injection(
             how="every DataLoader with workers (or given workers by `num_workers` in the same trial): "
             "`persistent_workers=True`",

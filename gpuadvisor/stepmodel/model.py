@@ -15,6 +15,7 @@ from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
+from gpuadvisor.stepmodel.periodic import run_timing
 from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
 from gpuadvisor.trace.kind import Workload, kind_of
@@ -116,8 +117,6 @@ class StepModel:
         restarts, evaluation, checkpoints; gpuadvisor.stepmodel.periodic); None for a raw trace or
         too few timed steps. Computed once."""
         if self._timing is None:
-            from gpuadvisor.stepmodel.periodic import run_timing
-
             timing = None
             if self.run is not None and isinstance(self.run.manifest, dict):
                 capture = self.run.manifest.get("capture")
