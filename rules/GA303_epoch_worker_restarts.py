@@ -24,9 +24,11 @@ class EpochWorkerRestarts(Rule):
     How it is detected
     ------------------
     From the run as the capture timed it step by step (docs/capture.md, "Costs between steps"): each
-    epoch's iterator creation, its first batch and the previous epoch's end, as recorded by the
-    capture (`manifest.capture.step_events`); in runs recorded before they were, the periodic slow
-    steps whose spacing is the loader's batches per epoch. Impact: a restart's measured time spread
+    epoch's start until its first new worker was ready (the workers note it) and the previous epoch's
+    end, as recorded by the capture (`manifest.capture.step_events`); the first batch made after that
+    is not counted (persistent workers make it too). In runs recorded before those records, the
+    periodic slow steps whose spacing is the loader's batches per epoch, first batch included (an
+    upper bound). Impact: a restart's measured time spread
     over its period, against the run's mean step (the typical step plus every cost between steps,
     amortized): what keeping the workers alive recovers (the first batch of an epoch still waits for
     one batch then: an upper bound). When only one restart was seen, the period is the loader's
@@ -79,11 +81,27 @@ class EpochWorkerRestarts(Rule):
                 f"seen once {where}; every {cost.period_steps} steps by the loader's batches per epoch (its period "
                 "was not observed)"
             )
-        measured = (
-            "the epochs' iterator creation, first batch and end, as recorded"
-            if cost.measured_by == "step_events"
-            else "the excess of the slow steps over the typical step (the run predates the capture's epoch records)"
-        )
+        if cost.measured_by != "step_events":
+            measured = (
+                "the excess of the slow steps over the typical step (the run predates the capture's epoch "
+                "records: the first batch of each epoch, which persistent workers make too, is included, so the "
+                "gain is an upper bound)"
+            )
+        elif d.get("worker_start_measured"):
+            after = d.get("first_batch_after_start_ms")
+            measured = (
+                "each epoch's end and its start until the first new worker was ready, as recorded"
+                + (
+                    f" (the first batch then took {after:.1f} ms more to make: persistent workers make it too)"
+                    if isinstance(after, (int, float))
+                    else ""
+                )
+            )
+        else:
+            measured = (
+                "each epoch's end, iterator creation and first batch, as recorded (the first batch's making, "
+                "which persistent workers pay too, is included: an upper bound)"
+            )
         message = (
             f"The DataLoader runs {d.get('num_workers')} workers with persistent_workers=False: they are started "
             f"again at every epoch and stopped at its end. That costs {cm.ms(cost.each_ms * 1000)} per epoch, "

@@ -80,6 +80,49 @@ def record_next_time(rec: dict[str, Any], ready: bool, seconds: float, profiled:
         rec[f"next_{kind}_unprofiled_s"] = float(rec.get(f"next_{kind}_unprofiled_s", 0.0)) + seconds
 
 
+class WorkerStartProbe:
+    """A DataLoader `worker_init_fn` that appends `dataloader epoch worker_id started ready` (wall clock)
+    to a file of the run directory, then calls the loader's own `worker_init_fn`. Picklable (spawn and
+    forkserver workers) when the loader's own function is; never raises into the worker."""
+
+    def __init__(self, orig: Any, path: str, dataloader: int, epoch: int, started: float) -> None:
+        self.orig = orig
+        self.path = path
+        self.dataloader = dataloader
+        self.epoch = epoch
+        self.started = started
+
+    def __call__(self, worker_id: int) -> Any:
+        try:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(f"{self.dataloader} {self.epoch} {worker_id} {self.started:.6f} {time.time():.6f}\n")
+        except Exception:
+            pass
+        return self.orig(worker_id) if self.orig is not None else None
+
+
+def read_worker_starts(path: str) -> dict[tuple[int, int], float]:
+    """(dataloader id, epoch) -> seconds from the iterator's creation to its first worker being ready."""
+    out: dict[tuple[int, int], float] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 5:
+            continue
+        try:
+            key = (int(parts[0]), int(parts[1]))
+            ready = float(parts[4]) - float(parts[3])
+        except ValueError:
+            continue
+        if ready >= 0 and (key not in out or ready < out[key]):
+            out[key] = ready
+    return out
+
+
 def _internal_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(torch and gpuadvisor folders, stdlib folders): code under them is not user code."""
     import torch
@@ -181,6 +224,8 @@ class Recorder:
         self._gc_started: float | None = None
         self._gc_installed = False
         self._opt_step_calls = 0  # optimizer step post-hook calls (GradScaler.step compares)
+        # where new DataLoader workers note when they are ready (set by the session; None: not noted)
+        self.worker_probe_path: str | None = None
 
     # ---------------------------------------------------------------- failure isolation
     def _failed(self, name: str, err: BaseException) -> None:
@@ -463,7 +508,13 @@ class Recorder:
             @functools.wraps(orig)
             def __iter__(loader: Any) -> Any:
                 t0 = time.perf_counter()
-                it = orig(loader)
+                probe = self._worker_probe(loader, time.time())
+                try:
+                    it = orig(loader)
+                finally:
+                    if probe is not None:
+                        with contextlib.suppress(Exception):
+                            loader.worker_init_fn = probe.orig  # the workers got the probe; the loader keeps its own
                 try:
                     rec = self._dl_records.get(loader)
                     if rec is not None:
@@ -526,6 +577,28 @@ class Recorder:
         self._patch(dlmod.DataLoader, "__init__", make_init, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod.DataLoader, "__iter__", make_iter, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next, Suspect.DATALOADER_HOOKS)
+
+    def _worker_probe(self, loader: Any, started: float) -> WorkerStartProbe | None:
+        """A `worker_init_fn` that notes when each new worker process is ready (issue 27): the workers'
+        start-up is what `persistent_workers=True` saves, the first batch's making is not. Only for an
+        iterator that starts workers (not a persistent loader's later epochs); the loader's own
+        `worker_init_fn` runs right after, unchanged."""
+        if self.worker_probe_path is None or "worker probe" in self._disabled:
+            return None
+        try:
+            rec = self._dl_records.get(loader)
+            if rec is None or not loader.num_workers:
+                return None
+            if loader.persistent_workers and getattr(loader, "_iterator", None) is not None:
+                return None
+            probe = WorkerStartProbe(
+                loader.worker_init_fn, self.worker_probe_path, int(rec["id"]), int(rec.get("epochs", 0)) + 1, started
+            )
+            loader.worker_init_fn = probe
+            return probe
+        except Exception as err:
+            self._failed("worker probe", err)
+            return None
 
     def _epoch_start_event(self, pending: tuple[dict[str, Any], float], first_batch_s: float) -> None:
         detail, t0 = pending

@@ -50,7 +50,7 @@ from gpuadvisor.capture.between import StepEventLog
 from gpuadvisor.capture.experiment import Suspect
 from gpuadvisor.capture.forward import ForwardTracker
 from gpuadvisor.capture.frameworks import FrameworkRecorder
-from gpuadvisor.capture.hooks import Recorder
+from gpuadvisor.capture.hooks import Recorder, read_worker_starts
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.manifest import (
     CaptureState,
@@ -314,6 +314,7 @@ class CaptureSession:
         )
         self.recorder.off = self.off
         self.recorder.on_step_event = self._on_step_event
+        self.recorder.worker_probe_path = str(self._worker_starts_path())
         self.recorder.install()
         self.tracker = ForwardTracker(self.recorder, self._on_forward)
         self.tracker.install()
@@ -1311,10 +1312,27 @@ class CaptureSession:
         except OSError as err:
             self.log(f"state not written: {err}")
 
+    def _worker_starts_path(self) -> Path:
+        return self.out / f".worker_starts.{self.pid}"
+
+    def _merge_worker_starts(self) -> None:
+        """When each epoch's first new DataLoader worker was ready (noted by the workers themselves:
+        `hooks.WorkerStartProbe`), into its `epoch_start` event as `worker_ready_s`."""
+        starts = read_worker_starts(str(self._worker_starts_path()))
+        if not starts:
+            return
+        for ev in self.between.events:
+            if ev.get("kind") == "epoch_start" and "worker_ready_s" not in ev:
+                ready = starts.get((int(ev.get("dataloader", -1)), int(ev.get("epoch", -1))))
+                if ready is not None:
+                    ev["worker_ready_s"] = round(ready, 6)
+
     def write_outputs(self) -> bool:
         """environment.json, callsites.json and the state hand-over. False if something was lost."""
         if not self.is_origin():
             return True
+        with contextlib.suppress(Exception):
+            self._merge_worker_starts()
         ok = True
         steps = self._callsite_steps if self._callsite_steps is not None else self.steps_seen
         self._wrappers_back_on(steps)
@@ -1422,6 +1440,8 @@ class CaptureSession:
                 if err not in self.messages:
                     self.messages.append(err)
         self.write_outputs()
+        with contextlib.suppress(OSError):
+            self._worker_starts_path().unlink()
         if self._log_fh is not None:
             with contextlib.suppress(OSError):
                 self._log_fh.close()

@@ -352,15 +352,22 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
             occ = [
                 Occurrence(
                     step=next((s for e, s in evs if e.kind == "epoch_start"), evs[0][1]),
-                    cost_ms=sum(e.seconds for e, _ in evs) * 1e3,
+                    cost_ms=sum(_restart_part(e) for e, _ in evs) * 1e3,
                 )
                 for evs in by_epoch.values()
             ]
+            ready = [e for e, _ in items if e.kind == "epoch_start" and _worker_ready(e) is not None]
         else:
             occ = [Occurrence(step, ev.seconds * 1e3) for ev, step in items]
         occ.sort(key=lambda o: -1 if o.step is None else o.step)
         detail: dict[str, Any] = {}
         period, source = _regular_period([0 if o.step is None else o.step for o in occ]), "observed"
+        if cause == EPOCH_RESTART:
+            # what a persistent worker would still pay: the first batch made after the worker is ready
+            residual = [max(0.0, e.seconds - (_worker_ready(e) or 0.0)) for e in ready]
+            detail["worker_start_measured"] = bool(ready)
+            if residual:
+                detail["first_batch_after_start_ms"] = round(1e3 * statistics.median(residual), 3)
         if cause in (EPOCH_RESTART, EPOCH_START) and loader is not None:
             bpe = _batches_per_epoch(loader)
             detail.update(
@@ -402,6 +409,21 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
     return out
 
 
+def _worker_ready(ev: StepEvent) -> float | None:
+    ready = ev.detail.get("worker_ready_s")
+    return float(ready) if isinstance(ready, (int, float)) and ready >= 0 else None
+
+
+def _restart_part(ev: StepEvent) -> float:
+    """The part of an epoch start or end that persistent workers save (seconds): the shut-down, and
+    the start-up until the first new worker was ready (when the workers noted it; else all of the
+    start, the first batch's making included: an upper bound)."""
+    if ev.kind != "epoch_start":
+        return ev.seconds
+    ready = _worker_ready(ev)
+    return ev.seconds if ready is None else min(ev.seconds, ready)
+
+
 def _costs_from_slow_steps(regimes: Sequence[Mapping[int, float]], env: Mapping[str, Any]) -> list[PeriodicCost]:
     """Runs recorded before issue 27: periodic slow steps, priced by their excess over the median of
     their own regime (before the window, inside it, after it: the profiler slows the window's steps,
@@ -422,16 +444,25 @@ def _costs_from_slow_steps(regimes: Sequence[Mapping[int, float]], env: Mapping[
     if not slow or (len(slow) < 2 and not (restart and bpe)):
         return []
     ordered = sorted(slow)
-    period = _regular_period(ordered)
+    period: int | None = None
     source = "observed"
     cause = UNKNOWN
     if restart and bpe:
-        # every slow step at one phase of the epoch (gradient accumulation divides the period)
-        phases = {k % bpe for k in ordered}
-        if (period is not None and (period == bpe or bpe % period == 0 or period % bpe == 0)) or len(phases) == 1:
+        # the slow steps at one phase of the epoch: epoch starts (with gradient accumulation over A
+        # batches an epoch is bpe / A steps); slow steps off that phase are noise here
+        best: list[int] = []
+        for p in sorted({bpe, *(bpe // a for a in (2, 4, 8) if bpe % a == 0 and bpe // a >= MIN_PERIOD)}, reverse=True):
+            for phase in sorted({k % p for k in ordered}):
+                on = [k for k in ordered if k % p == phase]
+                if len(on) > len(best):
+                    best, period = on, p
+            if len(best) >= 2:
+                break  # the longest period that explains two slow steps (the epoch, before its divisors)
+        if best and (len(best) >= 2 or len(ordered) == 1):
             cause = EPOCH_RESTART
-            if period is None:
-                period, source = bpe, "batches_per_epoch"
+            ordered = best
+            if len(best) < 2:
+                source = "batches_per_epoch"
     if cause == UNKNOWN:
         # no recorded cause: only an exact period seen at least MIN_UNKNOWN_OCCURRENCES times counts
         # (two slow steps, or uneven gaps, are what variable-length batches and noise look like)
