@@ -27,8 +27,9 @@ class EpochWorkerRestarts(Rule):
     epoch's start until its first new worker was ready (the workers note it) and the previous epoch's
     end, as recorded by the capture (`manifest.capture.step_events`); the first batch made after that
     is not counted (persistent workers make it too). In runs recorded before those records, the
-    periodic slow steps whose spacing is the loader's batches per epoch, first batch included (an
-    upper bound). Impact: a restart's measured time spread
+    periodic slow steps whose spacing is the loader's batches per epoch, scaled by the share of a
+    restart step that the trace shows in the previous epoch's end and the new iterator's creation
+    (the window holds one), else first batch included (an upper bound). Impact: a restart's measured time spread
     over its period, against the run's mean step (the typical step plus every cost between steps,
     amortized): what keeping the workers alive recovers (the first batch of an epoch still waits for
     one batch then: an upper bound). When only one restart was seen, the period is the loader's
@@ -81,7 +82,14 @@ class EpochWorkerRestarts(Rule):
                 f"seen once {where}; every {cost.period_steps} steps by the loader's batches per epoch (its period "
                 "was not observed)"
             )
-        if cost.measured_by != "step_events":
+        if cost.measured_by != "step_events" and isinstance(d.get("removable_share"), (int, float)):
+            measured = (
+                "the excess of the slow steps over the typical step (the run predates the capture's epoch "
+                f"records); the recorded restart step spent {cm.pct(float(d['removable_share']))} of it in the "
+                "previous epoch's end and the new iterator's creation, which persistent workers remove, the rest "
+                "making the first batch, which they make too"
+            )
+        elif cost.measured_by != "step_events":
             measured = (
                 "the excess of the slow steps over the typical step (the run predates the capture's epoch "
                 "records: the first batch of each epoch, which persistent workers make too, is included, so the "
@@ -128,7 +136,10 @@ class EpochWorkerRestarts(Rule):
         rec += f" Predicted gain: {cm.pct(impact)} of the run ({cm.times(pred.speedup)})."
         yield self.finding(
             impact=impact,
-            title=f"DataLoader workers restart every epoch: {cm.pct(cost.share)} of the run",
+            title=(
+                f"DataLoader workers restart every epoch: {cm.pct(cost.share)} of the run, {cm.pct(impact)} "
+                "recovered by persistent workers"
+            ),
             message=message,
             evidence={
                 "restart_ms_each": round(cost.each_ms, 3),

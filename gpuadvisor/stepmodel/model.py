@@ -122,8 +122,43 @@ class StepModel:
                 capture = self.run.manifest.get("capture")
                 if isinstance(capture, dict):
                     timing = run_timing(capture, self.run.environment)
+                    restart = timing.cost("epoch_restart") if timing is not None else None
+                    if restart is not None and restart.measured_by == "slow_steps":
+                        share = self.epoch_restart_share([s for s in restart.steps if s is not None])
+                        if share is not None:
+                            timing = run_timing(capture, self.run.environment, restart_removable=share)
             self._timing = (timing,)
         return self._timing[0]
+
+    def epoch_restart_share(self, steps: Iterable[int]) -> float | None:
+        """The share of an epoch restart that persistent workers remove, read off the recorded steps
+        among `steps` (issue 27): in such a step the host is in DataLoader `__next__` twice, the
+        epoch's last call (the workers shut down as it stops the iteration), then, after the new
+        iterator's creation (no DataLoader span: the workers start), the new epoch's first batch
+        (made from scratch, with persistent workers too). The share is (shut-down + creation) / all
+        three, the median over the steps; None when no recorded step shows the pattern."""
+        import numpy as np
+
+        seg, data = self.segments, self.data_spans
+        if seg.count == 0 or data.count < 2:
+            return None
+        shares: list[float] = []
+        for sid in steps:
+            hit = np.flatnonzero(seg.step_ids == sid)
+            if len(hit) == 0:
+                continue
+            a, b = float(seg.starts[hit[0]]), float(seg.ends[hit[0]])
+            inside = (data.starts >= a) & (data.starts < b)
+            st, en = data.starts[inside], data.ends[inside]
+            if len(st) < 2:
+                continue
+            gaps = st[1:] - en[:-1]
+            i = int(np.argmax(gaps))
+            shutdown, creation, first = float(en[i] - st[i]), float(gaps[i]), float(en[i + 1] - st[i + 1])
+            total = shutdown + creation + first
+            if total > 0 and creation > 0:
+                shares.append((shutdown + creation) / total)
+        return float(np.median(shares)) if shares else None
 
     def predict_without(self, cost: PeriodicCost, remedy: str, params: Mapping[str, Any] | None = None) -> Prediction:
         """What removing a cost between steps gains, from the timed steps (`basis` "timed_steps"):

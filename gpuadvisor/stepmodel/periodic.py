@@ -99,6 +99,9 @@ class PeriodicCost:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
     per_step_ms: float = 0.0  # amortized: each / period, or cost_ms / steps observed without a period
+    # the part of the cost its remedy removes (epoch restarts: not the first batch, which persistent
+    # workers make too)
+    removable_fraction: float = 1.0
 
     @property
     def count(self) -> int:
@@ -129,6 +132,7 @@ class PeriodicCost:
             "each_ms": round(self.each_ms, 3),
             "share": round(self.share, 4),
             "per_step_ms": round(self.per_step_ms, 4),
+            "removable_fraction": round(self.removable_fraction, 4),
             "period_steps": self.period_steps,
             "period_source": self.period_source,
             "measured_by": self.measured_by,
@@ -153,8 +157,8 @@ class RunTiming:
         return next((c for c in self.costs if c.cause == cause), None)
 
     def without(self, cost: PeriodicCost) -> float:
-        """The mean step once `cost` is gone (ms)."""
-        return self.mean_step_ms - cost.per_step_ms
+        """The mean step once the removable part of `cost` is gone (ms)."""
+        return self.mean_step_ms - cost.per_step_ms * cost.removable_fraction
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -225,8 +229,17 @@ def _regular_period(steps: Sequence[int], *, exact: bool = False) -> int | None:
     return mid
 
 
-def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[str, Any] | None = None) -> RunTiming | None:
-    """The observed run with its costs between steps; None when too few steps were timed."""
+def run_timing(
+    capture: CaptureWindow | Mapping[str, Any],
+    environment: Mapping[str, Any] | None = None,
+    *,
+    restart_removable: float | None = None,
+) -> RunTiming | None:
+    """The observed run with its costs between steps; None when too few steps were timed.
+
+    `restart_removable`: for a run recorded before the capture's epoch records, the share of an epoch
+    restart's slow step that persistent workers remove, as the trace of a recorded restart step shows
+    it (`StepModel.epoch_restart_share`); without it the whole excess counts (an upper bound)."""
     cap = capture if isinstance(capture, CaptureWindow) else CaptureWindow.from_json(capture)
     env = environment or {}
     ends = cap.step_end_times()
@@ -266,7 +279,7 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
     else:
         before = {k: d for k, d in clean.items() if window is None or k < window[0]}
         later = {k: d for k, d in clean.items() if k not in before}
-        costs = _costs_from_slow_steps([before, inside, later], env)
+        costs = _costs_from_slow_steps([before, inside, later], env, restart_removable)
     def per_step(c: PeriodicCost) -> float:
         if c.period_steps and c.count:
             return c.each_ms / c.period_steps
@@ -286,6 +299,7 @@ def run_timing(capture: CaptureWindow | Mapping[str, Any], environment: Mapping[
                     measured_by=c.measured_by,
                     detail=c.detail,
                     per_step_ms=per_step(c),
+                    removable_fraction=c.removable_fraction,
                 )
                 for c in costs
             ),
@@ -352,14 +366,18 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
             occ = [
                 Occurrence(
                     step=next((s for e, s in evs if e.kind == "epoch_start"), evs[0][1]),
-                    cost_ms=sum(_restart_part(e) for e, _ in evs) * 1e3,
+                    cost_ms=sum(e.seconds for e, _ in evs) * 1e3,
                 )
                 for evs in by_epoch.values()
             ]
+            full = sum(e.seconds for e, _ in items)
+            removable = sum(_restart_part(e) for e, _ in items) / full if full > 0 else 1.0
             ready = [e for e, _ in items if e.kind == "epoch_start" and _worker_ready(e) is not None]
         else:
             occ = [Occurrence(step, ev.seconds * 1e3) for ev, step in items]
         occ.sort(key=lambda o: -1 if o.step is None else o.step)
+        if cause != EPOCH_RESTART:
+            removable = 1.0
         detail: dict[str, Any] = {}
         period, source = _regular_period([0 if o.step is None else o.step for o in occ]), "observed"
         if cause == EPOCH_RESTART:
@@ -404,6 +422,7 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
                 share=0.0,
                 measured_by="step_events",
                 detail=detail,
+                removable_fraction=removable,
             )
         )
     return out
@@ -424,7 +443,9 @@ def _restart_part(ev: StepEvent) -> float:
     return ev.seconds if ready is None else min(ev.seconds, ready)
 
 
-def _costs_from_slow_steps(regimes: Sequence[Mapping[int, float]], env: Mapping[str, Any]) -> list[PeriodicCost]:
+def _costs_from_slow_steps(
+    regimes: Sequence[Mapping[int, float]], env: Mapping[str, Any], restart_removable: float | None = None
+) -> list[PeriodicCost]:
     """Runs recorded before issue 27: periodic slow steps, priced by their excess over the median of
     their own regime (before the window, inside it, after it: the profiler slows the window's steps,
     the run still warms up before it)."""
@@ -479,6 +500,10 @@ def _costs_from_slow_steps(regimes: Sequence[Mapping[int, float]], env: Mapping[
             line=loader.get("line"),
             code=loader.get("code"),
         )
+    removable = 1.0
+    if cause == EPOCH_RESTART and restart_removable is not None and 0.0 < restart_removable <= 1.0:
+        removable = restart_removable
+        detail["removable_share"] = round(restart_removable, 4)
     occ = tuple(Occurrence(k, slow[k]) for k in ordered)
     return [
         PeriodicCost(
@@ -490,5 +515,6 @@ def _costs_from_slow_steps(regimes: Sequence[Mapping[int, float]], env: Mapping[
             share=0.0,
             measured_by="slow_steps",
             detail=detail,
+            removable_fraction=removable,
         )
     ]
