@@ -149,6 +149,8 @@ class EpochWorkerRestarts(Rule):
                 "period_source": cost.period_source,
                 "measured_by": cost.measured_by,
                 "share_of_run": round(cost.share, 4),
+                "removable_fraction": round(cost.removable_fraction, 4),
+                "first_batch_after_start_ms": d.get("first_batch_after_start_ms"),
                 "steps_observed": timing.steps_observed,
                 "typical_step_ms": round(timing.typical_step_ms, 3),
                 "mean_step_ms": round(timing.mean_step_ms, 3),

@@ -179,3 +179,43 @@ CASES = [
         expect=Expect(fires=True, min_severity="high", impact_min=0.7, title_contains=("gain not modeled",)),
     ),
 ]
+
+
+def _restart_window() -> Any:
+    """Steps 12-16 of 10 ms (a GEMM each), step 16 an epoch restart of 90 ms: the host in DataLoader
+    __next__ for 10 ms (the epoch's last call: the workers shut down), 40 ms with no DataLoader span
+    (the new iterator starts its workers), 30 ms for the new epoch's first batch, then the step."""
+    from tests.synth import K_NVJET_BF16, SyntheticTrace
+
+    st = SyntheticTrace()
+    t = 0.0
+    for n in range(12, 17):
+        dur = 90_000.0 if n == 16 else 10_000.0
+        st.add_step(n, cpu_start=t, cpu_dur=dur, gpu_dur=dur, gpu_start=t)
+        if n == 16:
+            st.add_dataloader_wait(ts=t + 10, dur=10_000, multiprocessing=True)
+            st.add_dataloader_wait(ts=t + 50_010, dur=30_000, multiprocessing=True)
+        k0 = t + dur - 9_000
+        st.add_kernel(K_NVJET_BF16, ts=k0, dur=8_500, launch_ts=k0 - 10, op="aten::mm")
+        t += dur
+    return st
+
+
+CASES.append(
+    # An older run (no epoch records): 80 ms of excess every 8 steps of 10 ms; the recorded restart step
+    # shows 10 ms shut-down + 40 ms creation before a 30 ms first batch: persistent workers remove
+    # 50/80 of it. Mean step 10 + 10 = 20 ms; without the removable part 20 - 6.25 = 13.75: 31%.
+    RuleCase(
+        "GA303-older-run-priced-by-the-restart-step-in-the-window",
+        "GA303",
+        _restart_window,
+        environment={"dataloaders": [LOADER]},
+        manifest=_capture(_restarts(80.0)),
+        expect=Expect(
+            fires=True,
+            impact_min=0.31,
+            impact_max=0.32,
+            message_contains=("62% of it in the previous epoch's end and the new iterator's creation",),
+        ),
+    )
+)
