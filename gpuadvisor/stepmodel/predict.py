@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
+from gpuadvisor.stepmodel.model import Prediction
 
 if TYPE_CHECKING:
-    from gpuadvisor.stepmodel.model import Prediction, StepModel
+    from gpuadvisor.stepmodel.model import StepModel
     from gpuadvisor.stepmodel.replay import Program
 
 # copies smaller than this are latency-bound: pinning or prefetching them gains little (GA101/GA102's
@@ -190,9 +191,69 @@ def _jsonable_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Remedies of costs between steps (issue 27): the cost each removes, priced from the run's timed steps
+# (gpuadvisor.stepmodel.periodic), not by a transformation of the analyzed steps.
+TIMED_STEP_COSTS: Mapping[RemedyId, str] = {
+    RemedyId.PERSISTENT_WORKERS: "epoch_restart",
+    RemedyId.EVALUATE_LESS_OFTEN: "evaluation",
+    RemedyId.ASYNC_CHECKPOINT: "checkpoint",
+}
+
+
+def _with_timed_costs(
+    model: StepModel,
+    timed: Sequence[tuple[RemedyId, dict[str, Any]]],
+    replayed: Prediction | None,
+    name: str,
+    remedies: tuple[tuple[str, Mapping[str, Any]], ...],
+) -> Prediction:
+    """Remedies of costs between steps, alone or with replayed ones: the run's mean step (typical step
+    plus the amortized costs between steps) less the removable part of each cost they remove, the
+    typical step scaled by the replayed remedies' ratio (basis `timed_steps`)."""
+    timing = model.run_timing
+    m = replayed.batch_multiplier if replayed is not None else 1.0
+    if timing is None:
+        if replayed is not None:
+            return replayed
+        base = model.baseline_step_ms
+        return Prediction(
+            remedy=name, baseline_step_ms=base, predicted_step_ms=base, speedup=1.0, recovered_fraction=0.0,
+            notes=("the run's steps were not timed: no cost between steps to remove",), remedies=remedies,
+            basis="timed_steps",
+        )  # fmt: skip
+    costs = [c for r, _ in timed if (c := timing.cost(TIMED_STEP_COSTS[r])) is not None]
+    ratio = (
+        replayed.predicted_step_ms / (replayed.baseline_step_ms * m)
+        if replayed is not None and replayed.baseline_step_ms > 0
+        else 1.0
+    )
+    base = timing.mean_step_ms
+    new = base - timing.typical_step_ms * (1.0 - ratio * m) - sum(c.per_step_ms * c.removable_fraction for c in costs)
+    new = max(new, 1e-9)
+    per_sample = new / base / m if base > 0 else 1.0
+    notes = [f"{r.value}: no such cost was timed in this run" for r, _ in timed if timing.cost(TIMED_STEP_COSTS[r]) is None]
+    notes.append(
+        f"priced from the {timing.steps_observed} steps the capture timed (typical step "
+        f"{timing.typical_step_ms:.2f} ms, mean step with the costs between steps amortized {base:.2f} ms)"
+    )
+    return Prediction(
+        remedy=name,
+        baseline_step_ms=base,
+        predicted_step_ms=new * m,
+        speedup=1.0 / per_sample if per_sample > 0 else float("inf"),
+        recovered_fraction=max(0.0, min(1.0, 1.0 - per_sample)),
+        batch_multiplier=m,
+        notes=tuple(notes) + (replayed.notes if replayed is not None else ()),
+        remedies=remedies,
+        basis="timed_steps",
+    )
+
+
 def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Prediction:
     """What `remedy` with `params` would gain (see gpuadvisor.stepmodel.model.Prediction)."""
     r = RemedyId(remedy)
+    if r in TIMED_STEP_COSTS:
+        return _with_timed_costs(model, [(r, dict(params))], None, r.value, ((r.value, _jsonable_params(params)),))
     m = float(params.get("multiplier", 1.0)) if r is RemedyId.LARGER_BATCH else 1.0
     return model.predict(
         r.value,
@@ -212,10 +273,21 @@ def predict_combined(
 ) -> Prediction:
     """Several remedies applied together, in `APPLY_ORDER` whatever the order given (a CUDA graph
     can only form once the waits that break it are gone; a larger batch scales what is left)."""
-    items = sorted(
+    every = sorted(
         ((RemedyId(r), dict(p)) for r, p in remedies),
         key=lambda item: apply_order(item[0]),
     )
+    timed = [(r, p) for r, p in every if r in TIMED_STEP_COSTS]
+    items = [(r, p) for r, p in every if r not in TIMED_STEP_COSTS]
+    if timed:
+        replayed = predict_combined(model, items) if items else None
+        return _with_timed_costs(
+            model,
+            timed,
+            replayed,
+            "+".join(r.value for r, _ in every),
+            tuple((r.value, _jsonable_params(p)) for r, p in every),
+        )
     m = 1.0
     for r, p in items:
         if r is RemedyId.LARGER_BATCH:
