@@ -75,8 +75,10 @@ class StepEventLog:
 
     def add(self, kind: str, start: float, seconds: float, detail: dict[str, Any]) -> None:
         """One event, with its wall-clock start (from its perf_counter `start`) and the step it fell in."""
-        if kind != "evaluation" and self._eval_open is not None:
-            self.close_evaluation(start)  # a checkpoint or a new epoch ends an evaluation pass
+        if kind not in ("evaluation", "gc") and self._eval_open is not None:
+            # a checkpoint or a new epoch ends an evaluation pass; a gc pass inside it does not (the
+            # collections during torch.compile's first call split nanoGPT's evaluation in two on an H200)
+            self.close_evaluation(start)
         if len(self.events) >= MAX_STEP_EVENTS:
             self.dropped += 1
             return
