@@ -194,6 +194,9 @@ def _salvage_truncated(data: bytes) -> Any | None:
 
 
 _UNPARSED = object()
+# orjson's errors for what Python's json reads: NaN / Infinity tokens ("unexpected character"),
+# -Infinity ("no digit after minus sign"), 1e999 ("number is infinity"), text after the document
+_LENIENT_ERRORS = ("unexpected character", "no digit after", "is infinity", "unexpected content after document")
 
 
 def _parse_lenient(path: Path, data: bytes, warnings: list[str]) -> Any:
@@ -255,9 +258,9 @@ def _parse(path: Path, data: bytes, warnings: list[str], damage: _Damage | None 
             obj, parsed = orjson.loads(data), True
         except orjson.JSONDecodeError as exc:
             msg = str(exc)
-    if not parsed and "end of data" not in msg and "recursion" not in msg.lower():
-        # NaN, 1e999, text after the document (a truncated file goes straight to the salvage: Python's
-        # parser would build most of it only to fail at its end)
+    if not parsed and any(kind in msg for kind in _LENIENT_ERRORS):
+        # NaN, 1e999, text after the document; a truncated or too deeply nested file goes straight to
+        # the salvage or its error (Python's parser would build most of it only to fail at its end)
         obj = _parse_lenient(path, data, warnings)
         parsed = obj is not _UNPARSED
     if not parsed:
