@@ -98,7 +98,8 @@ class EpochWorkerRestarts(Rule):
         elif d.get("worker_start_measured"):
             after = d.get("first_batch_after_start_ms")
             measured = (
-                "each epoch's end and its start until the first new worker was ready, as recorded"
+                "each epoch's end and its start until the workers were started (the iterator's creation, or the first "
+                "new worker ready when later), as recorded"
                 + (
                     f" (the first batch then took {after:.1f} ms more to make: persistent workers make it too)"
                     if isinstance(after, (int, float))

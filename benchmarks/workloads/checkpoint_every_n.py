@@ -1,7 +1,7 @@
 """Planted problem: a periodic cost (`async_checkpoint`). A checkpoint saved synchronously every 25 steps.
 
 ResNet-50 (~25.6M parameters) trained the tuned way (bf16 autocast, channels_last, cudnn.benchmark,
-fused AdamW, batch 64 at 224x224, data on the GPU) that saves {model, optimizer, step} with `torch.save`
+fused AdamW, batch 128 at 224x224, data on the GPU) that saves {model, optimizer, step} with `torch.save`
 every 25 steps, the way most training scripts do: the loop stops while every CUDA tensor of the state
 (~310 MB with AdamW's two moments) is copied to pageable host memory, pickled and written to disk. A
 10-step window between two saves never sees it; the run pays it every 25 steps.
@@ -71,7 +71,7 @@ def main() -> None:
     torch.manual_seed(0)
     device = pick_device(args.tiny)
     torch.backends.cudnn.benchmark = True
-    batch = args.batch_size or (2 if args.tiny else 64)
+    batch = args.batch_size or (2 if args.tiny else 128)
     size = 32 if args.tiny else 224
     model = resnet50(tiny=args.tiny).to(device, memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, fused=device.type == "cuda")

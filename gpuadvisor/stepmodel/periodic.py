@@ -372,7 +372,7 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
             ]
             full = sum(e.seconds for e, _ in items)
             removable = sum(_restart_part(e) for e, _ in items) / full if full > 0 else 1.0
-            ready = [e for e, _ in items if e.kind == "epoch_start" and _worker_ready(e) is not None]
+            ready = [e for e, _ in items if e.kind == "epoch_start" and _start_recorded(e)]
         else:
             occ = [Occurrence(step, ev.seconds * 1e3) for ev, step in items]
         occ.sort(key=lambda o: -1 if o.step is None else o.step)
@@ -382,7 +382,7 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
         period, source = _regular_period([0 if o.step is None else o.step for o in occ]), "observed"
         if cause == EPOCH_RESTART:
             # what a persistent worker would still pay: the first batch made after the worker is ready
-            residual = [max(0.0, e.seconds - (_worker_ready(e) or 0.0)) for e in ready]
+            residual = [max(0.0, e.seconds - _restart_part(e)) for e in ready]
             detail["worker_start_measured"] = bool(ready)
             if residual:
                 detail["first_batch_after_start_ms"] = round(1e3 * statistics.median(residual), 3)
@@ -433,14 +433,27 @@ def _worker_ready(ev: StepEvent) -> float | None:
     return float(ready) if isinstance(ready, (int, float)) and ready >= 0 else None
 
 
+def _start_recorded(ev: StepEvent) -> bool:
+    """The epoch start says how long starting the workers took (iterator creation or first worker ready)."""
+    iter_s = ev.detail.get("iter_s")
+    return _worker_ready(ev) is not None or (isinstance(iter_s, (int, float)) and iter_s >= 0)
+
+
 def _restart_part(ev: StepEvent) -> float:
     """The part of an epoch start or end that persistent workers save (seconds): the shut-down, and
-    the start-up until the first new worker was ready (when the workers noted it; else all of the
-    start, the first batch's making included: an upper bound)."""
+    the start-up: the iterator's creation (`iter_s`: the main process starts every worker there, one
+    after the other; a persistent loader only resets its iterator) or, when longer, the time until the
+    first new worker was ready. Without either record, all of the start, the first batch's making
+    included: an upper bound. (Counting only the first worker's readiness, 20 ms of a 100 ms
+    `__iter__` with 8 workers, predicted 22% where persistent workers measured 61% on an H200.)"""
     if ev.kind != "epoch_start":
         return ev.seconds
     ready = _worker_ready(ev)
-    return ev.seconds if ready is None else min(ev.seconds, ready)
+    iter_s = ev.detail.get("iter_s")
+    created = float(iter_s) if isinstance(iter_s, (int, float)) and iter_s >= 0 else None
+    if ready is None and created is None:
+        return ev.seconds
+    return min(ev.seconds, max(ready or 0.0, created or 0.0))
 
 
 def _costs_from_slow_steps(

@@ -70,7 +70,9 @@ def _evaluations(durations: list[float], every: int, each_s: float, *, before: b
 FLAT = [10.0] * 48
 
 CASES = [
-    # GA303: 80 ms every 8 steps of 10 ms (recorded events): 10 ms per step of a 20 ms mean step
+    # GA303: 80 ms every 8 steps of 10 ms (recorded events): 10 ms per step of a 20 ms mean step, of
+    # which persistent workers remove the epoch's end (20 ms) and the iterator's creation (20 ms), not
+    # the first batch (40 ms): 5 ms per step, 25% of the run
     RuleCase(
         "GA303-fires-on-workers-restarted-every-epoch",
         "GA303",
@@ -80,8 +82,9 @@ CASES = [
         expect=Expect(
             fires=True,
             severity="high",
-            impact_min=0.49,
-            impact_max=0.51,
+            impact_min=0.24,
+            impact_max=0.26,
+            message_contains=("the first batch then took 40.0 ms more",),
             title_contains=("restart every epoch",),
             recommendation_contains=("persistent_workers=True",),
             location_contains=("train.py:30",),
