@@ -261,6 +261,8 @@ def summary_line(f: Finding) -> str | None:
     verdict = v.get("verdict")
     if verdict and verdict != "faster":
         text += f", {str(verdict).replace('_', ' ')}"
+    if v.get("measured_on"):
+        text += f", measured on {v['measured_on']} (not the recording's machine)"
     return f"{text} [{remedy}]"
 
 

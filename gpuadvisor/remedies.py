@@ -130,13 +130,16 @@ class Lever:
     """One setting `verify` can measure: the remedy's injection with these parameters.
 
     `name` is unique over all remedies (verify.json, `--only`); `params` are what the injection
-    reads (`gpuadvisor.verify.inject`); `explore` says whether `verify --explore` measures it.
+    reads (`gpuadvisor.verify.inject`); `explore` says whether `verify --explore` measures it;
+    `slow`: its warm-up takes minutes (compilation), so explore tries it last, on top of the best
+    configuration of the others.
     """
 
     name: str
     title: str
     params: tuple[tuple[str, Any], ...] = ()
     explore: bool = True
+    slow: bool = False
 
     def param_dict(self) -> dict[str, Any]:
         return dict(self.params)
@@ -393,15 +396,15 @@ _SPECS: tuple[RemedySpec, ...] = (
             "floating outputs come back as float32, so a loss computed outside the model runs in float32 "
             "as autocast would run it; with Hugging Face `TrainingArguments`: `bf16=True` instead; with "
             "Lightning `Trainer`: `precision=\"bf16-mixed\"`; with a timm-style `--amp` argument of the "
-            "script (explore): that flag. Explore measures fp16 with a GradScaler instead where the GPU "
-            "has no bf16",
+            "script (explore): that flag. Explore measures fp16 autocast instead where the GPU has no "
+            "bf16 (no GradScaler is injected: a script that trains in fp16 needs its own)",
             skipped_when="the script uses autocast or an enabled GradScaler itself; `TrainingArguments(fp16=True)`",
             levers=(
                 Lever("bf16_autocast", "bf16 autocast around the model's forward", (("dtype", "bfloat16"),)),
                 Lever("script_amp", "the script's own --amp argument", (("script_flag", "--amp"),)),
                 Lever(
                     "fp16_autocast",
-                    "fp16 autocast around the model's forward, GradScaler on the optimizer",
+                    "fp16 autocast around the model's forward (no GradScaler injected)",
                     (("dtype", "float16"),),
                 ),
             ),
@@ -439,11 +442,12 @@ _SPECS: tuple[RemedySpec, ...] = (
             "measures `mode=\"reduce-overhead\"` (CUDA graphs)",
             skipped_when="the script compiles already; compilation fails (`skipped` with the error)",
             levers=(
-                Lever("torch_compile", "torch.compile (default mode)", (("mode", "default"),)),
+                Lever("torch_compile", "torch.compile (default mode)", (("mode", "default"),), slow=True),
                 Lever(
                     "torch_compile_reduce_overhead",
                     "torch.compile(mode=\"reduce-overhead\")",
                     (("mode", "reduce-overhead"),),
+                    slow=True,
                 ),
             ),
             for_rules=("GA501",),
@@ -548,7 +552,8 @@ def markdown_table() -> str:
         else:
             verify = s.injection.reason
         levers = "; ".join(
-            f"`{lv.name}`" + (" (not in explore)" if not lv.explore else "") for lv in s.levers
+            f"`{lv.name}`" + (" (not in explore)" if not lv.explore else " (slow: tried last)" if lv.slow else "")
+            for lv in s.levers
         ) or "-"
         cells = [str(s.order), f"`{s.id.value}`", s.title, s.category, s.safety.value, replay, verify, levers]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

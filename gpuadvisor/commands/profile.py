@@ -172,6 +172,13 @@ from gpuadvisor.verify.runner import VerifyOptions, verify_run
     default=None,
     help="verify --budget SECONDS.",
 )
+@click.option(
+    "--explore",
+    "verify_explore",
+    is_flag=True,
+    help="After the run, measure every applicable lever and the best combination (verify --explore; "
+    "implies --verify; --verify-budget bounds it, default 1800 s).",
+)
 @click.argument("target", metavar="SCRIPT|MODULE")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def profile(
@@ -208,6 +215,7 @@ def profile(
     verify_trials: int,
     verify_only: tuple[str, ...],
     verify_budget: float | None,
+    verify_explore: bool,
     target: str,
     args: tuple[str, ...],
 ) -> None:
@@ -273,7 +281,8 @@ def profile(
             observe_steps=observe_steps,
             observe_seconds=observe_seconds,
             term_timeout=term_timeout,
-            analyze=analyze and not verify_after,  # analyzed once, after verify (findings gain `verified`)
+            # analyzed once, after verify (findings gain `verified`)
+            analyze=analyze and not (verify_after or verify_explore),
             redact=redact,
         )
         outcome = run_profile(
@@ -282,9 +291,16 @@ def profile(
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {strip_controls(str(err))}", err=True)
         sys.exit(err.exit_code)
-    if verify_after:
+    if verify_after or verify_explore:
         outcome = _verify_then_analyze(
-            outcome, verify_trials, verify_only, verify_budget, analyze=analyze, quiet=quiet, argv=[target, *args]
+            outcome,
+            verify_trials,
+            verify_only,
+            verify_budget,
+            analyze=analyze,
+            quiet=quiet,
+            argv=[target, *args],
+            explore=verify_explore,
         )
     elif analyze:
         outcome = analyze_profiled(outcome, quiet=quiet)
@@ -307,8 +323,9 @@ def _verify_then_analyze(
     quiet: bool,
     stream: IO[str] | None = None,
     argv: Sequence[str] | None = None,
+    explore: bool = False,
 ) -> ProfileOutcome:
-    """`gpuadvisor profile --verify`: verify the fresh run (when the script succeeded), then analyze it
+    """`gpuadvisor profile --verify` (or `--explore`: verify --explore): verify the fresh run (when the script succeeded), then analyze it
     once, so findings.json and report.html carry `verified`. Verify's own errors are printed and never
     change profile's exit status (outputs the analysis could not write do, as without --verify)."""
 
@@ -319,7 +336,7 @@ def _verify_then_analyze(
         try:
             verify_run(
                 outcome.run_dir,
-                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet),
+                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet, explore=explore),
                 stream=out,
                 argv=argv,
                 analyze=finding_dicts,

@@ -70,6 +70,26 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
 @click.command("verify")
 @click.argument("run", type=click.Path(path_type=Path))
 @verify_options
+@click.option(
+    "--explore",
+    is_flag=True,
+    help="Measure every applicable lever whether or not a finding names it, then grow the best "
+    "combination greedily (docs/verify.md). --only then names levers or remedies; --budget defaults to 1800 s.",
+)
+@click.option(
+    "--allow-other-machine",
+    is_flag=True,
+    help="Measure although RUN was recorded on another machine, GPU, torch or working directory "
+    "(refused otherwise); every number then says where it was measured.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write verify.json here (a file, or a folder) instead of RUN/verify.json; needed for a run "
+    "directory tracked by git.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 def verify(
     run: Path,
@@ -79,14 +99,22 @@ def verify(
     verify_warmup_steps: int,
     verify_steps: int,
     num_workers: int | None,
+    explore: bool,
+    allow_other_machine: bool,
+    output: Path | None,
     quiet: bool,
 ) -> None:
     """Apply the remedies of RUN's findings that need no edit of the script, one trial process each,
     interleaved with baseline trials, and measure the speed-up; write RUN/verify.json.
 
     \b
+    With --explore: every applicable lever (precision, layout, compile, fused optimizer, DataLoader
+    settings, allocator, a larger batch, framework switches), then the best combination.
+
+    \b
     Exit codes: 0 verify.json written; 1 the baseline (the recorded command) failed;
-    2 usage error; 70 internal error; 74 verify.json could not be written; 130 Ctrl-C.
+    2 usage error (also: RUN recorded on another machine, or tracked by git without -o);
+    70 internal error; 74 verify.json could not be written; 130 Ctrl-C (measured trials written).
     """
     options = VerifyOptions(
         trials=trials,
@@ -96,6 +124,9 @@ def verify(
         steps=verify_steps,
         num_workers=num_workers,
         quiet=quiet,
+        explore=explore,
+        allow_other_machine=allow_other_machine,
+        output=output,
     )
     try:
         outcome = verify_run(run, options, analyze=finding_dicts)

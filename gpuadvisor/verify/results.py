@@ -21,6 +21,7 @@ __all__ = [
     "VERIFY_SCHEMA_VERSION",
     "attach",
     "attach_from_run",
+    "explore_note",
     "load_verify",
     "noise_band_text",
     "predicted_speedup",
@@ -47,6 +48,8 @@ _VERIFIED_KEYS = (
     "note",
     "changes_numerics",
     "changes_batch",
+    "measured_on",  # only when not measured on the recording's machine (--allow-other-machine)
+    "lever",  # the explore lever of the trial (verify --explore)
 )
 
 
@@ -124,8 +127,29 @@ def attach(findings: Sequence[Finding], verify_doc: Mapping[str, Any]) -> list[F
 
 
 def attach_from_run(findings: Sequence[Finding], run_dir: str | Path) -> tuple[list[Finding], list[str]]:
-    """attach() with RUN/verify.json when the run has one; (findings unchanged, [note]) when unreadable."""
+    """attach() with RUN/verify.json when the run has one; (findings unchanged, [note]) when unreadable.
+    The notes carry verify --explore's best measured configuration (`explore_note`)."""
     doc, problem = load_verify(run_dir)
     if doc is None:
         return list(findings), [problem] if problem else []
-    return attach(findings, doc), []
+    note = explore_note(doc)
+    return attach(findings, doc), [note] if note else []
+
+
+def explore_note(doc: Mapping[str, Any]) -> str | None:
+    """verify --explore's result in one sentence: "verify --explore: best measured configuration:
+    bf16_autocast + channels_last: 1.74x (1.70-1.78, 3 trials); changes: ..."; None without explore."""
+    explore = doc.get("explore")
+    if not isinstance(explore, Mapping):
+        return None
+    best = explore.get("best")
+    where = f" [measured on {doc['measured_on']}, not the recording's machine]" if doc.get("measured_on") else ""
+    if not isinstance(best, Mapping) or not best.get("text"):
+        return f"verify --explore: no best configuration ({explore.get('stopped') or 'nothing measured'}){where}"
+    text = f"verify --explore: {best['text']}{where}"
+    if best.get("change"):
+        text += f"; changes: {best['change']}"
+    if best.get("note"):
+        text += f"; {best['note']}"
+    return text
+

@@ -48,6 +48,9 @@ class VerifyOptions:
     steps: int = 20
     num_workers: int | None = None  # None: default_num_workers()
     quiet: bool = False
+    explore: bool = False  # every applicable lever, then the best combination (explore.py)
+    allow_other_machine: bool = False  # measure although the recording was made elsewhere
+    output: Path | None = None  # verify.json's path (default RUN/verify.json)
 
     def validate(self) -> None:
         if self.trials < 1:
@@ -77,6 +80,10 @@ class _Config:
     applies: tuple[str, ...]
     planned: PlannedTrial | None
     results: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # remedy -> lever parameters
+    extra_args: tuple[str, ...] = ()  # script flags appended to the recorded arguments (explore)
+    batch_multiplier: int | None = None
+    left_out: dict[str, str] = field(default_factory=dict)  # all_safe members that failed alone, why
     final: str | None = None  # "failed"/"skipped" once decided: no more trials of it
     reason: str | None = None
 
@@ -193,21 +200,27 @@ class _TrialRunner:
         self.num_workers = num_workers
         self.index = 0
 
-    def run(self, config: _Config, timeout_s: float) -> dict[str, Any]:
+    def run(self, config: _Config, timeout_s: float = TRIAL_TIMEOUT_S) -> dict[str, Any]:
         self.index += 1
         tag = f"{self.index:03d}-{config.name}"
         result_path = self.workdir / f"{tag}.result.json"
         log_path = self.workdir / f"{tag}.log"
         planned = config.planned
         env, alloc_before = trial_environment(config.applies, os.environ)
+        multiplier = config.batch_multiplier or (planned.batch_multiplier if planned else None) or 1
         trial_cfg = TrialConfig(
-            target={"kind": self.cmd.kind, "path_or_name": self.cmd.target, "argv": list(self.cmd.args)},
+            target={
+                "kind": self.cmd.kind,
+                "path_or_name": self.cmd.target,
+                "argv": [*self.cmd.args, *config.extra_args],
+            },
             result=str(result_path),
             remedies=config.applies,
+            params=config.params,
             warmup_steps=self.options.warmup_steps,
             steps=self.options.steps,
             num_workers=self.num_workers,
-            batch_multiplier=(planned.batch_multiplier if planned and planned.batch_multiplier else 1),
+            batch_multiplier=multiplier,
             alloc_conf_before=alloc_before,
         )
         cfg_path = self.workdir / f"{tag}.config.json"
@@ -340,6 +353,8 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
     }
     if notes:
         entry["notes"] = notes
+    if config.left_out:
+        entry["left_out"] = [{"remedy": r, "reason": why} for r, why in config.left_out.items()]
     if config.final is not None:
         entry["status"] = config.final
         entry["reason"] = config.reason
@@ -413,7 +428,17 @@ def verify_run(
         raise InputError(f"{run / rundir.MANIFEST} is not a JSON object")
     environment = environment if isinstance(environment, dict) else {}
     cmd = recorded_command(manifest, argv)
+    path = output_path(run, options.output)
+    machine = check_machine(manifest, environment, cmd, allow_other=options.allow_other_machine)
+    if machine["differences"]:
+        _say(out, options.quiet, f"measuring on another machine than the recording's: {where_text(machine)}")
     num_workers = options.num_workers or default_num_workers()
+    if options.explore:
+        from gpuadvisor.verify.explore_run import explore_run
+
+        return explore_run(
+            run, path, cmd, manifest, environment, options, out, num_workers, machine, _findings_of(run, analyze)
+        )
     planned = plan_trials(_findings_of(run, analyze), environment, only=options.only, num_workers=num_workers)
 
     started_wall = time.time()
@@ -470,6 +495,13 @@ def verify_run(
                 result = runner.run(c, TRIAL_TIMEOUT_S)
                 c.results.append(result)
                 _say(out, options.quiet, f"trial {done}/{total} {c.name} ... {_progress_text(result)}")
+                if (
+                    result.get("status") == "failed"
+                    and c.name == RemedyId.ALL_SAFE.value
+                    and len(c.applies) > 1
+                    and _drop_failing_members(c, configs, runner, out, options.quiet)
+                ):
+                    continue  # all_safe goes on without the members that fail on their own
                 if result.get("status") != "ok":
                     c.final, c.reason = str(result.get("status")), str(result.get("reason"))
                     if c is baseline:
@@ -496,7 +528,63 @@ def verify_run(
     order = {p.remedy.value: i for i, p in enumerate(planned)}
     trials.sort(key=lambda t: order.get(t["remedy"], len(order)))
     cuda = any(r.get("cuda") for r in baseline.results)
-    baseline_entry: dict[str, Any] = {
+    document = document_head(run, cmd, options, num_workers, started_wall)
+    document["settings"]["order"] = "interleaved: baseline, then each remedy, repeated"
+    document.update(
+        {
+            "cuda": cuda,
+            "torch": base_ok[0].get("torch") if base_ok else None,
+            "noise_band": noise_band_text(),
+            "baseline": baseline_entry(baseline),
+            "trials": trials,
+            "wall_s": round(time.monotonic() - started, 3),
+            "notes": notes,
+        }
+    )
+    stamp_machine(document, machine)
+    write_document(path, document)
+    for t in trials:
+        _say(out, options.quiet, f"{t['remedy']}: {_summary(t)}")
+    _say(out, options.quiet, f"wrote {path}")
+    if interrupted:
+        raise KeyboardInterrupt
+    return VerifyOutcome(path=path, document=document, exit_code=1 if baseline.final is not None else 0)
+
+
+def _drop_failing_members(
+    all_safe: _Config, configs: Sequence[_Config], runner: _TrialRunner, out: IO[str], quiet: bool
+) -> bool:
+    """all_safe failed: find the members that fail on their own (their own trial, else one trial each
+    now) and take them out, so that one failing member does not sink the combination. True when some
+    were taken out and at least one member is left (all_safe's earlier trials are discarded: another
+    composition)."""
+    own = {c.name: c for c in configs}
+    failing: dict[str, str] = {}
+    for member in all_safe.applies:
+        mine = own.get(member)
+        if mine is not None and mine.results:
+            bad = mine.final not in (None, "ok")
+            reason = str(mine.reason)
+        else:
+            probe = _Config(member, (member,), None, params=dict(all_safe.params))
+            result = runner.run(probe, TRIAL_TIMEOUT_S)
+            _say(out, quiet, f"all_safe failed: {member} alone ... {_progress_text(result)}")
+            bad, reason = result.get("status") == "failed", str(result.get("reason"))
+        if bad:
+            failing[member] = reason
+    left = tuple(r for r in all_safe.applies if r not in failing)
+    if not failing or not left:
+        return False
+    all_safe.applies = left
+    all_safe.results = []
+    all_safe.left_out.update(failing)
+    _say(out, quiet, f"all_safe goes on without {', '.join(failing)}")
+    return True
+
+
+def baseline_entry(baseline: _Config) -> dict[str, Any]:
+    base_ok = [r for r in baseline.results if r.get("status") == "ok"]
+    entry: dict[str, Any] = {
         "status": baseline.final or ("ok" if base_ok else "not_run"),
         "step_time_ms": _r(_median(_values(base_ok, "step_time_ms"))),
         "samples_per_s": _r(_median(_values(base_ok, "samples_per_s"))),
@@ -506,10 +594,16 @@ def verify_run(
         "step_detection": base_ok[0].get("step_detection") if base_ok else None,
     }
     if baseline.final is not None:
-        baseline_entry["reason"] = baseline.reason
+        entry["reason"] = baseline.reason
         if baseline.results and baseline.results[-1].get("log_tail"):
-            baseline_entry["log_tail"] = baseline.results[-1]["log_tail"]
-    document: dict[str, Any] = {
+            entry["log_tail"] = baseline.results[-1]["log_tail"]
+    return entry
+
+
+def document_head(
+    run: Path, cmd: RecordedCommand, options: VerifyOptions, num_workers: int, started_wall: float
+) -> dict[str, Any]:
+    return {
         "schema_version": VERIFY_SCHEMA_VERSION,
         "tool": {"name": "gpuadvisor", "version": __version__},
         "run": str(run),
@@ -528,31 +622,110 @@ def verify_run(
             "budget_s": options.budget_s,
             "only": list(options.only),
             "num_workers": num_workers,
-            "order": "interleaved: baseline, then each remedy, repeated",
         },
-        "cuda": cuda,
-        "torch": base_ok[0].get("torch") if base_ok else None,
-        "noise_band": noise_band_text(),
-        "baseline": baseline_entry,
-        "trials": trials,
-        "wall_s": round(time.monotonic() - started, 3),
-        "notes": notes,
     }
-    path = run / VERIFY_FILE
-    try:
-        write_json_atomic(path, document)
-    except OSError as err:
-        raise OutputLostError(f"cannot write {path}: {err.strerror or err}") from None
-    for t in trials:
-        _say(out, options.quiet, f"{t['remedy']}: {_summary(t)}")
-    _say(out, options.quiet, f"wrote {path}")
-    if interrupted:
-        raise KeyboardInterrupt
-    return VerifyOutcome(path=path, document=document, exit_code=1 if baseline.final is not None else 0)
 
 
 def _summary(t: Mapping[str, Any]) -> str:
     if t.get("status") != "ok":
         return f"{t.get('status')} ({t.get('reason')})"
     unit = "samples/s" if t.get("compared_in") == "samples_per_s" else "step time"
-    return f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {t['trials']} trials, {t['verdict']})"
+    where = f", measured on {t['measured_on']}" if t.get("measured_on") else ""
+    return (
+        f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {t['trials']} trials, "
+        f"{t['verdict']}{where})"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- where
+
+
+def output_path(run: Path, output: Path | None) -> Path:
+    """Where verify.json goes: `output` when given, else RUN/verify.json, refused (UsageError) when the
+    run directory holds recordings tracked by git (the repository's sample runs): measurements made
+    here do not belong next to them."""
+    if output is not None:
+        if output.is_dir():
+            return output / VERIFY_FILE
+        return output
+    if _tracked_by_git(run):
+        raise UsageError(
+            f"{run} is tracked by git (recordings kept in a repository): verify does not write "
+            f"{VERIFY_FILE} next to them; pass -o FILE to choose where it goes"
+        )
+    return run / VERIFY_FILE
+
+
+def _tracked_by_git(run: Path) -> bool:
+    git = shutil.which("git")
+    if git is None:
+        return False
+    try:
+        r = subprocess.run(
+            [git, "-C", str(run), "ls-files", "--error-unmatch", rundir.MANIFEST],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def check_machine(
+    manifest: Mapping[str, Any], environment: Mapping[str, Any], cmd: RecordedCommand, *, allow_other: bool
+) -> dict[str, Any]:
+    """The recording's machine and this one (probed with the recorded interpreter), and what differs.
+    A difference is a UsageError unless `allow_other`: numbers measured elsewhere do not say what the
+    recording's machine would gain."""
+    from gpuadvisor.verify.probe import compare, describe, probe, recorded_machine
+
+    recorded = recorded_machine(manifest, environment)
+    here = probe(cmd.python, cmd.cwd)
+    here["cwd"] = os.getcwd()
+    diffs = compare(recorded, here)
+    machine = {
+        "recorded": recorded,
+        "measured": here,
+        "same": not diffs,
+        "differences": diffs,
+        "recorded_text": describe(recorded),
+        "measured_text": describe(here),
+    }
+    if diffs and not allow_other:
+        raise UsageError(
+            "the run was recorded on another machine or setup: " + "; ".join(diffs) + ". Measure where "
+            "it was recorded, or pass --allow-other-machine (every number then says where it was measured)"
+        )
+    return machine
+
+
+def where_text(machine: Mapping[str, Any]) -> str:
+    return (
+        f"measured on {machine.get('measured_text')}, recorded on {machine.get('recorded_text')} "
+        f"({'; '.join(machine.get('differences') or [])})"
+    )
+
+
+def stamp_machine(document: dict[str, Any], machine: Mapping[str, Any]) -> None:
+    """verify.json's `machine`; on another machine every measured entry says where it was measured."""
+    document["machine"] = dict(machine)
+    if machine.get("same"):
+        return
+    where = str(machine.get("measured_text"))
+    document["measured_on"] = where
+    for entry in (document.get("baseline"), *(document.get("trials") or [])):
+        if isinstance(entry, dict):
+            entry["measured_on"] = where
+    explore = document.get("explore")
+    if isinstance(explore, dict) and isinstance(explore.get("best"), dict):
+        explore["best"]["measured_on"] = where
+    document["notes"] = [*document.get("notes", []), f"not measured on the recording's machine: {where_text(machine)}"]
+
+
+def write_document(path: Path, document: Mapping[str, Any]) -> None:
+    try:
+        write_json_atomic(path, dict(document))
+    except OSError as err:
+        raise OutputLostError(f"cannot write {path}: {err.strerror or err}") from None

@@ -148,3 +148,50 @@ def test_torch_compile_in_place(baseline: dict[str, Any], tmp_path: Path) -> Non
         pytest.skip(f"torch.compile does not work on this machine: {result['reason']}")
     assert {k: v for k, v in state.items() if baseline.get(k) != v} == {"compiled": True}
     assert [c["what"] for c in result["changes"]] == ["ConvNet"]
+
+
+MIXED = SCRIPTS / "layout_mix.py"
+
+
+def mixed_dump(tmp: Path, remedies: tuple[str, ...], args: list[str], **kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    dump = tmp / f"{'_'.join(remedies) or 'baseline'}.mixed.json"
+    result = run_trial_child(tmp, MIXED, [*args, "--dump", str(dump)], remedies, **kw)
+    return json.loads(dump.read_text()), result
+
+
+def test_channels_last_converts_only_4d_floating_tensors(tmp_path: Path) -> None:
+    # a Conv3d's 5-D weight, a 6-D batch of clips, 2-D features and a 4-D integer mask: Module.to(channels_last)
+    # would raise "required rank 4 tensor to use channels_last format" on the Conv3d
+    state, result = mixed_dump(tmp_path, ("channels_last",), [])
+    assert result["status"] == "ok", result
+    assert state["image_channels_last"] is True and state["clip_dim"] == 6 and state["conv3_weight_dim"] == 5
+    assert state["mask_dtype"] == "torch.int64" and state["mask_contiguous"] is True
+    assert any("4-D parameter/buffer tensors of Mixed converted" in n for n in result["notes"])
+
+
+def test_injected_autocast_steps_aside_for_the_scripts_own(tmp_path: Path) -> None:
+    state, result = mixed_dump(tmp_path, ("bf16_autocast",), ["--own-autocast"])
+    assert state["fc_out_dtype"] == "torch.float16"  # the script's fp16, not the injected bf16
+    assert result["status"] == "skipped" and result["reason"] == "the script enters torch.autocast itself"
+    (tmp_path / "plain").mkdir()
+    state, result = mixed_dump(tmp_path / "plain", ("bf16_autocast",), [])
+    assert state["fc_out_dtype"] == "torch.bfloat16" and result["status"] == "ok"
+
+
+def test_dataloader_levers_apply_separately(tmp_path: Path) -> None:
+    # persistent_workers alone on a loader with workers; prefetch_factor alone; num_workers alone
+    state, result = mixed_dump(tmp_path, ("persistent_workers",), ["--workers", "1"])
+    assert (state["persistent_workers"], state["prefetch_factor"], state["num_workers"]) == (True, 2, 1)
+    assert [c["what"] for c in result["changes"]] == ["persistent_workers"]
+    (tmp_path / "p").mkdir()
+    state, result = mixed_dump(
+        tmp_path / "p", ("dataloader_workers",), ["--workers", "1"], params={"dataloader_workers": {"prefetch_factor": 4}}
+    )
+    assert (state["persistent_workers"], state["prefetch_factor"], state["num_workers"]) == (False, 4, 1)
+    assert [c["what"] for c in result["changes"]] == ["prefetch_factor"]
+    (tmp_path / "w").mkdir()
+    state, result = mixed_dump(
+        tmp_path / "w", ("dataloader_workers",), [], params={"dataloader_workers": {"num_workers": "auto"}}
+    )
+    assert (state["persistent_workers"], state["num_workers"]) == (False, 2)
+    assert [c["what"] for c in result["changes"]] == ["num_workers"]

@@ -139,3 +139,40 @@ def test_analysis_text_html_and_diff_carry_the_measurement(verified_run: Path) -
     changes = diff_results(baseline, result).to_dict()["findings"]
     mine = [c for c in changes if c["rule"] == "GA701"]
     assert mine and mine[0]["new_verified"]["speedup"] == 5.4 and mine[0]["base_verified"] is None
+
+
+# Synthetic verify --explore result (made up by this test, not measured).
+EXPLORE_DOC: dict[str, Any] = {
+    **VERIFY_DOC,
+    "measured_on": "CPU only, torch 2.13.0+cpu",
+    "explore": {
+        "best": {
+            "levers": ["channels_last", "bf16_autocast"],
+            "text": "best measured configuration: channels_last + bf16_autocast: 1.74x (1.70-1.78, 3 trials)",
+            "change": "ConvNet and its 4-D inputs memory_format=contiguous -> channels_last",
+            "note": "lower-precision math: re-check accuracy (loss curve) before keeping it",
+        },
+        "stopped": "no lever adds to the best configuration beyond noise",
+    },
+}
+
+
+def test_explore_best_configuration_is_a_note_of_the_analysis(tmp_path: Path) -> None:
+    (tmp_path / "verify.json").write_text(json.dumps(EXPLORE_DOC))
+    _, notes = attach_from_run([make_finding("GA701")], tmp_path)
+    assert notes == [
+        "verify --explore: best measured configuration: channels_last + bf16_autocast: 1.74x (1.70-1.78, "
+        "3 trials) [measured on CPU only, torch 2.13.0+cpu, not the recording's machine]; changes: ConvNet "
+        "and its 4-D inputs memory_format=contiguous -> channels_last; lower-precision math: re-check "
+        "accuracy (loss curve) before keeping it"
+    ]
+    none = {**EXPLORE_DOC, "measured_on": None, "explore": {"best": None, "stopped": "no lever measured faster"}}
+    (tmp_path / "verify.json").write_text(json.dumps(none))
+    assert attach_from_run([], tmp_path)[1] == ["verify --explore: no best configuration (no lever measured faster)"]
+
+
+def test_a_measurement_made_elsewhere_says_so() -> None:
+    doc = {**VERIFY_DOC, "trials": [{**VERIFY_DOC["trials"][0], "measured_on": "CPU only, torch 2.13.0+cpu"}]}
+    (fp32,) = attach([make_finding("GA701", remedy="tf32")], doc)
+    line = summary_line(fp32)
+    assert line is not None and "measured on CPU only, torch 2.13.0+cpu (not the recording's machine)" in line

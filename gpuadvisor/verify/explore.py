@@ -1,0 +1,431 @@
+"""`gpuadvisor verify RUN --explore`: measure every applicable lever, then grow the best combination.
+
+The levers are the registry's (`gpuadvisor.remedies.explore_levers`), whether or not a finding names
+them. The search:
+
+1. **Singles.** The baseline and each applicable lever alone, `trials` times, interleaved
+   (B L1 L2 ... B L1 L2 ...). A lever whose trial fails is dropped with its reason; the rest go on.
+   Slow levers (compilation: minutes of warm-up) are not measured alone unless no other lever is faster.
+2. **Growth.** The best configuration starts as the single lever that measured fastest with a
+   `faster` verdict. Each round measures the current best again and the best plus each candidate
+   (interleaved, `trials` times; at most MAX_CANDIDATES, the levers fastest alone first), and keeps the
+   candidate that gains most over the current best when that gain is beyond noise (`faster` against
+   the best's trials). Candidates: not failed, not slower than the baseline alone (median), not a
+   second setting of a switch already in, applicable with the best's levers (`persistent_workers`
+   once `num_workers` is in). When no other lever adds, the slow levers are tried on top of the best.
+   The search stops when nothing adds beyond noise, no candidate is left, or the budget cannot fit
+   another trial.
+
+Levers that change the batch (`larger_batch`) are measured alone, in samples/s, and never joined to a
+combination (a different batch is a different experiment). Two levers of one remedy join only when
+they set different parameters (`num_workers` + `prefetch_factor`), never two settings of one switch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuadvisor.remedies import Lever, RemedyId, RemedySpec, explore_levers
+from gpuadvisor.verify.plan import skip_reason
+from gpuadvisor.verify.stats import Verdict, compare
+
+__all__ = ["MAX_CANDIDATES", "ExploreLever", "Explorer", "script_flags"]
+
+MAX_CANDIDATES = 4  # combinations measured per growth round (the levers fastest alone first)
+
+
+def script_flags(script: Path | None, args: Sequence[str]) -> set[str]:
+    """The timm-style switches (`--amp`, `--channels-last`) the script declares as arguments
+    (`add_argument("--amp", ...)`) and the recorded command does not pass already."""
+    if script is None:
+        return set()
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    out: set[str] = set()
+    for flag in ("--amp", "--channels-last"):
+        declared = r"add_argument\(\s*(?:['\"][^'\"]*['\"]\s*,\s*)*['\"]" + re.escape(flag) + r"['\"]"
+        if flag not in args and re.search(declared, text):
+            out.add(flag)
+    return out
+
+
+@dataclass
+class ExploreLever:
+    spec: RemedySpec
+    lever: Lever
+    skip_reason: str | None = None  # as a single (it may still join a combination that enables it)
+    failed: str | None = None  # failed in a trial: dropped from the search
+
+    @property
+    def name(self) -> str:
+        return self.lever.name
+
+    @property
+    def remedy(self) -> RemedyId:
+        return self.spec.id
+
+    @property
+    def script_flag(self) -> str | None:
+        flag = self.lever.param_dict().get("script_flag")
+        return str(flag) if flag else None
+
+
+@dataclass
+class Configuration:
+    """A set of levers measured together (one lever: a single; none: the baseline)."""
+
+    levers: tuple[str, ...]
+    results: list[dict[str, Any]] = field(default_factory=list)
+    final: str | None = None
+    reason: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.levers) or "baseline"
+
+    def ok(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if r.get("status") == "ok"]
+
+
+def _values(results: Iterable[Mapping[str, Any]], key: str) -> list[float]:
+    out: list[float] = []
+    for r in results:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out.append(float(v))
+    return out
+
+
+def conflicts(a: ExploreLever, b: ExploreLever) -> bool:
+    """Two levers of one remedy that set the same parameter (two settings of one switch)."""
+    if a.remedy is not b.remedy:
+        return False
+    if a.script_flag or b.script_flag:
+        return True
+    return bool(set(a.lever.param_dict()) & set(b.lever.param_dict()))
+
+
+class Explorer:
+    """Runs the search. `run_trial(levers, timeout_s)` runs one trial process of a configuration and
+    returns its result; `remaining()` the seconds left of the budget (None: no budget)."""
+
+    def __init__(
+        self,
+        levers: list[ExploreLever],
+        *,
+        trials: int,
+        run_trial: Callable[[tuple[str, ...], float], dict[str, Any]],
+        remaining: Callable[[], float | None],
+        say: Callable[[str], None],
+        trial_timeout_s: float,
+    ) -> None:
+        self.levers = {lv.name: lv for lv in levers}
+        self.trials = trials
+        self._run_trial = run_trial
+        self.remaining = remaining
+        self.say = say
+        self.trial_timeout_s = trial_timeout_s
+        self.configs: dict[tuple[str, ...], Configuration] = {}
+        self.baseline = self.config(())
+        self.steps: list[dict[str, Any]] = []
+        self.best: Configuration | None = None
+        self.tried_on_best: set[str] = set()  # levers that did not add to the current best
+        self.stopped: str | None = None
+        self.budget_hit = False
+        self.done = 0
+        self.longest = 0.0
+        self.key = "step_time_ms"
+
+    # ------------------------------------------------------------------ bookkeeping
+    def config(self, levers: Iterable[str]) -> Configuration:
+        order = {name: i for i, name in enumerate(self.levers)}
+        key = tuple(sorted(set(levers), key=lambda n: order.get(n, len(order))))
+        if key not in self.configs:
+            self.configs[key] = Configuration(key)
+        return self.configs[key]
+
+    def _fits(self) -> bool:
+        left = self.remaining()
+        if left is None or self.done == 0:
+            return True
+        if self.longest > left:
+            self.budget_hit = True
+            return False
+        return True
+
+    def _timeout(self) -> float:
+        left = self.remaining()
+        return self.trial_timeout_s if left is None else max(1.0, min(self.trial_timeout_s, left))
+
+    def measure(self, config: Configuration, label: str) -> bool:
+        """One trial of `config`; False when the budget allows no more trials."""
+        if config.final is not None:
+            return True
+        if not self._fits():
+            return False
+        self.done += 1
+        result = self._run_trial(config.levers, self._timeout())
+        config.results.append(result)
+        self.longest = max(self.longest, float(result.get("wall_s") or 0.0))
+        if result.get("status") == "ok":
+            text = f"{float(result.get('step_time_ms') or 0):.1f} ms/step"
+            if result.get("samples_per_s"):
+                text += f", {float(result['samples_per_s']):.0f} samples/s"
+        else:
+            text = f"{result.get('status')}: {result.get('reason')}"
+            config.final, config.reason = str(result.get("status")), str(result.get("reason"))
+            for name in config.levers if len(config.levers) == 1 else ():
+                self.levers[name].failed = f"{config.final}: {config.reason}"
+        self.say(f"{label} trial {self.done}: {config.name} ... {text}")
+        return True
+
+    def comparison(self, config: Configuration, against: Configuration | None = None) -> Any:
+        """stats.compare of `config` against the baseline (or `against`); None without measurements."""
+        ref = against or self.baseline
+        key = "samples_per_s" if self._changes_batch(config) else self.key
+        base, mine = _values(ref.ok(), key), _values(config.ok(), key)
+        if not base or not mine or config.final is not None:
+            return None
+        return compare(base, mine, higher_is_better=key == "samples_per_s")
+
+    def _changes_batch(self, config: Configuration) -> bool:
+        return any(self.levers[n].spec.changes_batch for n in config.levers if n in self.levers)
+
+    # ------------------------------------------------------------------ the search
+    def _singles(self, levers: Sequence[ExploreLever], label: str) -> bool:
+        """Each lever alone, interleaved with the baseline, `trials` times; False when stopped."""
+        configs = [self.config((lv.name,)) for lv in levers]
+        for rnd in range(self.trials):
+            for c in (self.baseline, *configs):
+                if len(self.baseline.results) > rnd and c is self.baseline:
+                    continue  # measured in an earlier pass
+                if not self.measure(c, f"{label} {rnd + 1}/{self.trials}"):
+                    self.stopped = "the budget ended during the singles"
+                    return False
+                if self.baseline.final is not None:
+                    self.stopped = f"the baseline failed: {self.baseline.reason}"
+                    return False
+        return True
+
+    def run(self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None]) -> None:
+        for lv in self.levers.values():
+            if lv.skip_reason is not None:
+                self.say(f"{lv.name}: not measured alone ({lv.skip_reason})")
+        applicable = [lv for lv in self.levers.values() if lv.skip_reason is None]
+        fast = [lv for lv in applicable if not lv.lever.slow]
+        slow = [lv for lv in applicable if lv.lever.slow]
+        # 1. singles (slow levers wait: they join on top of the best configuration of the others)
+        if not self._singles(fast, "singles"):
+            return
+        ranked = self._ranked([self.config((lv.name,)) for lv in fast])
+        if not ranked and slow:
+            if not self._singles(slow, "slow singles"):
+                return
+            ranked = self._ranked([self.config((lv.name,)) for lv in applicable])
+            slow = []
+        if not ranked:
+            self.stopped = "no lever measured faster than the baseline beyond noise"
+            return
+        self.best = ranked[0]
+        # 2. growth; the slow levers once the others are settled
+        slow_phase = False
+        while True:
+            candidates = self._candidates(environment_ok, only_slow=slow_phase)
+            if not candidates:
+                if not slow_phase and any(self._untried(lv) for lv in slow):
+                    slow_phase = True
+                    continue
+                self.stopped = "no lever is left to add"
+                return
+            label = f"grow {len(self.best.levers) + 1}"
+            for _rnd in range(self.trials):
+                for c in (self.best, *candidates):
+                    if not self.measure(c, label):
+                        self.stopped = "the budget ended while growing the combination"
+                        self._record_step(candidates, None)
+                        return
+            winners = []
+            for c in candidates:
+                over_best = self.comparison(c, self.best)
+                if over_best is not None and over_best.verdict is Verdict.FASTER:
+                    winners.append((over_best.speedup, c))
+                if c.final is not None:  # failed in combination: dropped from the search
+                    for name in set(c.levers) - set(self.best.levers):
+                        self.levers[name].failed = f"{c.final} on top of {self.best.name}: {c.reason}"
+            winner = max(winners, key=lambda w: w[0])[1] if winners else None
+            self._record_step(candidates, winner)
+            if winner is not None:
+                self.best = winner
+                continue
+            for c in candidates:  # tried on top of this best and did not add: not again
+                for name in set(c.levers) - set(self.best.levers):
+                    self.tried_on_best.add(name)
+            if not slow_phase and any(self._untried(lv) for lv in slow):
+                slow_phase = True
+                continue
+            self.stopped = "no lever adds to the best configuration beyond noise"
+            return
+
+    def _untried(self, lv: ExploreLever) -> bool:
+        assert self.best is not None
+        return not lv.failed and lv.name not in self.best.levers and lv.name not in self.tried_on_best
+
+    def _candidates(
+        self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None], *, only_slow: bool
+    ) -> list[Configuration]:
+        """The best configuration plus each lever that may add to it: not in it, not failed, not
+        tried on this best already, not a second setting of a switch in it, not slower alone (median),
+        applicable with the best's levers; at most MAX_CANDIDATES, fastest alone first."""
+        assert self.best is not None
+        members = [self.levers[n] for n in self.best.levers]
+        scored: list[tuple[float, Configuration]] = []
+        for lv in self.levers.values():
+            if not self._untried(lv) or lv.spec.changes_batch or lv.lever.slow != only_slow:
+                continue
+            if any(conflicts(lv, m) for m in members):
+                continue
+            single = self.configs.get((lv.name,))
+            measured = single is not None and bool(single.results)
+            if measured:
+                assert single is not None
+                cmp = self.comparison(single)
+                if cmp is None or cmp.speedup < 1.0:
+                    continue  # failed, or slower than the baseline alone
+                score = cmp.speedup
+            else:
+                if lv.skip_reason is not None and environment_ok(lv, members) is not None:
+                    continue  # does not apply, even with the current best's levers
+                score = 1.0  # needed another lever to apply (or slow): tried after the measured ones
+            scored.append((score, self.config((*self.best.levers, lv.name))))
+        scored.sort(key=lambda item: -item[0])
+        return [c for _, c in scored[:MAX_CANDIDATES]]
+
+    def _ranked(self, configs: Sequence[Configuration]) -> list[Configuration]:
+        scored = []
+        for c in configs:
+            if self._changes_batch(c):
+                continue
+            cmp = self.comparison(c)
+            if cmp is not None and cmp.verdict is Verdict.FASTER:
+                scored.append((cmp.speedup, c))
+        return [c for _, c in sorted(scored, key=lambda s: -s[0])]
+
+    def _record_step(self, candidates: Sequence[Configuration], winner: Configuration | None) -> None:
+        assert self.best is not None
+        entry: dict[str, Any] = {"from": list(self.best.levers), "candidates": []}
+        for c in candidates:
+            item: dict[str, Any] = {"levers": list(c.levers), "trials": len(c.ok())}
+            if c.final is not None:
+                item.update(status=c.final, reason=c.reason)
+            else:
+                vs_base, vs_best = self.comparison(c), self.comparison(c, self.best)
+                if vs_base is not None and vs_best is not None:
+                    item.update(
+                        status="ok",
+                        speedup=round(vs_base.speedup, 3),
+                        over_best=round(vs_best.speedup, 3),
+                        over_best_low=round(vs_best.low, 3),
+                        over_best_high=round(vs_best.high, 3),
+                        over_best_verdict=vs_best.verdict.value,
+                    )
+                else:
+                    item.update(status="skipped", reason="no trial ran (budget)")
+            entry["candidates"].append(item)
+        entry["chosen"] = list(winner.levers) if winner is not None else None
+        self.steps.append(entry)
+
+
+def build_levers(
+    environment: Mapping[str, Any],
+    *,
+    num_workers: int,
+    env: Mapping[str, str],
+    bf16_supported: bool | None,
+    flags: set[str],
+    only: Sequence[str] = (),
+) -> list[ExploreLever]:
+    """Every explore lever with why it cannot apply as a single (None: it is measured). `only`:
+    lever names or remedy ids to restrict the search to."""
+    wanted = {t.strip().lower() for t in only if t.strip()}
+    lever_names = {lv.name for _, lv in explore_levers()}
+    out: list[ExploreLever] = []
+    for spec, lv in explore_levers():
+        # a token names a lever; a remedy id that is not also a lever's name selects all its levers
+        by_remedy = spec.id.value in wanted and spec.id.value not in lever_names
+        if wanted and lv.name not in wanted and not by_remedy:
+            continue
+        params = lv.param_dict()
+        flag = params.get("script_flag")
+        if flag:
+            reason = None if flag in flags else f"the script takes no {flag} argument (or the command passes it)"
+        else:
+            reason = skip_reason(
+                spec.id, environment, num_workers=num_workers, env=env, params=params, bf16_supported=bf16_supported
+            )
+        out.append(ExploreLever(spec, lv, reason))
+    return out
+
+
+def unknown_only(only: Sequence[str]) -> list[str]:
+    names = {lv.name for _, lv in explore_levers()} | {s.id.value for s, _ in explore_levers()}
+    return [t for t in only if t.strip() and t.strip().lower() not in names]
+
+
+def applies_with(
+    environment: Mapping[str, Any], *, num_workers: int, env: Mapping[str, str], bf16_supported: bool | None
+) -> Callable[[ExploreLever, Sequence[ExploreLever]], str | None]:
+    """Whether a lever that does not apply alone applies on top of `members` (prefetch_factor or
+    persistent_workers once num_workers is in the combination)."""
+
+    def check(lv: ExploreLever, members: Sequence[ExploreLever]) -> str | None:
+        if lv.script_flag:
+            return lv.skip_reason
+        return skip_reason(
+            lv.remedy,
+            environment,
+            num_workers=num_workers,
+            env=env,
+            with_remedies=[m.remedy for m in members],
+            params=lv.lever.param_dict(),
+            bf16_supported=bf16_supported,
+        )
+
+    return check
+
+
+def trial_setup(levers: Sequence[ExploreLever]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]], tuple[str, ...]]:
+    """(remedies to inject, their merged lever parameters, script flags) for a configuration."""
+    remedies: list[str] = []
+    params: dict[str, dict[str, Any]] = {}
+    flags: list[str] = []
+    for lv in sorted(levers, key=lambda x: x.spec.order):
+        if lv.script_flag:
+            flags.append(lv.script_flag)
+            continue
+        r = lv.remedy.value
+        if r not in remedies:
+            remedies.append(r)
+        params.setdefault(r, {}).update(lv.lever.param_dict())
+    return tuple(remedies), params, tuple(flags)
+
+
+def estimate_text(manifest: Mapping[str, Any], warmup: int, steps: int) -> tuple[float | None, str]:
+    """A first guess of one trial's wall time from the recording (profile's own run: start-up, its
+    steps and the profiler), before any trial ran."""
+    start, end, seen = manifest.get("started_unix_s"), manifest.get("ended_unix_s"), manifest.get("steps_seen")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, seen)) or not seen:
+        return None, "no estimate from the recording (it does not say how long it ran)"
+    assert isinstance(start, (int, float)) and isinstance(end, (int, float)) and isinstance(seen, (int, float))
+    wall = max(0.0, float(end) - float(start))
+    guess = wall * max(1.0, (warmup + steps) / float(seen))
+    return guess, f"the recording ran {int(seen)} steps in {wall:.0f} s"
+
+
+def speed_text(cmp: Any, trials: int) -> str:
+    return f"{cmp.speedup:.2f}x ({cmp.low:.2f}-{cmp.high:.2f}, {trials} trial{'s' if trials != 1 else ''})"

@@ -1,0 +1,213 @@
+"""`verify --explore`'s search, on fake trials (no processes): singles, greedy growth, a failing lever
+dropped with its reason while the search goes on, the budget, and what it applies per configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuadvisor.remedies import REMEDIES, RemedyId, explore_levers
+from gpuadvisor.verify import explore as ex
+from gpuadvisor.verify.probe import compare, describe
+
+CUDA_ENV: dict[str, Any] = {
+    "cuda_available": True,
+    "settings": {"autocast": {"used": False}, "grad_scaler": {"used": False}, "torch_compile": {"used": False}},
+    "dataloaders": [{"num_workers": 0, "pin_memory": False, "batch_size": 64}],
+    "optimizers": [{"class": "AdamW", "fused": None, "foreach": None}],
+}
+
+
+def levers(only: tuple[str, ...], env: dict[str, Any] = CUDA_ENV, flags: set[str] | None = None) -> list[ex.ExploreLever]:
+    return ex.build_levers(env, num_workers=8, env={}, bf16_supported=True, flags=flags or set(), only=only)
+
+
+class FakeTrials:
+    """Step time of a configuration = baseline x the product of its levers' factors (x a tiny
+    deterministic jitter per trial); `broken` levers fail."""
+
+    def __init__(self, factors: dict[str, float], broken: dict[str, str] | None = None, wall: float = 1.0) -> None:
+        self.factors = factors
+        self.broken = broken or {}
+        self.wall = wall
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        self.calls.append(names)
+        for n in names:
+            if n in self.broken:
+                return {"status": "failed", "reason": self.broken[n], "wall_s": self.wall}
+        t = 100.0
+        for n in names:
+            t *= self.factors.get(n, 1.0)
+        t *= 1.0 + 0.001 * (len(self.calls) % 3)
+        return {"status": "ok", "step_time_ms": t, "samples_per_s": 64000.0 / t, "wall_s": self.wall, "changes": []}
+
+
+def explorer(lvs: list[ex.ExploreLever], fake: FakeTrials, budget: float | None = None) -> ex.Explorer:
+    clock = {"t": 0.0}
+
+    def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        clock["t"] += fake.wall
+        return fake(names, timeout_s)
+
+    def remaining() -> float | None:
+        return None if budget is None else budget - clock["t"]
+
+    return ex.Explorer(lvs, trials=3, run_trial=run_trial, remaining=remaining, say=lambda m: None, trial_timeout_s=60)
+
+
+def applies() -> Any:
+    return ex.applies_with(CUDA_ENV, num_workers=8, env={}, bf16_supported=True)
+
+
+def test_greedy_growth_keeps_what_adds_and_stops_when_nothing_does() -> None:
+    lvs = levers(("bf16_autocast", "channels_last", "num_workers", "fused_optimizer", "cudnn_benchmark"))
+    fake = FakeTrials({"bf16_autocast": 0.7, "channels_last": 0.85, "num_workers": 0.9, "cudnn_benchmark": 1.0})
+    e = explorer(lvs, fake)
+    e.run(applies())
+    assert e.best is not None
+    assert set(e.best.levers) == {"bf16_autocast", "channels_last", "num_workers"}
+    cmp = e.comparison(e.best)
+    assert cmp.speedup == pytest.approx(1 / (0.7 * 0.85 * 0.9), rel=0.01)
+    assert e.stopped == "no lever adds to the best configuration beyond noise"
+    # the first growth step started from the best single and chose channels_last
+    assert e.steps[0]["from"] == ["bf16_autocast"] and e.steps[0]["chosen"] == ["channels_last", "bf16_autocast"]
+
+
+def test_a_failing_lever_is_dropped_with_its_reason_and_the_search_goes_on() -> None:
+    lvs = levers(("bf16_autocast", "channels_last", "num_workers"))
+    fake = FakeTrials(
+        {"bf16_autocast": 0.7, "num_workers": 0.8},
+        broken={"channels_last": "the script raised RuntimeError: required rank 4 tensor"},
+    )
+    e = explorer(lvs, fake)
+    e.run(applies())
+    failed = e.levers["channels_last"].failed
+    assert failed is not None and "required rank 4" in failed
+    assert e.configs[("channels_last",)].results and len(e.configs[("channels_last",)].results) == 1
+    assert e.best is not None and set(e.best.levers) == {"bf16_autocast", "num_workers"}
+    assert not any("channels_last" in c for c in fake.calls[4:] if len(c) > 1)
+
+
+def test_dependent_levers_join_once_their_prerequisite_is_in() -> None:
+    # prefetch_factor and persistent_workers need workers: not measured alone at num_workers=0,
+    # candidates once num_workers is in the best configuration
+    lvs = levers(("num_workers", "prefetch_factor", "persistent_workers"))
+    assert {lv.name: lv.skip_reason is None for lv in lvs} == {
+        "num_workers": True,
+        "prefetch_factor": False,
+        "persistent_workers": False,
+    }
+    fake = FakeTrials({"num_workers": 0.5, "persistent_workers": 0.6, "prefetch_factor": 1.0})
+    e = explorer(lvs, fake)
+    e.run(applies())
+    assert e.best is not None and set(e.best.levers) == {"num_workers", "persistent_workers"}
+    remedies, params, _flags = ex.trial_setup([e.levers[n] for n in ("num_workers", "prefetch_factor")])
+    assert remedies == ("dataloader_workers",) and params == {
+        "dataloader_workers": {"num_workers": "auto", "prefetch_factor": 4}
+    }
+
+
+def test_nothing_beyond_noise_means_no_best_configuration() -> None:
+    lvs = levers(("fused_optimizer", "cudnn_benchmark"))
+    e = explorer(lvs, FakeTrials({}))
+    e.run(applies())
+    assert e.best is None and e.stopped == "no lever measured faster than the baseline beyond noise"
+
+
+def test_the_budget_stops_the_search_and_keeps_what_was_measured() -> None:
+    lvs = levers(("bf16_autocast", "channels_last", "num_workers"))
+    e = explorer(lvs, FakeTrials({"bf16_autocast": 0.7}), budget=5.5)
+    e.run(applies())
+    assert e.budget_hit and e.done == 5 and e.stopped == "the budget ended during the singles"
+    assert len(e.baseline.results) == 2
+
+
+def test_levers_of_one_switch_never_combine() -> None:
+    by = {lv.name: lv for lv in levers(("torch_compile", "torch_compile_reduce_overhead", "num_workers", "prefetch_factor"))}
+    assert ex.conflicts(by["torch_compile"], by["torch_compile_reduce_overhead"])
+    assert not ex.conflicts(by["num_workers"], by["prefetch_factor"])
+    assert not ex.conflicts(by["num_workers"], by["torch_compile"])
+
+
+def test_larger_batch_is_measured_alone_never_combined() -> None:
+    lvs = levers(("larger_batch", "num_workers"))
+    e = explorer(lvs, FakeTrials({"larger_batch": 0.9, "num_workers": 0.5}))
+    e.run(applies())
+    assert e.best is not None and e.best.levers == ("num_workers",)
+    assert e.configs[("larger_batch",)].results
+    assert not any("larger_batch" in c and len(c) > 1 for c in e.configs)
+
+
+def test_every_explore_lever_belongs_to_an_injectable_record() -> None:
+    assert all(REMEDIES[spec.id].injectable for spec, _ in explore_levers())
+    names = {lv.name for _, lv in explore_levers()}
+    assert {"num_workers", "prefetch_factor", "persistent_workers", "dataloader_pin_memory", "bf16_autocast",
+            "tf32", "channels_last", "torch_compile", "torch_compile_reduce_overhead", "fused_optimizer",
+            "cudnn_benchmark", "expandable_segments", "larger_batch", "script_amp"} <= names  # fmt: skip
+
+
+def test_fp16_is_measured_only_where_bf16_is_not() -> None:
+    on_bf16 = ex.build_levers(CUDA_ENV, num_workers=8, env={}, bf16_supported=True, flags=set(), only=("fp16_autocast",))
+    assert on_bf16[0].skip_reason is not None and "bf16" in on_bf16[0].skip_reason
+    old = ex.build_levers(CUDA_ENV, num_workers=8, env={}, bf16_supported=False, flags=set(), only=("fp16_autocast", "bf16_autocast"))
+    assert {lv.name: lv.skip_reason is None for lv in old} == {"bf16_autocast": False, "fp16_autocast": True}
+
+
+def test_script_flags_are_found_in_the_scripts_arguments(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import argparse\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--amp', action='store_true')\np.add_argument(\"--channels-last\", action='store_true')\n"
+    )
+    assert ex.script_flags(script, []) == {"--amp", "--channels-last"}
+    assert ex.script_flags(script, ["--amp"]) == {"--channels-last"}
+    (tmp_path / "plain.py").write_text("print('--amp is only a string here')\n")
+    assert ex.script_flags(tmp_path / "plain.py", []) == set()
+    lvs = levers(("script_amp", "script_channels_last"), flags={"--amp"})
+    assert {lv.name: lv.skip_reason is None for lv in lvs} == {"script_amp": True, "script_channels_last": False}
+    remedies, _, flags = ex.trial_setup([lv for lv in lvs if lv.name == "script_amp"])
+    assert remedies == () and flags == ("--amp",)
+
+
+def test_machine_comparison() -> None:
+    recorded = {"platform": "Linux-a", "cpu_count": 64, "torch": "2.11.0+cu130", "cuda_available": True,
+                "gpus": ["NVIDIA H200"], "cwd": "/work/main"}  # fmt: skip
+    same = {**recorded}
+    assert compare(recorded, same) == []
+    cpu = {"platform": "Linux-b", "cpu_count": 2, "torch": "2.13.0+cpu", "cuda_available": False, "gpus": [],
+           "cwd": "/elsewhere"}  # fmt: skip
+    diffs = compare(recorded, cpu)
+    assert [d.split(":")[0] for d in diffs] == ["GPU", "torch", "machine", "working directory"]
+    assert describe(cpu) == "CPU only, torch 2.13.0+cpu" and describe(recorded) == "NVIDIA H200, torch 2.11.0+cu130"
+    assert compare(recorded, {"error": "no torch"})[0].startswith("this machine could not be probed")
+
+
+def test_rule_ids_stay_verify_ids() -> None:
+    assert RemedyId.PERSISTENT_WORKERS in {s.id for s, _ in explore_levers()}
+
+
+def test_slow_levers_are_tried_last_on_top_of_the_best() -> None:
+    lvs = levers(("bf16_autocast", "channels_last", "torch_compile"))
+    fake = FakeTrials({"bf16_autocast": 0.7, "channels_last": 0.9, "torch_compile": 0.8})
+    e = explorer(lvs, fake)
+    e.run(applies())
+    assert ("torch_compile",) not in fake.calls  # never measured alone
+    first_compile = next(i for i, c in enumerate(fake.calls) if "torch_compile" in c)
+    assert all("torch_compile" not in c for c in fake.calls[:first_compile])
+    assert e.best is not None and set(e.best.levers) == {"bf16_autocast", "channels_last", "torch_compile"}
+    # growth rounds re-measure the best but not the baseline
+    assert fake.calls.count(()) == 3
+
+
+def test_only_levers_not_slower_alone_are_candidates() -> None:
+    lvs = levers(("bf16_autocast", "tf32", "expandable_segments"))
+    fake = FakeTrials({"bf16_autocast": 0.7, "tf32": 1.1, "expandable_segments": 1.0})
+    e = explorer(lvs, fake)
+    e.run(applies())
+    tried = {tuple(c["levers"]) for step in e.steps for c in step["candidates"]}
+    assert not any("tf32" in t for t in tried)
+    assert e.best is not None and e.best.levers == ("bf16_autocast",)

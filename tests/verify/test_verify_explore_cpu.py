@@ -1,0 +1,160 @@
+"""`verify --explore` end to end on the CPU, and verify's refusals (another machine, a run tracked by
+git). Real `profile` runs of the synthetic fixture (sleeps stand in for per-sample decoding and for the
+device's share of a step), real trial processes; trial counts and steps kept small."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from verify_helpers import LOADER, gpuadvisor, profile
+
+SHORT = ["--trials", "2", "--warmup-steps", "3", "--steps", "10", "--num-workers", "2"]
+
+
+def probe_here() -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "gpuadvisor.verify.probe"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    data: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return data
+
+
+def hand_made_run(tmp: Path, environment: dict[str, Any]) -> Path:
+    """A run directory with no trace, whose findings.json names nothing: verify measures nothing,
+    so only its checks and its output are exercised."""
+    run = tmp / "run"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "target": {"kind": "script", "path_or_name": str(LOADER), "argv": [str(LOADER)]},
+                "cwd": str(Path.cwd()),
+                "python": sys.executable,
+            }
+        )
+    )
+    (run / "environment.json").write_text(json.dumps(environment))
+    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": []}))
+    return run
+
+
+def test_a_run_recorded_elsewhere_is_refused(tmp_path: Path) -> None:
+    here = probe_here()
+    h200 = {**here, "cuda_available": True, "gpus": [{"name": "NVIDIA H200"}], "torch": "2.11.0+cu130"}
+    run = hand_made_run(tmp_path, h200)
+    r = gpuadvisor("verify", str(run))
+    assert r.returncode == 2, r.stderr
+    assert "recorded on another machine" in r.stderr and "GPU: recorded on NVIDIA H200" in r.stderr
+    assert "torch: recorded 2.11.0+cu130" in r.stderr and "--allow-other-machine" in r.stderr
+    assert not (run / "verify.json").exists()
+    # allowed: the numbers say where they were measured
+    r = gpuadvisor("verify", str(run), "--allow-other-machine")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    assert doc["machine"]["same"] is False and doc["measured_on"].startswith(("CPU only", "NVIDIA", "a CUDA"))
+    assert doc["baseline"]["measured_on"] == doc["measured_on"]
+    assert any(n.startswith("not measured on the recording's machine") for n in doc["notes"])
+    assert "measuring on another machine than the recording's" in r.stderr
+
+
+def test_a_run_tracked_by_git_gets_no_verify_json_without_o(tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    here = probe_here()
+    run = hand_made_run(tmp_path / "repo", {k: here[k] for k in ("platform", "cpu_count", "torch", "cuda_available")})
+    repo = tmp_path / "repo"
+    for cmd in (["init", "-q"], ["add", "run"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True, capture_output=True)
+    r = gpuadvisor("verify", str(run))
+    assert r.returncode == 2 and "tracked by git" in r.stderr and "-o FILE" in r.stderr
+    assert not (run / "verify.json").exists()
+    out = tmp_path / "measured.json"
+    r = gpuadvisor("verify", str(run), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["machine"]["same"] is True and not (run / "verify.json").exists()
+
+
+@pytest.mark.slow
+def test_explore_measures_a_data_lever_on_a_data_bound_script(tmp_path: Path) -> None:
+    # 8 samples x 3 ms of per-sample work per step at num_workers=0, 4 ms of step
+    run = profile(tmp_path / "run", LOADER, "--sample-ms", "3", "--step-ms", "4", "--steps", "400")
+    r = gpuadvisor(
+        "verify", str(run), "--explore", *SHORT,
+        "--only", "num_workers", "--only", "persistent_workers", "--only", "prefetch_factor",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    assert "estimate:" in r.stderr and r.stderr.index("estimate:") < r.stderr.index("trial 1:")
+    workers = next(t for t in doc["trials"] if t["lever"] == "num_workers")
+    assert workers["status"] == "ok" and workers["category"] == "data_loading"
+    assert workers["verdict"] == "faster" and workers["speedup"] > 1.3, workers
+    assert workers["change"].startswith("num_workers=0 -> 2")
+    skipped = {t["lever"]: t["reason"] for t in doc["trials"] if t["status"] == "skipped"}
+    assert "needs DataLoader workers" in skipped["persistent_workers"]
+    best = doc["explore"]["best"]
+    assert best is not None and "num_workers" in best["levers"] and best["speedup"] > 1.3
+    assert best["text"].startswith("best measured configuration: num_workers=2")
+    assert "best measured configuration: num_workers=2" in r.stderr and "changes: num_workers=0 -> 2" in r.stderr
+    # the search grew: the dependent levers were tried on top of num_workers
+    tried = {tuple(c["levers"]) for step in doc["explore"]["steps"] for c in step["candidates"]}
+    assert any("persistent_workers" in t for t in tried) and any("prefetch_factor" in t for t in tried)
+    assert doc["explore"]["stopped"]
+
+
+@pytest.mark.slow
+def test_explore_drops_a_failing_lever_and_goes_on(tmp_path: Path) -> None:
+    run = profile(tmp_path / "run", LOADER, "--fail-in-worker", "--sample-ms", "1", "--steps", "400")
+    r = gpuadvisor("verify", str(run), "--explore", *SHORT, "--only", "num_workers", "--only", "larger_batch")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    by = {t["lever"]: t for t in doc["trials"]}
+    assert by["num_workers"]["status"] == "failed"
+    assert "this dataset cannot run in a DataLoader worker" in by["num_workers"]["reason"]
+    assert by["larger_batch"]["status"] == "ok" and by["larger_batch"]["trials"] == 2
+    assert by["larger_batch"]["compared_in"] == "samples_per_s" and "learning rate" in by["larger_batch"]["note"]
+
+
+@pytest.mark.slow
+def test_all_safe_goes_on_without_a_member_that_fails(tmp_path: Path) -> None:
+    run = profile(tmp_path / "run", LOADER, "--fail-in-worker", "--steps", "400")
+    r = gpuadvisor("verify", str(run), "--only", "all_safe", *SHORT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    (entry,) = [t for t in doc["trials"] if t["remedy"] == "all_safe"]
+    assert [m["remedy"] for m in entry["left_out"]] == ["dataloader_workers"]
+    assert "cannot run in a DataLoader worker" in entry["left_out"][0]["reason"]
+    assert "dataloader_workers" not in entry["applies"] and entry["applies"]
+    assert entry["status"] in ("ok", "skipped"), entry  # measured without it (or nothing else to change)
+    assert "all_safe goes on without dataloader_workers" in r.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_trials_measured_so_far(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    run = profile(tmp_path / "run", LOADER, "--sample-ms", "1", "--steps", "400")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuadvisor", "verify", str(run), "--explore", *SHORT,
+         "--only", "num_workers", "--only", "fused_optimizer"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if "trial 2:" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, "".join(seen) + rest
+    doc = json.loads((run / "verify.json").read_text())
+    assert doc["baseline"]["trials"] >= 1 and doc["explore"]["stopped"] == "interrupted (Ctrl-C)"
+    assert any("interrupted" in n for n in doc["notes"])
