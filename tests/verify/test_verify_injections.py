@@ -195,3 +195,17 @@ def test_dataloader_levers_apply_separately(tmp_path: Path) -> None:
     )
     assert (state["persistent_workers"], state["num_workers"]) == (False, 2)
     assert [c["what"] for c in result["changes"]] == ["num_workers"]
+
+
+def test_dataloader_levers_reach_a_loader_built_by_library_code(tmp_path: Path) -> None:
+    dump = tmp_path / "lib.json"
+    result = run_trial_child(
+        tmp_path,
+        SCRIPTS / "library_loader.py",
+        ["--dump", str(dump)],
+        ("persistent_workers", "dataloader_workers"),
+        params={"dataloader_workers": {"prefetch_factor": 4}},
+    )
+    assert result["status"] == "ok", result
+    assert json.loads(dump.read_text()) == {"persistent_workers": True, "prefetch_factor": 4}
+    assert sorted(c["what"] for c in result["changes"]) == ["persistent_workers", "prefetch_factor"]

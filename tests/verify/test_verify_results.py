@@ -176,3 +176,20 @@ def test_a_measurement_made_elsewhere_says_so() -> None:
     (fp32,) = attach([make_finding("GA701", remedy="tf32")], doc)
     line = summary_line(fp32)
     assert line is not None and "measured on CPU only, torch 2.13.0+cpu (not the recording's machine)" in line
+
+
+def test_the_explore_note_reaches_the_terminal_summary_and_the_report(tmp_path: Path) -> None:
+    from gpuadvisor.analysis import analyze
+    from gpuadvisor.render.html import render_html
+    from gpuadvisor.render.text import render as render_text
+
+    src = SAMPLES / "fp32_transformer-planted"
+    if not src.is_dir():
+        pytest.skip("sample_runs/fp32_transformer-planted is not in this checkout")
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    (run / "verify.json").write_text(json.dumps(EXPLORE_DOC))
+    result = analyze(run)
+    assert any(n.startswith("verify --explore: best measured configuration: channels_last") for n in result.notes)
+    assert "Note: verify --explore: best measured configuration: channels_last" in render_text(result)
+    assert "verify --explore: best measured configuration: channels_last + bf16_autocast: 1.74x" in render_html(result)
