@@ -211,3 +211,26 @@ def test_only_levers_not_slower_alone_are_candidates() -> None:
     tried = {tuple(c["levers"]) for step in e.steps for c in step["candidates"]}
     assert not any("tf32" in t for t in tried)
     assert e.best is not None and e.best.levers == ("bf16_autocast",)
+
+
+def test_verify_json_is_never_written_next_to_tracked_recordings(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from gpuadvisor.errors import UsageError
+    from gpuadvisor.verify.runner import output_path
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    run = tmp_path / "repo" / "run"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    assert output_path(run, None) == run / "verify.json"  # not in a repository
+    repo = run.parent
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    assert output_path(run, None) == run / "verify.json"  # in one, not tracked
+    subprocess.run(["git", "-C", str(repo), "add", "run/manifest.json"], check=True)
+    with pytest.raises(UsageError, match="tracked by git"):
+        output_path(run, None)
+    assert output_path(run, tmp_path / "v.json") == tmp_path / "v.json"
+    assert output_path(run, tmp_path) == tmp_path / "verify.json"

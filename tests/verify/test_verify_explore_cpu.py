@@ -43,6 +43,7 @@ def hand_made_run(tmp: Path, environment: dict[str, Any]) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_run_recorded_elsewhere_is_refused(tmp_path: Path) -> None:
     here = probe_here()
     h200 = {**here, "cuda_available": True, "gpus": [{"name": "NVIDIA H200"}], "torch": "2.11.0+cu130"}
@@ -62,6 +63,7 @@ def test_a_run_recorded_elsewhere_is_refused(tmp_path: Path) -> None:
     assert "measuring on another machine than the recording's" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_run_tracked_by_git_gets_no_verify_json_without_o(tmp_path: Path) -> None:
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
