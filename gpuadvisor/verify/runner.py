@@ -27,6 +27,8 @@ from gpuadvisor.capture.runner import validate_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.remedies import REMEDIES, RemedyId
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE, PlannedTrial, default_num_workers, plan_trials
+from gpuadvisor.verify.probe import compare as compare_machines
+from gpuadvisor.verify.probe import describe, probe, recorded_machine
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
 from gpuadvisor.verify.stats import compare
 from gpuadvisor.verify.trial import TrialConfig
@@ -434,7 +436,7 @@ def verify_run(
         _say(out, options.quiet, f"measuring on another machine than the recording's: {where_text(machine)}")
     num_workers = options.num_workers or default_num_workers()
     if options.explore:
-        from gpuadvisor.verify.explore_run import explore_run
+        from gpuadvisor.verify.explore_run import explore_run  # explore_run imports this module
 
         return explore_run(
             run, path, cmd, manifest, environment, options, out, num_workers, machine, _findings_of(run, analyze)
@@ -679,12 +681,10 @@ def check_machine(
     """The recording's machine and this one (probed with the recorded interpreter), and what differs.
     A difference is a UsageError unless `allow_other`: numbers measured elsewhere do not say what the
     recording's machine would gain."""
-    from gpuadvisor.verify.probe import compare, describe, probe, recorded_machine
-
     recorded = recorded_machine(manifest, environment)
     here = probe(cmd.python, cmd.cwd)
     here["cwd"] = os.getcwd()
-    diffs = compare(recorded, here)
+    diffs = compare_machines(recorded, here)
     machine = {
         "recorded": recorded,
         "measured": here,
