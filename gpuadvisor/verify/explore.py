@@ -244,24 +244,23 @@ class Explorer:
                 self.stopped = "no lever is left to add"
                 return
             label = f"grow {len(self.best.levers) + 1}"
+            out_of_budget = False
             for _rnd in range(self.trials):
                 for c in (self.best, *candidates):
                     if not self.measure(c, label):
-                        self.stopped = "the budget ended while growing the combination"
-                        self._record_step(candidates, None)
-                        return
-            winners = []
-            for c in candidates:
-                over_best = self.comparison(c, self.best)
-                if over_best is not None and over_best.verdict is Verdict.FASTER:
-                    winners.append((over_best.speedup, c))
-                if c.final is not None:  # failed in combination: dropped from the search
-                    for name in set(c.levers) - set(self.best.levers):
-                        self.levers[name].failed = f"{c.final} on top of {self.best.name}: {c.reason}"
-            winner = max(winners, key=lambda w: w[0])[1] if winners else None
+                        out_of_budget = True
+                        break
+                if out_of_budget:
+                    break
+            winner = self._winner(candidates)
             self._record_step(candidates, winner)
             if winner is not None:
                 self.best = winner
+            if out_of_budget:
+                # the round's trials so far still count: a 'faster' verdict needs 2 trials a side
+                self.stopped = "the budget ended while growing the combination"
+                return
+            if winner is not None:
                 continue
             for c in candidates:  # tried on top of this best and did not add: not again
                 for name in set(c.levers) - set(self.best.levers):
@@ -271,6 +270,20 @@ class Explorer:
                 continue
             self.stopped = "no lever adds to the best configuration beyond noise"
             return
+
+    def _winner(self, candidates: Sequence[Configuration]) -> Configuration | None:
+        """The candidate that gains most over the current best, when beyond noise; drops the levers
+        whose combination failed."""
+        assert self.best is not None
+        winners = []
+        for c in candidates:
+            over_best = self.comparison(c, self.best)
+            if over_best is not None and over_best.verdict is Verdict.FASTER:
+                winners.append((over_best.speedup, c))
+            if c.final is not None:  # failed in combination: dropped from the search
+                for name in set(c.levers) - set(self.best.levers):
+                    self.levers[name].failed = f"{c.final} on top of {self.best.name}: {c.reason}"
+        return max(winners, key=lambda w: w[0])[1] if winners else None
 
     def _untried(self, lv: ExploreLever) -> bool:
         assert self.best is not None

@@ -234,3 +234,13 @@ def test_verify_json_is_never_written_next_to_tracked_recordings(tmp_path: Path)
         output_path(run, None)
     assert output_path(run, tmp_path / "v.json") == tmp_path / "v.json"
     assert output_path(run, tmp_path) == tmp_path / "verify.json"
+
+
+def test_a_growth_round_cut_by_the_budget_still_counts_with_two_trials_a_side() -> None:
+    lvs = levers(("channels_last", "bf16_autocast"))
+    # singles: 3 rounds x 3 configurations = 9 trials; growth: best + 1 candidate a round: 2 rounds = 4
+    e = explorer(lvs, FakeTrials({"channels_last": 0.7, "bf16_autocast": 0.9}), budget=13.5)
+    e.run(applies())
+    assert e.stopped == "the budget ended while growing the combination"
+    assert e.best is not None and set(e.best.levers) == {"channels_last", "bf16_autocast"}
+    assert len(e.best.ok()) == 2
