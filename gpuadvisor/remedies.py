@@ -396,15 +396,16 @@ _SPECS: tuple[RemedySpec, ...] = (
             "floating outputs come back as float32, so a loss computed outside the model runs in float32 "
             "as autocast would run it; with Hugging Face `TrainingArguments`: `bf16=True` instead; with "
             "Lightning `Trainer`: `precision=\"bf16-mixed\"`; with a timm-style `--amp` argument of the "
-            "script (explore): that flag. Explore measures fp16 autocast instead where the GPU has no "
-            "bf16 (no GradScaler is injected: a script that trains in fp16 needs its own)",
+            "script (explore): that flag. Explore measures fp16 autocast with a GradScaler (on the loss's "
+            "backward and the optimizers' steps; `fp16=True`, `precision=\"16-mixed\"` for the "
+            "frameworks) instead where the GPU has no bf16",
             skipped_when="the script uses autocast or an enabled GradScaler itself; `TrainingArguments(fp16=True)`",
             levers=(
                 Lever("bf16_autocast", "bf16 autocast around the model's forward", (("dtype", "bfloat16"),)),
                 Lever("script_amp", "the script's own --amp argument", (("script_flag", "--amp"),)),
                 Lever(
                     "fp16_autocast",
-                    "fp16 autocast around the model's forward (no GradScaler injected)",
+                    "fp16 autocast around the model's forward, with a GradScaler",
                     (("dtype", "float16"),),
                 ),
             ),

@@ -99,6 +99,7 @@ class Injections:
         self.user_autocast_entries = 0
         self.grad_scaler_enabled = False
         self.top_module: Any = None
+        self.grad_scaler: Any = None  # fp16_autocast: the GradScaler of the injected autocast
         self.top_listeners: list[Callable[[Any], None]] = []
         self._enforcers: list[Callable[[], None]] = []
         self._installed: set[str] = set()
@@ -385,7 +386,7 @@ class Injections:
         @functools.wraps(scaler_init)
         def scaler(s: Any, *args: Any, **kwargs: Any) -> None:
             scaler_init(s, *args, **kwargs)
-            if getattr(s, "_enabled", False):
+            if getattr(s, "_enabled", False) and not getattr(self._tls, "ours", False):
                 self.grad_scaler_enabled = True
 
         torch.amp.GradScaler.__init__ = scaler  # type: ignore[method-assign]
@@ -400,8 +401,22 @@ class Injections:
             return
         forward = module.forward
         tls = self._tls
-        dtype_name = str(self.params(RemedyId.BF16_AUTOCAST).get("dtype") or "bfloat16")
+        dtype_name = self.half_dtype()
         dtype = getattr(torch, dtype_name)
+        if dtype_name == "float16":
+            self._tls.ours = True  # not the script's own GradScaler
+            try:
+                self.grad_scaler = torch.amp.GradScaler(device)  # the hooks installed up front start scaling
+            finally:
+                self._tls.ours = False
+            self.change(
+                RemedyId.BF16_AUTOCAST,
+                "GradScaler",
+                "none",
+                f"torch.amp.GradScaler({device!r}) on loss.backward() and optimizer.step()",
+                self.locate(),
+                literal=False,
+            )
 
         def already_on() -> bool:
             try:
@@ -435,6 +450,63 @@ class Injections:
             literal=False,
         )
 
+    def half_dtype(self) -> str:
+        """The autocast dtype of the bf16_autocast lever: "bfloat16", or "float16" (fp16_autocast)."""
+        return str(self.params(RemedyId.BF16_AUTOCAST).get("dtype") or "bfloat16")
+
+    def _install_grad_scaler(self, torch: Any) -> None:
+        """fp16 autocast needs loss scaling: once the injected autocast is on (`self.grad_scaler`, made
+        at the top module's first call, on its device), a GradScaler scales the loss at
+        `loss.backward()` (a one-element tensor's backward, in the main thread) and runs each
+        optimizer's step through `scaler.step` + `scaler.update` (an instance attribute set at the
+        optimizer's construction, so installed before the script builds it). Steps away when the
+        script makes its own enabled GradScaler."""
+        tls = self._tls
+        main = threading.main_thread()
+        orig_backward = torch.Tensor.backward
+
+        def ours() -> bool:
+            return (
+                self.grad_scaler is not None
+                and not self.grad_scaler_enabled
+                and threading.current_thread() is main
+                and self._origin()
+                and not getattr(tls, "scaling", False)
+            )
+
+        @functools.wraps(orig_backward)
+        def backward(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if ours() and t.numel() == 1 and t.requires_grad:
+                tls.scaling = True
+                try:
+                    return orig_backward(self.grad_scaler.scale(t), *args, **kwargs)
+                finally:
+                    tls.scaling = False
+            return orig_backward(t, *args, **kwargs)
+
+        torch.Tensor.backward = backward
+        orig_init = torch.optim.Optimizer.__init__
+
+        @functools.wraps(orig_init)
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(opt, *args, **kwargs)
+            step = opt.step  # the class's step, bound
+
+            def scaled_step(*a: Any, **k: Any) -> Any:
+                if not ours():
+                    return step(*a, **k)
+                tls.scaling = True
+                try:
+                    out = self.grad_scaler.step(opt, *a, **k)  # calls opt.step: `scaling` passes it through
+                    self.grad_scaler.update()
+                finally:
+                    tls.scaling = False
+                return out
+
+            opt.step = scaled_step
+
+        torch.optim.Optimizer.__init__ = __init__
+
     def _install_framework_switches(self) -> None:
         patches: dict[str, Callable[[types.ModuleType], None]] = {
             "transformers.training_args": self._patch_hf_training_args,
@@ -466,12 +538,13 @@ class Injections:
         def __post_init__(args: Any, *a: Any, **k: Any) -> Any:
             where = self.locate()
             if RemedyId.BF16_AUTOCAST in r:
+                flag = "fp16" if self.half_dtype() == "float16" else "bf16"
                 if getattr(args, "fp16", False):
                     self.note(f"TrainingArguments at {where} already sets fp16=True")
                 elif not getattr(args, "bf16", False):
-                    args.bf16 = True
+                    setattr(args, flag, True)  # fp16: the Trainer brings its own GradScaler
                     self.framework_precision = True
-                    self.change(RemedyId.BF16_AUTOCAST, "TrainingArguments.bf16", False, True, where)
+                    self.change(RemedyId.BF16_AUTOCAST, f"TrainingArguments.{flag}", False, True, where)
                 else:
                     self.framework_precision = True
             if RemedyId.TF32 in r and getattr(args, "tf32", None) is not True and cuda_available():
@@ -497,9 +570,10 @@ class Injections:
                 return orig(trainer, *args, **kwargs)  # type: ignore[no-any-return]
             before = bound.arguments.get("precision", sig.parameters["precision"].default)
             if before in (None, 32, "32", "32-true"):
-                bound.arguments["precision"] = "bf16-mixed"
+                mixed = "16-mixed" if self.half_dtype() == "float16" else "bf16-mixed"
+                bound.arguments["precision"] = mixed
                 self.framework_precision = True
-                self.change(RemedyId.BF16_AUTOCAST, "Trainer.precision", before, "bf16-mixed", self.locate())
+                self.change(RemedyId.BF16_AUTOCAST, "Trainer.precision", before, mixed, self.locate())
             else:
                 self.note(f"Lightning Trainer already sets precision={before!r}")
             return orig(*bound.args, **bound.kwargs)  # type: ignore[no-any-return]
@@ -641,6 +715,8 @@ def _inject_channels_last(inj: Injections, torch: Any) -> None:
 @injector(RemedyId.BF16_AUTOCAST)
 def _inject_autocast(inj: Injections, torch: Any) -> None:
     inj._install_autocast_watch(torch)
+    if inj.half_dtype() == "float16":
+        inj._install_grad_scaler(torch)
     inj._install_once("framework", inj._install_framework_switches)
     inj.top_listeners.append(lambda m: inj._autocast(torch, m))
 

@@ -209,3 +209,12 @@ def test_dataloader_levers_reach_a_loader_built_by_library_code(tmp_path: Path) 
     assert result["status"] == "ok", result
     assert json.loads(dump.read_text()) == {"persistent_workers": True, "prefetch_factor": 4}
     assert sorted(c["what"] for c in result["changes"]) == ["persistent_workers", "prefetch_factor"]
+
+
+def test_fp16_autocast_comes_with_a_grad_scaler(tmp_path: Path) -> None:
+    state, result = mixed_dump(tmp_path, ("bf16_autocast",), [], params={"bf16_autocast": {"dtype": "float16"}})
+    assert result["status"] == "ok", result
+    assert state["fc_out_dtype"] == "torch.float16"
+    whats = [c["what"] for c in result["changes"]]
+    assert "Mixed.forward" in whats and "GradScaler" in whats
+    assert result["nonfinite_params"] == 0
