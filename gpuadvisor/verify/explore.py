@@ -171,6 +171,14 @@ class Explorer:
             return False
         self.done += 1
         result = self._run_trial(config.levers, self._timeout())
+        base_ok = self.baseline.ok()
+        method, base_method = result.get("step_detection"), base_ok[0].get("step_detection") if base_ok else None
+        if result.get("status") == "ok" and config is not self.baseline and base_method and method != base_method:
+            result = {
+                **result,
+                "status": "failed",
+                "reason": f"steps were counted differently from the baseline: {method} vs {base_method}",
+            }
         config.results.append(result)
         self.longest = max(self.longest, float(result.get("wall_s") or 0.0))
         if result.get("status") == "ok":

@@ -244,3 +244,17 @@ def test_a_growth_round_cut_by_the_budget_still_counts_with_two_trials_a_side() 
     assert e.stopped == "the budget ended while growing the combination"
     assert e.best is not None and set(e.best.levers) == {"channels_last", "bf16_autocast"}
     assert len(e.best.ok()) == 2
+
+
+def test_a_lever_that_changes_how_steps_are_counted_is_failed() -> None:
+    class Counted(FakeTrials):
+        def __call__(self, names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+            out = super().__call__(names, timeout_s)
+            out["step_detection"] = "forward" if "fused_optimizer" in names else "optimizer_step_hook"
+            return out
+
+    e = explorer(levers(("fused_optimizer", "bf16_autocast")), Counted({"fused_optimizer": 0.5, "bf16_autocast": 0.8}))
+    e.run(applies())
+    failed = e.levers["fused_optimizer"].failed
+    assert failed is not None and "steps were counted differently" in failed
+    assert e.best is not None and e.best.levers == ("bf16_autocast",)
