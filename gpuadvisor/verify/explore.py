@@ -238,7 +238,11 @@ class Explorer:
             ranked = self._ranked([self.config((lv.name,)) for lv in applicable])
             slow = []
         if not ranked:
-            self.stopped = "no lever measured faster than the baseline beyond noise"
+            self.stopped = (
+                "no lever measured faster than the baseline beyond noise"
+                if self.trials >= 2
+                else "one trial a side gives no verdict: the search needs --trials 2 or more"
+            )
             return
         self.best = ranked[0]
         # 2. growth; the slow levers once the others are settled

@@ -26,6 +26,7 @@ from gpuadvisor.capture._io import write_json_atomic
 from gpuadvisor.capture.runner import validate_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.remedies import REMEDIES, RemedyId
+from gpuadvisor.verify.explore import estimate_text
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE, PlannedTrial, default_num_workers, plan_trials
 from gpuadvisor.verify.probe import compare as compare_machines
 from gpuadvisor.verify.probe import describe, probe, recorded_machine
@@ -462,6 +463,16 @@ def verify_run(
         f"{run}: baseline + {len(configs) - 1} remedies ({names}) x {options.trials} trials, interleaved; "
         f"{options.warmup_steps} warm-up + {options.steps} timed steps each",
     )
+    if len(configs) > 1:
+        guess, why = estimate_text(manifest, options.warmup_steps, options.steps)
+        n = len(configs) * options.trials
+        _say(
+            out,
+            options.quiet,
+            f"estimate: about {guess:.0f} s per trial ({why}): {n} trials, about {guess * n / 60:.1f} min"
+            if guess is not None
+            else f"estimate: {why}",
+        )
     for c in skipped_upfront:
         _say(out, options.quiet, f"{c.name}: skipped ({c.reason})")
 

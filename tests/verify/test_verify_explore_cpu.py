@@ -160,3 +160,31 @@ def test_ctrl_c_keeps_the_trials_measured_so_far(tmp_path: Path) -> None:
     doc = json.loads((run / "verify.json").read_text())
     assert doc["baseline"]["trials"] >= 1 and doc["explore"]["stopped"] == "interrupted (Ctrl-C)"
     assert any("interrupted" in n for n in doc["notes"])
+
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "benchmarks" / "workloads"
+
+
+@pytest.mark.slow
+def test_explore_on_the_resnet50_workload(tmp_path: Path) -> None:
+    """The real ResNet-50 training script (--tiny on the CPU): channels_last and bf16 autocast apply
+    and run on it (the timing on a shared CPU says nothing; the GPU check is in docs/verify.md)."""
+    script = WORKLOADS / "resnet50_fp32_nchw.py"
+    if not script.is_file():
+        pytest.skip("benchmarks/workloads/resnet50_fp32_nchw.py is not in this checkout")
+    run = tmp_path / "run"
+    r = gpuadvisor(
+        "profile", "-o", str(run), "--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "2",
+        "--no-analyze", "-q", str(script), "--tiny", "--steps", "40",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = gpuadvisor(
+        "verify", str(run), "--explore", "--trials", "2", "--warmup-steps", "2", "--steps", "4",
+        "--only", "channels_last", "--only", "bf16_autocast",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    by = {t["lever"]: t for t in doc["trials"]}
+    assert by["channels_last"]["status"] == "ok" and by["bf16_autocast"]["status"] == "ok", by
+    assert "memory_format=contiguous -> channels_last" in by["channels_last"]["change"]
+    assert "autocast(cpu, bfloat16)" in by["bf16_autocast"]["change"]
