@@ -1,6 +1,6 @@
 """Where verify measures: the machine, its GPUs and torch, read by the recorded interpreter.
 
-`python -m gpuadvisor.verify.probe` prints one JSON object, with the fields the capture writes into
+`python -m gpuadvisor.verify.probe` (or this file run as a script) prints one JSON object, with the fields the capture writes into
 environment.json (`platform`, `cpu_count`, `torch`, `cuda_available`, GPU names), plus whether the
 GPU runs bf16. `compare(recorded, here)` lists what differs between the recording and this machine;
 `gpuadvisor verify` refuses to measure on another machine unless told to (docs/verify.md).
@@ -45,7 +45,7 @@ def probe(python: str, cwd: Path, env: Mapping[str, str] | None = None) -> dict[
     """This machine as the recorded interpreter sees it; {"error": why} when the probe fails."""
     try:
         r = subprocess.run(
-            [python, "-m", "gpuadvisor.verify.probe"],
+            [python, str(Path(__file__).resolve())],  # as a file: whatever package the cwd holds
             cwd=cwd,
             env=dict(env) if env is not None else None,
             capture_output=True,

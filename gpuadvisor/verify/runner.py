@@ -706,8 +706,9 @@ def check_machine(
     }
     if diffs and not allow_other:
         raise UsageError(
-            "the run was recorded on another machine or setup: " + "; ".join(diffs) + ". Measure where "
-            "it was recorded, or pass --allow-other-machine (every number then says where it was measured)"
+            "verify measures on the recording's machine, and this one differs (or could not be "
+            "checked): " + "; ".join(diffs) + ". Measure where the run was recorded, or pass "
+            "--allow-other-machine (every number then says where it was measured)"
         )
     return machine
 

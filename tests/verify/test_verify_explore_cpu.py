@@ -50,7 +50,7 @@ def test_a_run_recorded_elsewhere_is_refused(tmp_path: Path) -> None:
     run = hand_made_run(tmp_path, h200)
     r = gpuadvisor("verify", str(run))
     assert r.returncode == 2, r.stderr
-    assert "recorded on another machine" in r.stderr and "GPU: recorded on NVIDIA H200" in r.stderr
+    assert "this one differs" in r.stderr and "GPU: recorded on NVIDIA H200" in r.stderr
     assert "torch: recorded 2.11.0+cu130" in r.stderr and "--allow-other-machine" in r.stderr
     assert not (run / "verify.json").exists()
     # allowed: the numbers say where they were measured
@@ -188,3 +188,20 @@ def test_explore_on_the_resnet50_workload(tmp_path: Path) -> None:
     assert by["channels_last"]["status"] == "ok" and by["bf16_autocast"]["status"] == "ok", by
     assert "memory_format=contiguous -> channels_last" in by["channels_last"]["change"]
     assert "autocast(cpu, bfloat16)" in by["bf16_autocast"]["change"]
+
+
+@pytest.mark.slow
+def test_profile_explore_is_one_command(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    r = gpuadvisor(
+        "profile", "-o", str(run), "--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "3",
+        "--explore", "--verify-only", "num_workers", "--verify-trials", "2",
+        str(LOADER), "--sample-ms", "2", "--step-ms", "4", "--steps", "400",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    assert doc["settings"]["explore"] is True and [t["lever"] for t in doc["trials"]] == ["num_workers"]
+    assert doc["trials"][0]["status"] == "ok"
+    # analyzed once, after the search: findings.json carries the explore note
+    assert r.stderr.count("gpuadvisor: report: ") == 1
+    assert any(n.startswith("verify --explore: ") for n in json.loads((run / "findings.json").read_text())["notes"])
