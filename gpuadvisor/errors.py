@@ -4,6 +4,8 @@ Exit codes (documented in the README):
   0   success / nothing at or above --fail-on
   1   analyze/CI: findings at or above --fail-on (profile: the script's own status is passed through)
   2   usage error or unreadable input (bad option, missing script, trace that cannot be parsed)
+  3   analyze/CI: a gate (--fail-on) was asked for but a rule raised, so not every rule was evaluated
+      (--allow-rule-errors lets the gate pass on the rules that ran)
   70  gpuadvisor's own internal error (a bug in gpuadvisor, not in your script)
   74  the run's outputs could not be written completely (disk full, unwritable directory during export)
   128+N  profile: the script was ended by signal N (130 for Ctrl-C, 143 for SIGTERM, 137 for SIGKILL)
@@ -14,6 +16,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_RULE_ERRORS = 3
 EXIT_INTERNAL = 70
 EXIT_OUTPUT_LOST = 74
 

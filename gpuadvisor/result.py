@@ -70,18 +70,28 @@ class AnalysisResult:
             "prediction": None if self.prediction is None else jsonable(self.prediction),
         }
 
-    def exit_code(self, fail_on: str | Severity | None = "high") -> int:
-        """0 when no finding reaches `fail_on` (high/medium/low), 1 otherwise.
-        Internal-error findings never fail a CI gate on their own (they are reported)."""
+    def exit_code(self, fail_on: str | Severity | None = "high", *, allow_rule_errors: bool = False) -> int:
+        """0 when no finding reaches `fail_on` (high/medium/low), 1 otherwise; 3
+        (`errors.EXIT_RULE_ERRORS`) when a gate is asked for and a rule raised (an internal-error
+        finding): a gate that did not evaluate all its rules has not passed. `allow_rule_errors`
+        gates on the rules that ran (the errors stay reported)."""
+        from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_RULE_ERRORS
+
         if fail_on is None:
-            return 0
+            return EXIT_OK
         threshold = Severity(fail_on) if not isinstance(fail_on, Severity) else fail_on
         for f in self.findings:
             if f.category.value == "internal":
                 continue
             if f.severity != Severity.INFO and f.severity.rank >= threshold.rank:
-                return 1
-        return 0
+                return EXIT_FINDINGS
+        if not allow_rule_errors and self.rule_errors():
+            return EXIT_RULE_ERRORS
+        return EXIT_OK
+
+    def rule_errors(self) -> list[str]:
+        """Ids of the rules that raised (their internal-error findings), sorted."""
+        return sorted({f.rule for f in self.findings if f.category.value == "internal"})
 
     def write_html(self, path: str | Path, *, cdn: bool = False) -> Path:
         return write_report(self, Path(path), cdn=cdn)

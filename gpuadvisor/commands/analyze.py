@@ -50,6 +50,12 @@ _RENDERERS = {
     "fail-on from [tool.gpuadvisor]).",
 )
 @trace_limit_options
+@click.option(
+    "--allow-rule-errors",
+    is_flag=True,
+    help="Let the --fail-on gate pass when a rule raised (the error is still reported). Without it a "
+    "gate that could not evaluate every rule fails with exit code 3.",
+)
 @rule_options()
 @step_time_option
 @verbose_option
@@ -58,6 +64,7 @@ def analyze(
     fmt: str,
     output: Path | None,
     fail_on: str | None,
+    allow_rule_errors: bool,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     rules_dirs: tuple[Path, ...],
@@ -72,15 +79,18 @@ def analyze(
 
     \b
     Exit codes: 0 no finding at or above --fail-on (or no gate); 1 findings at or above --fail-on;
-    2 usage error, bad configuration or unreadable input; 70 internal error; 130 interrupted.
+    3 a gate was asked for but a rule raised (unless --allow-rule-errors); 2 usage error, bad
+    configuration or unreadable input; 70 internal error; 130 interrupted.
     """
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on)
     result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     renderer = importlib.import_module(_RENDERERS[fmt])
     color = fmt == "text" and stdout_color(output)
     if fmt == "text":
-        text = renderer.render(result, fail_on=options.fail_on, verbose=verbose, color=color)
+        text = renderer.render(
+            result, fail_on=options.fail_on, verbose=verbose, color=color, allow_rule_errors=allow_rule_errors
+        )
     else:
         text = renderer.render(result, fail_on=options.fail_on)
     emit(text, output, color=color)
-    sys.exit(result.exit_code(options.fail_on) if options.fail_on else 0)
+    sys.exit(result.exit_code(options.fail_on, allow_rule_errors=allow_rule_errors) if options.fail_on else 0)

@@ -168,6 +168,7 @@ def render(
     max_findings: int = MAX_FINDINGS,
     verbose: bool = False,
     color: bool = False,
+    allow_rule_errors: bool = False,
 ) -> str:
     """The terminal summary as one string (ends with a newline). `verbose`: every finding, location,
     message and recommendation in full. `color`: ANSI styles for a terminal."""
@@ -237,7 +238,17 @@ def render(
             style.dim("Shortened text ends in …: -v prints everything (also --format json, the HTML report).")
         )
     if fail_on:
-        failed = result.exit_code(fail_on) != 0
-        verdict = style.bad("FAIL") if failed else style.good("pass")
+        from gpuadvisor.errors import EXIT_RULE_ERRORS
+
+        code = result.exit_code(fail_on, allow_rule_errors=allow_rule_errors)
+        verdict = style.bad("FAIL") if code != 0 else style.good("pass")
+        if code == EXIT_RULE_ERRORS:
+            errors = result.rule_errors()
+            verdict += (
+                f" (exit {EXIT_RULE_ERRORS}: rule{'s' if len(errors) != 1 else ''} {', '.join(errors)} raised, "
+                "so the gate did not evaluate every rule; --allow-rule-errors gates on the rules that ran)"
+            )
+        elif allow_rule_errors and result.rule_errors():
+            verdict += f" (on the rules that ran: {', '.join(result.rule_errors())} raised, --allow-rule-errors)"
         lines.append(f"Gate --fail-on {fail_on}: {verdict}")
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -128,6 +128,34 @@ def test_broken_rule_becomes_internal_error_finding(item_trace: Path, tmp_path: 
     assert {r.rule: r.status for r in result.rules}["XB001"] == "error"
     assert any(f.rule == "GA201" for f in result.findings)  # the other rules ran
     assert result.exit_code("high") == 1  # GA201 (not the internal error) fails the gate
+    assert result.exit_code("high", allow_rule_errors=True) == 1
+
+
+def test_a_rule_that_raises_fails_the_gate_with_its_own_exit_code(item_trace: Path, tmp_path: Path) -> None:
+    """A gate that did not evaluate all its rules has not passed (issue 30 item 5): exit 3, not 0,
+    even when nothing else reaches --fail-on; --allow-rule-errors gates on the rules that ran."""
+    rules_dir = tmp_path / "myrules"
+    rules_dir.mkdir()
+    (rules_dir / "exits.py").write_text(
+        "from gpuadvisor.rules_api import Category, Rule\n"
+        "class Exits(Rule):\n"
+        '    """Exits.\n\n    Why it matters\n    --\n    x\n    How it is detected\n    --\n    x\n'
+        '    How to fix\n    --\n    x\n    """\n'
+        '    id = "XB002"\n    name = "exits"\n    category = Category.MEMORY\n'
+        "    def check(self, ctx):\n        raise SystemExit(0)\n"
+    )
+    runner = CliRunner()
+    # GA201 is deselected: without the rule error this gate would pass
+    args = ["analyze", str(item_trace), "--rules", str(rules_dir), "--ignore", "host_sync", "--fail-on", "high"]
+    res = runner.invoke(cli, args)
+    assert res.exit_code == 3, res.output
+    assert "Gate --fail-on high: FAIL (exit 3: rule XB002 raised" in res.output
+    res = runner.invoke(cli, [*args, "--allow-rule-errors"])
+    assert res.exit_code == 0, res.output
+    assert "Gate --fail-on high: pass (on the rules that ran: XB002 raised" in res.output
+    # no gate asked for: the error is reported, the exit status is 0
+    res = runner.invoke(cli, args[:-2])
+    assert res.exit_code == 0 and "raised SystemExit" in res.output
 
 
 def test_rules_command_lists_and_documents() -> None:
