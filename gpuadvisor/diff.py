@@ -450,6 +450,29 @@ def compare_environments(base: Mapping[str, Any], new: Mapping[str, Any]) -> tup
     return mismatches, notes
 
 
+def recorded_environment(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The GPU/driver/CUDA/torch a run directory's environment.json recorded, read without analyzing
+    the run (None for a raw trace, or a run without a readable environment.json): `diff` compares
+    these first and refuses before spending seconds analyzing two runs it will not compare."""
+    import json
+
+    from gpuadvisor import rundir
+
+    file = Path(os.fspath(path)) / rundir.ENVIRONMENT
+    try:
+        env = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(env, dict):
+        return None
+    out = {k: v for k, v in env.items() if k in ("driver", "cuda_runtime", "torch")}
+    gpus = env.get("gpus")
+    first = gpus[0] if isinstance(gpus, list) and gpus else None
+    if isinstance(first, dict) and first.get("name"):
+        out["gpu"] = first["name"]
+    return out
+
+
 def _as_result(item: DiffInput, options: Mapping[str, Any]) -> AnalysisResult:
     if isinstance(item, AnalysisResult):
         return item

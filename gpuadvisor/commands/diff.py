@@ -19,7 +19,13 @@ from gpuadvisor.commands._options import (
     trace_limit_options,
     verbose_option,
 )
-from gpuadvisor.diff import diff_results, parse_regression_pct, verdict
+from gpuadvisor.diff import (
+    compare_environments,
+    diff_results,
+    parse_regression_pct,
+    recorded_environment,
+    verdict,
+)
 from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpuadvisor.render._ci import fmt_impact
 from gpuadvisor.render._format import Style
@@ -129,6 +135,14 @@ def diff(
     """
     del verbose  # nothing in a diff is shortened; the error boundary reads it
     pct = parse_regression_pct(fail_on_regression)
+    recorded = recorded_environment(base), recorded_environment(new)
+    if recorded[0] is not None and recorded[1] is not None and not allow_mismatch:
+        # what environment.json recorded already differs: refuse before analyzing either run
+        early, _ = compare_environments(recorded[0], recorded[1])
+        if early:
+            raise UsageError(
+                f"runs are not comparable ({'; '.join(early)}); pass --allow-mismatch to compare anyway"
+            )
     config = resolve_options(select, ignore, rules_dirs, (), config_file, None)
     result = diff_results(api.analyze(base, config=config), api.analyze(new, config=config))
     shown = terminal_safe_diff(result)  # what reaches the terminal: no escape sequence from a trace

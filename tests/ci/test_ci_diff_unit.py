@@ -246,3 +246,30 @@ def test_cli_internal_error_and_lost_output(prepared: dict[str, AnalysisResult],
     assert lost.exit_code == 74 and "cannot write" in lost.output
     broken = invoke("base", "missing-key")  # the fake analyze raises KeyError: a bug, not bad input
     assert broken.exit_code == 70 and "internal error: KeyError" in broken.output
+
+
+def test_runs_from_different_gpus_are_refused_before_either_is_analyzed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`diff` reads the GPUs environment.json recorded and refuses before analyzing (issue 30 item 8:
+    it analyzed both runs, seconds each, and then refused)."""
+    import json
+
+    import gpuadvisor.api
+
+    analyzed: list[str] = []
+
+    def fake_analyze(path: Any, **options: Any) -> AnalysisResult:
+        analyzed.append(str(path))
+        raise AssertionError("analyze must not run for runs that cannot be compared")
+
+    monkeypatch.setattr(gpuadvisor.api, "analyze", fake_analyze)
+    monkeypatch.chdir(tmp_path)
+    for name, gpu in (("a", "NVIDIA H100 80GB HBM3"), ("b", "NVIDIA H200")):
+        (tmp_path / name).mkdir()
+        env = {"torch": "2.11.0+cu130", "gpus": [{"cuda_index": 0, "name": gpu}]}
+        (tmp_path / name / "environment.json").write_text(json.dumps(env))
+    refused = invoke("a", "b")
+    assert refused.exit_code == 2, refused.output
+    assert "different GPU: NVIDIA H100 80GB HBM3 (base) vs NVIDIA H200 (new)" in refused.output
+    assert analyzed == []
