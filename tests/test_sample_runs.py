@@ -273,3 +273,39 @@ def test_lightnings_closure_is_not_the_optimizers_update() -> None:
     assert measured is not None and abs(ga502.impact - measured) <= 0.1, (ga502.impact, measured)
     # the update's kernels: Adam's foreach ops over 4 parameter tensors, not the forward and backward
     assert ga502.evidence["optimizer_kernels_per_step"] <= 10
+
+
+def _recordings_by_gpu() -> dict[str, list[str]]:
+    """Run directory names by the GPU their environment.json recorded (first GPU; "H100"/"H200")."""
+    import json
+
+    out: dict[str, list[str]] = {}
+    for run in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
+        env = json.loads((run / "environment.json").read_text(encoding="utf-8"))
+        name = str((env.get("gpus") or [{}])[0].get("name") or "no GPU")
+        kind = next((k for k in ("H100", "H200") if k in name), name)
+        out.setdefault(kind, []).append(run.name)
+    return out
+
+
+def test_the_readmes_count_the_recordings_by_gpu_as_the_recordings_say() -> None:
+    """README.md and sample_runs/README.md say how many recordings came from which GPU, counted from
+    environment.json (issue 30 item 9: they disagreed with each other and with the directories)."""
+    import re
+
+    by_gpu = _recordings_by_gpu()
+    total = sum(len(v) for v in by_gpu.values())
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(
+        r"the (\d+) real recordings in `sample_runs/` \((\d+) on an NVIDIA H200, (\d+) on an NVIDIA H100\)",
+        readme,
+    )
+    assert m, (
+        "README.md must say 'the N real recordings in `sample_runs/` (A on an NVIDIA H200, B on an NVIDIA H100)'"
+    )
+    said = tuple(int(g) for g in m.groups())
+    assert said == (total, len(by_gpu.get("H200", [])), len(by_gpu.get("H100", []))), by_gpu
+    samples = (SAMPLES / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"(\d+) of them on an NVIDIA H100", samples)
+    assert m and int(m.group(1)) == len(by_gpu.get("H100", [])), by_gpu.get("H100")
+    assert set(by_gpu) <= {"H100", "H200"}, f"a recording from another GPU: update both READMEs ({by_gpu})"
