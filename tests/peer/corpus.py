@@ -8,11 +8,46 @@ corpus must be listed here (a test checks it), so a file added to the corpus nee
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-PEER = Path(__file__).resolve().parents[2].parent / "shared" / "peer-traces"
-SKIP_REASON = f"the peer-trace corpus is not on this machine ({PEER})"
+ENV_VAR = "GPUADVISOR_PEER_TRACES"
+
+
+def peer_candidates(root: Path | None = None) -> list[Path]:
+    """Where the corpus may be, in order: $GPUADVISOR_PEER_TRACES; `shared/peer-traces` next to the
+    checkout (CI's layout: `<dir>/repo` and `<dir>/shared`); for a git worktree, next to the main
+    checkout it belongs to (its `.git` file names `<main>/.git/worktrees/<name>`)."""
+    root = root or Path(__file__).resolve().parents[2]
+    out: list[Path] = []
+    if os.environ.get(ENV_VAR):
+        out.append(Path(os.environ[ENV_VAR]).expanduser())
+    out.append(root.parent / "shared" / "peer-traces")
+    dotgit = root / ".git"
+    if dotgit.is_file():
+        text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
+        if text.startswith("gitdir:"):
+            gitdir = Path(text[len("gitdir:") :].strip())
+            if gitdir.parent.name == "worktrees":
+                out.append(gitdir.parent.parent.parent.parent / "shared" / "peer-traces")
+    return list(dict.fromkeys(out))
+
+
+def find_peer(root: Path | None = None) -> tuple[Path, str]:
+    """(the corpus folder, the skip reason when it is absent: every place looked at)."""
+    candidates = peer_candidates(root)
+    for path in candidates:
+        if path.is_dir():
+            return path, ""
+    looked = ", ".join(str(p) for p in candidates)
+    return candidates[0], (
+        f"the peer-trace corpus is not on this machine (looked in: {looked}; "
+        f"set {ENV_VAR}=DIR to point at it)"
+    )
+
+
+PEER, SKIP_REASON = find_peer()
 
 # Files bigger than this on disk, and their folders, are marked `slow` (a few seconds each on 2 cores).
 SLOW_BYTES = 500_000
