@@ -37,7 +37,7 @@ def test_ready_and_waited_batches_are_told_apart(tmp_path: Path) -> None:
         # the calls before the window (skip 4 steps, the epoch's first not timed) are also counted apart
         outside = int(rec["batches_ready_unprofiled"]) + int(rec["batches_waited_unprofiled"])  # type: ignore[call-overload]
         assert 1 <= outside <= 4 and outside < timed
-    # fast workers: the loop always finds the next batch made
+    # fast workers: the loop waits until the next batch is delivered (dl_pace.py), so it is ready
     assert int(fast["batches_ready"]) > 2 * int(fast["batches_waited"])  # type: ignore[call-overload]
     assert float(fast["next_ready_s"]) > 0  # type: ignore[arg-type]
     # slow workers (40 ms per batch against a 5 ms loop): past the two prefetched batches, the loop waits
