@@ -49,6 +49,14 @@ def default_output(path: Path) -> Path:
     help="Link plotly.js from cdn.plot.ly instead of inlining it (a ~4.8 MB smaller file that needs "
     "network access to show its charts).",
 )
+@click.option(
+    "--shared-plotly",
+    is_flag=True,
+    default=False,
+    help="Link plotly.js from plotly-<version>.min.js beside the report, written there once (for a "
+    "folder of reports: one copy of its ~4.8 MB instead of one per report; works offline while the "
+    "file stays beside the reports).",
+)
 @click.option("--open", "open_browser", is_flag=True, default=False, help="Open the report in a web browser.")
 @trace_limit_options
 @rule_options()
@@ -58,6 +66,7 @@ def report(
     path: Path,
     output: Path | None,
     cdn: bool,
+    shared_plotly: bool,
     open_browser: bool,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
@@ -83,7 +92,7 @@ def report(
     options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
     result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     target = output if output is not None else default_output(path)
-    written = write_report(result, target, cdn=cdn)
+    written = write_report(result, target, cdn=cdn, shared_plotly=shared_plotly)
     click.echo(str(written))
     if open_browser:
         import webbrowser

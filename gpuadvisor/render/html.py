@@ -73,16 +73,26 @@ def write_report(
     cdn: bool = False,
     rule_docs: Mapping[str, str] | None = None,
     generated_at: str | None = None,
+    shared_plotly: bool = False,
 ) -> Path:
     """Render the report of `result` and write it to `path` atomically (temporary file + rename).
+    `shared_plotly`: link plotly.js from `plotly-<version>.min.js` beside the report (written there
+    once, kept for the other reports of the folder) instead of inlining ~4.8 MB into every report.
 
     Returns the path written. Raises OutputLostError (exit 74) when the file cannot be written."""
     path = Path(path)
     html = render_html(
-        result, cdn=cdn, rule_docs=rule_docs, generated_at=generated_at, report_dir=path.parent
+        result,
+        cdn=cdn,
+        rule_docs=rule_docs,
+        generated_at=generated_at,
+        report_dir=path.parent,
+        plotly_file=shared_plotly_name() if shared_plotly and not cdn else None,
     )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if shared_plotly and not cdn:
+            write_shared_plotly(path.parent)
         write_text_atomic(path, html)
     except OSError as exc:
         raise OutputLostError(f"could not write the report to {path}: {why_not_written(path, exc)}") from exc
@@ -96,9 +106,12 @@ def render_html(
     generated_at: str | None = None,
     rule_docs: Mapping[str, str] | None = None,
     report_dir: Path | None = None,
+    plotly_file: str | None = None,
 ) -> str:
     """The report of `result` as one HTML string. `report_dir` (the folder the page will be written to)
-    makes the links to the trace files relative; without it they are absolute file URIs.
+    makes the links to the trace files relative; without it they are absolute file URIs. `plotly_file`:
+    load plotly.js from this file name, relative to the page (`write_shared_plotly`), instead of
+    inlining it.
 
     `generated_at` (shown in the header; default: now, UTC) is the only part that varies between two
     renders of the same result. `rule_docs` maps rule id -> docstring; default: the docstrings of the
@@ -116,10 +129,30 @@ def render_html(
             max_points=max_points,
             report_dir=report_dir,
         )
-        html = _render(context, cdn=cdn)
+        html = _render(context, cdn=cdn, plotly_file=plotly_file)
         if len(html.encode("utf-8")) <= MAX_REPORT_BYTES:
             break
     return html
+
+
+def shared_plotly_name() -> str:
+    """The file name of the shared copy of plotly.js (versioned: reports of two plotly versions can share
+    a folder)."""
+    from plotly.offline import get_plotlyjs_version
+
+    return f"plotly-{get_plotlyjs_version()}.min.js"
+
+
+def write_shared_plotly(folder: Path) -> Path:
+    """Write the installed plotly.js into `folder` as `shared_plotly_name()` unless it is already there
+    (same name, same size): one copy for a folder of reports."""
+    from plotly.offline import get_plotlyjs
+
+    target = folder / shared_plotly_name()
+    js = get_plotlyjs()
+    if not (target.is_file() and target.stat().st_size == len(js.encode("utf-8"))):
+        write_text_atomic(target, js)
+    return target
 
 
 def script_json(value: Any) -> str:
@@ -971,7 +1004,7 @@ def _environment() -> Any:
     return env
 
 
-def _render(context: Mapping[str, Any], *, cdn: bool) -> str:
+def _render(context: Mapping[str, Any], *, cdn: bool, plotly_file: str | None = None) -> str:
     import markupsafe
     from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
@@ -984,6 +1017,8 @@ def _render(context: Mapping[str, Any], *, cdn: bool) -> str:
         plotly_tag = markupsafe.Markup(
             '<script src="https://cdn.plot.ly/plotly-{}.min.js" charset="utf-8"></script>'
         ).format(get_plotlyjs_version())
+    elif plotly_file:
+        plotly_tag = markupsafe.Markup('<script src="{}" charset="utf-8"></script>').format(plotly_file)
     else:
         plotly_tag = (
             markupsafe.Markup("<script>") + markupsafe.Markup(get_plotlyjs()) + markupsafe.Markup("</script>")

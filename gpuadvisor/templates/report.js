@@ -23,7 +23,7 @@
     try {
       fig = JSON.parse(document.getElementById(div.getAttribute("data-figure")).textContent);
     } catch (e) { fail("figure " + div.id + ": " + e.message); return; }
-    if (typeof window.Plotly === "undefined") { fail("plotly.js is not loaded (offline with --cdn?)"); return; }
+    if (typeof window.Plotly === "undefined") { fail("plotly.js is not loaded (offline with --cdn, or the shared plotly-*.min.js missing beside this report?)"); return; }
     var config = { responsive: true, displaylogo: false, scrollZoom: false,
                    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"] };
     try {

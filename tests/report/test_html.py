@@ -188,6 +188,20 @@ def test_cdn_links_plotly_instead_of_inlining(plain_result: AnalysisResult) -> N
     assert len(page.encode()) < 1_000_000
 
 
+def test_a_folder_of_reports_shares_one_plotly_js(plain_result: AnalysisResult, tmp_path: Path) -> None:
+    """scripts/run.sh wrote 56 reports of ~5 MB, plotly.js inlined in each (issue 30 item 6): with
+    shared_plotly they link one copy beside them."""
+    a = report_html.write_report(plain_result, tmp_path / "a.html", shared_plotly=True, generated_at=FIXED)
+    b = report_html.write_report(plain_result, tmp_path / "b.html", shared_plotly=True, generated_at=FIXED)
+    shared = sorted(tmp_path.glob("plotly-*.min.js"))
+    assert [p.name for p in shared] == [report_html.shared_plotly_name()]
+    assert shared[0].stat().st_size > 1_000_000
+    for page in (a, b):
+        text = page.read_text(encoding="utf-8")
+        assert f'<script src="{shared[0].name}" charset="utf-8"></script>' in text
+        assert page.stat().st_size < 1_000_000
+
+
 def _result_with(finding: Finding, base: AnalysisResult) -> AnalysisResult:
     return AnalysisResult(
         source=base.source,
