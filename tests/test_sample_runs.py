@@ -309,3 +309,25 @@ def test_the_readmes_count_the_recordings_by_gpu_as_the_recordings_say() -> None
     m = re.search(r"(\d+) of them on an NVIDIA H100", samples)
     assert m and int(m.group(1)) == len(by_gpu.get("H100", [])), by_gpu.get("H100")
     assert set(by_gpu) <= {"H100", "H200"}, f"a recording from another GPU: update both READMEs ({by_gpu})"
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(n, marks=() if n == "dlrm-planted" else pytest.mark.slow)
+        for n in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+    ],
+)
+def test_the_report_highlights_the_line_the_terminal_prints(run: str) -> None:
+    """The HTML report shows the recorded line of every source location, never another line of today's
+    file (issue 30 item 1: on 12 of 56 runs it highlighted the line now at the recorded number)."""
+    from gpuadvisor.render.html import _location_view
+
+    result = _result(run)
+    for f in result.findings:
+        for loc in f.locations:
+            if not (loc.file and loc.line and loc.code):
+                continue
+            view = _location_view(loc, result)
+            targets = [ln["text"].strip() for ln in view["lines"] if ln["target"]]
+            assert targets == [loc.code.strip()], (f.rule, loc.label(), targets, view["source_note"])

@@ -24,7 +24,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.capture.experiment import Suspect
@@ -53,6 +53,7 @@ class ModelCallSite:
     top: bool = False
     calls: int = 0
     window_calls: int = 0
+    source: dict[str, Any] = field(default_factory=dict)  # snippet, file_sha256 (hooks.source_record)
 
 
 @dataclass
@@ -239,7 +240,14 @@ class ForwardTracker:
             key = (f"{cls.__module__}.{cls.__qualname__}", site["file"], site["line"])
             entry = self.sites.get(key)
             if entry is None:
-                entry = ModelCallSite(cls.__qualname__, site["file"], site["line"], site["code"], top=is_top)
+                entry = ModelCallSite(
+                    cls.__qualname__,
+                    site["file"],
+                    site["line"],
+                    site["code"],
+                    top=is_top,
+                    source={k: site[k] for k in ("snippet", "file_sha256") if k in site},
+                )
                 self.sites[key] = entry
             if fast is not None:
                 self._site_cache[fast] = entry
@@ -264,6 +272,7 @@ class ForwardTracker:
                     "file": site.file,
                     "line": site.line,
                     "code": site.code,
+                    **site.source,
                     "top": site.top,
                     "calls": site.calls,
                     "calls_per_step": per_step,

@@ -58,6 +58,23 @@ def batch_ready(it: Any) -> bool | None:
     return not queue.empty()
 
 
+SNIPPET_CONTEXT = 2  # lines recorded either side of a call site (callsites.json `snippet`)
+SNIPPET_MAX_CHARS = 400  # per line: a minified line must not bloat the run directory
+
+
+def file_sha256(path: str) -> str | None:
+    """sha256 (hex) of a source file's bytes; None when it cannot be read (or is over 16 MB)."""
+    import hashlib
+
+    try:
+        if os.path.getsize(path) > 16 * 1024 * 1024:
+            return None
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def _profiler_recording() -> bool:
     """Is a torch profiler recording in this process now (gpuadvisor's window or the script's own)?"""
     try:
@@ -197,6 +214,7 @@ class Recorder:
         self._cwd = os.path.abspath(cwd or os.getcwd()) + os.sep
         self._always_internal, self._stdlib = _internal_prefixes()
         self._code_internal: dict[CodeType, bool] = {}
+        self._file_hashes: dict[str, str | None] = {}  # source file -> sha256 at profile time
         self._disabled: set[str] = set()
         # (owner, attribute, original own attribute or None, had own attribute, group, wrapper)
         self._patches: list[tuple[Any, str, Any, bool, Suspect, Any]] = []
@@ -279,7 +297,12 @@ class Recorder:
         if frame is None:
             return {"file": None, "line": None, "code": None}
         file, line, _ = self.location(frame)
-        return {"file": file, "line": line, "code": self.source_line(frame.f_code.co_filename, line)}
+        return {
+            "file": file,
+            "line": line,
+            "code": self.source_line(frame.f_code.co_filename, line),
+            **self.source_record(frame.f_code.co_filename, line),
+        }
 
     def location(self, frame: FrameType) -> tuple[str, int, str]:
         path = os.path.abspath(frame.f_code.co_filename)
@@ -291,6 +314,27 @@ class Recorder:
     @staticmethod
     def source_line(frame_file: str, line: int) -> str:
         return linecache.getline(frame_file, line).strip()
+
+    def source_record(self, frame_file: str, line: int) -> dict[str, Any]:
+        """What a report needs to show this line as it was when the run was profiled, whatever the file
+        says later: `snippet` ({first_line, lines}: the line and SNIPPET_CONTEXT lines either side, as
+        the interpreter read them) and `file_sha256` (of the file's bytes at profile time, to tell
+        whether today's file is still the one that ran). Either key is left out when unknown."""
+        out: dict[str, Any] = {}
+        lines = linecache.getlines(frame_file)
+        if lines and 1 <= line <= len(lines):
+            lo, hi = max(1, line - SNIPPET_CONTEXT), min(len(lines), line + SNIPPET_CONTEXT)
+            out["snippet"] = {
+                "first_line": lo,
+                "lines": [lines[n - 1].rstrip("\r\n")[:SNIPPET_MAX_CHARS] for n in range(lo, hi + 1)],
+            }
+        digest = self._file_hashes.get(frame_file, "")
+        if digest == "" and not frame_file.startswith("<"):
+            digest = file_sha256(frame_file)
+            self._file_hashes[frame_file] = digest
+        if digest:
+            out["file_sha256"] = digest
+        return out
 
     # ---------------------------------------------------------------- patching
     def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any], group: Suspect) -> None:
@@ -705,9 +749,11 @@ class Recorder:
     def _record_dataloader(self, loader: Any) -> None:
         frame = self.user_frame(3)
         file, line, code = (None, None, None)
+        source: dict[str, Any] = {}
         if frame is not None:
             file, line, _ = self.location(frame)
             code = self.source_line(frame.f_code.co_filename, frame.f_lineno)
+            source = self.source_record(frame.f_code.co_filename, frame.f_lineno)
         try:
             dataset_len: int | None = len(loader.dataset)
         except Exception:  # IterableDataset or a dataset without __len__
@@ -719,6 +765,7 @@ class Recorder:
             "file": file,
             "line": line,
             "code": code,
+            **source,
             "batch_size": loader.batch_size,
             "num_workers": loader.num_workers,
             "pin_memory": bool(loader.pin_memory),
@@ -807,9 +854,11 @@ class Recorder:
     def _record_optimizer(self, opt: Any) -> None:
         frame = self.user_frame(3)
         file, line, code = (None, None, None)
+        source: dict[str, Any] = {}
         if frame is not None:
             file, line, _ = self.location(frame)
             code = self.source_line(frame.f_code.co_filename, frame.f_lineno)
+            source = self.source_record(frame.f_code.co_filename, frame.f_lineno)
         defaults = getattr(opt, "defaults", {}) or {}
         params = [p for g in opt.param_groups for p in g.get("params", [])]
         lr = opt.param_groups[0].get("lr") if opt.param_groups else None
@@ -823,6 +872,7 @@ class Recorder:
             "file": file,
             "line": line,
             "code": code,
+            **source,
             "foreach": defaults.get("foreach"),
             "fused": defaults.get("fused"),
             "capturable": defaults.get("capturable"),
@@ -959,6 +1009,7 @@ class Recorder:
                 "line": stat.line,
                 "function": stat.function,
                 "code": self.source_line(stat.__dict__.get("_source_file", stat.file), stat.line),
+                **self.source_record(stat.__dict__.get("_source_file", stat.file), stat.line),
                 "count": stat.count,
                 "count_in_window": stat.window_count,
                 "per_step": per_step,

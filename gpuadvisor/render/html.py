@@ -651,13 +651,9 @@ def short_name(name: str, limit: int = 110) -> str:
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
-    lines: list[dict[str, Any]] = []
-    if loc.file and loc.line:
-        lines = _source_lines(loc.file, int(loc.line), result)
-        if not lines and loc.code:
-            lines = [{"no": loc.line, "text": loc.code, "target": True}]
-    elif loc.code:
-        lines = [{"no": loc.line or "", "text": loc.code, "target": True}]
+    from gpuadvisor.render._source import recorded_sites, source_view
+
+    view = source_view(loc, result.run, recorded_sites(result.run))
     what = []
     if loc.function:
         what.append(("function", loc.function))
@@ -669,52 +665,11 @@ def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
     return {
         "label": loc.label(),
         "is_source": bool(loc.file),
-        "lines": lines,
+        "lines": [{"no": ln.no, "text": ln.text, "target": ln.target} for ln in view.lines],
+        "source_note": view.note or "",
         "what": what,
         "detail": [(str(k), fmt_value(v, str(k))) for k, v in detail.items()],
     }
-
-
-_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx", ".ipynb")
-_MAX_SOURCE_BYTES = 2 * 1024 * 1024
-
-
-def _source_lines(file: str, line: int, result: AnalysisResult, context: int = 2) -> list[dict[str, Any]]:
-    """The line (and `context` lines around it) from the user's source file, when it can be found:
-    relative paths are tried against the run's cwd, the run directory's parent and the current
-    directory. Only Python sources are read (never arbitrary files named in a trace)."""
-    if not file.endswith(_SOURCE_SUFFIXES) or line < 1:
-        return []
-    candidates: list[Path] = []
-    path = Path(file)
-    if path.is_absolute():
-        candidates.append(path)
-    else:
-        run = result.run
-        if run is not None:
-            cwd = run.manifest.get("cwd")
-            if isinstance(cwd, str) and cwd:
-                candidates.append(Path(cwd) / path)
-            candidates.append(run.run_dir.parent / path)
-        candidates.append(Path.cwd() / path)
-    for candidate in candidates:
-        try:
-            if not candidate.is_file() or candidate.stat().st_size > _MAX_SOURCE_BYTES:
-                continue
-            text = candidate.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        if line > len(text):
-            continue
-        lo, hi = max(1, line - context), min(len(text), line + context)
-        snippet = [text[n - 1].expandtabs(4).rstrip() for n in range(lo, hi + 1)]
-        # the common indentation of the snippet goes (the loop body of a function starts at column 0)
-        indent = min((len(s) - len(s.lstrip(" ")) for s in snippet if s.strip()), default=0)
-        return [
-            {"no": n, "text": s[indent:], "target": n == line}
-            for n, s in zip(range(lo, hi + 1), snippet, strict=True)
-        ]
-    return []
 
 
 _HEADING_RULE = re.compile(r"^\s*([-=~^])\1{2,}\s*$")

@@ -37,6 +37,12 @@ def test_cpu_training_run_directory(tmp_path: Path) -> None:
     assert steps == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
     env = json.loads((out / "environment.json").read_text())
     assert env["optimizers"][0]["class"] == "SGD" and env["optimizers"][0]["line"] == 19
+    # the line as it was at profile time, with the lines around it and the file's hash (issue 30 item 1)
+    import hashlib
+
+    script_lines = (SCRIPTS / "train_cpu.py").read_text().splitlines()
+    assert env["optimizers"][0]["snippet"] == {"first_line": 17, "lines": script_lines[16:21]}
+    assert env["optimizers"][0]["file_sha256"] == hashlib.sha256((SCRIPTS / "train_cpu.py").read_bytes()).hexdigest()
     assert env["settings"]["snapshot"] == "window_end"
     cs = json.loads((out / "callsites.json").read_text())
     # CPU: nothing is a host sync. 6 steps to the window end, less step 1-2 (the unprofiled reference
