@@ -5,8 +5,13 @@
 
 Step time and noise
 -------------------
-Step time is the median of the analyzed steps' durations (`Metrics.per_step.step_time_us`, outlier
-steps excluded, as in the window metrics). Each run's spread is a robust standard deviation of those
+Step time is the step as the run ran it: the median of the steps the capture timed outside the
+profiler (`metrics.host_step_durations`, the run's `unprofiled_step_time_ms`), when both runs have
+them (`StepTimeDelta.basis` "unprofiled"). The profiled trace's steps can be several times longer
+(the profiler's per-op cost on a host-bound run), so they are compared only when an input has no
+unprofiled steps (a raw trace; basis "profiled", said in `notes`), and are always given beside
+(`DiffResult.profiled_step_time`): the median of the analyzed steps' durations
+(`Metrics.per_step.step_time_us`, outlier steps excluded, as in the window metrics). Each run's spread is a robust standard deviation of those
 per-step times: the larger of IQR / 1.349 and 1.4826 * MAD (both equal the standard deviation for
 normal data; taking the larger stays conservative when one of them collapses to 0 on few steps).
 The noise of the comparison is sqrt(spread_base**2 + spread_new**2): the typical step-to-step jitter of
@@ -110,6 +115,7 @@ class StepTimeDelta:
     new_spread_ms: float | None
     base_steps: int
     new_steps: int
+    basis: str = "profiled"  # "unprofiled": host-timed steps outside the profiler; "profiled": the trace's
 
     @property
     def delta_ms(self) -> float:
@@ -144,6 +150,7 @@ class StepTimeDelta:
             "beyond_noise": self.beyond_noise,
             "base_steps": self.base_steps,
             "new_steps": self.new_steps,
+            "basis": self.basis,
         }
 
 
@@ -215,6 +222,8 @@ class DiffResult:
     categories: list[CategoryDelta]
     findings: list[FindingChange]
     notes: list[str] = field(default_factory=list)
+    # the profiled traces' step times, beside `step_time` when that one is unprofiled (None otherwise)
+    profiled_step_time: StepTimeDelta | None = None
     base: AnalysisResult | None = field(default=None, repr=False, compare=False)
     new: AnalysisResult | None = field(default=None, repr=False, compare=False)
 
@@ -276,6 +285,7 @@ class DiffResult:
             "compatible": self.compatible,
             "mismatches": list(self.mismatches),
             "step_time": None if self.step_time is None else self.step_time.to_dict(),
+            "profiled_step_time": None if self.profiled_step_time is None else self.profiled_step_time.to_dict(),
             "categories": [c.to_dict() for c in self.categories],
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
@@ -346,6 +356,21 @@ def _step_summary(result: AnalysisResult) -> tuple[float | None, float | None, i
     median = _number(result.metrics.get("step_time_ms"))
     count = _number(result.metrics.get("steps_analyzed"))
     return median, None, int(count) if count is not None else 0
+
+
+def _unprofiled_summary(result: AnalysisResult) -> tuple[float, float | None, int] | None:
+    """(median ms, spread ms, steps) of the steps the capture timed outside the profiler; None for a
+    raw trace or a run with fewer than 2 of them."""
+    run = result.run
+    if run is None:
+        return None
+    from gpuadvisor.metrics import host_step_durations
+
+    unprofiled, _ = host_step_durations(run.record.capture)
+    median = _median(unprofiled)
+    if len(unprofiled) < 2 or median is None:
+        return None
+    return median, robust_spread(unprofiled), len(unprofiled)
 
 
 def _category_ms(
@@ -494,12 +519,24 @@ def diff_results(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
     b_ms, b_spread, b_n = _step_summary(base)
     n_ms, n_spread, n_n = _step_summary(new)
     step_time: StepTimeDelta | None = None
+    profiled: StepTimeDelta | None = None
     if b_ms is not None and n_ms is not None:
-        step_time = StepTimeDelta(b_ms, n_ms, b_spread, n_spread, b_n, n_n)
+        profiled = StepTimeDelta(b_ms, n_ms, b_spread, n_spread, b_n, n_n)
+    ub, un = _unprofiled_summary(base), _unprofiled_summary(new)
+    if ub is not None and un is not None:
+        step_time = StepTimeDelta(ub[0], un[0], ub[1], un[1], ub[2], un[2], basis="unprofiled")
+    else:
+        step_time, profiled = profiled, None
+        if step_time is not None:
+            notes.append(
+                "step times are the profiled traces' (the steps outside the profiler are not known for both "
+                "runs): on a host-bound run the profiler's own cost is part of them"
+            )
+    if step_time is not None:
         if step_time.noise_ms is None:
             notes.append(
                 f"step-time noise unknown (fewer than {MIN_STEPS_FOR_NOISE} analyzed steps in a run: "
-                f"base {b_n}, new {n_n}); only the percentage threshold applies"
+                f"base {step_time.base_steps}, new {step_time.new_steps}); only the percentage threshold applies"
             )
     else:
         notes.append("step time unknown for at least one run (no segmented steps): no step-time comparison")
@@ -519,6 +556,7 @@ def diff_results(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
         categories=categories,
         findings=_match_findings(base.findings, new.findings),
         notes=notes,
+        profiled_step_time=profiled,
         base=base,
         new=new,
     )

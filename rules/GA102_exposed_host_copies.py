@@ -91,8 +91,14 @@ class ExposedHostCopies(Rule):
         msg = (
             f"{stats.count} copies of {stats.bytes / stats.count / 2**20:.1f} MiB on average in {win.count} "
             f"analyzed steps; {cm.ms(win.per_step(stats.exposed_us))} per step ran while no kernel ran "
-            f"({', '.join(parts)}): {cm.pct(win.share(stats.exposed_us))} of the step."
+            f"({', '.join(parts)}): {cm.of_profiled_step(win.share(stats.exposed_us), win.median_step_us)}."
         )
+        if blocking.count and impact > 2 * win.share(stats.exposed_us):
+            # the predicted gain is not the exposed copy time: the replay also drops the host's waits
+            msg += (
+                " The predicted gain below is larger: it is a share of the replayed unprofiled step, and the "
+                "replay also takes out the host's waits for the blocking copies, not only the copy time."
+            )
         if blocking.count:
             msg += f" {blocking.count} copies were blocking (the host waited for them: {blocking.per_step:.1f} per step)."
         msg += " " + cm.prediction_sentence(

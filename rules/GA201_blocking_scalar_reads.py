@@ -8,6 +8,7 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.words import plural
 
 SCALAR_CALLS = (
     "Tensor.item",
@@ -118,9 +119,10 @@ class BlockingScalarReads(Rule):
             "print(tensor) and `if tensor:` in the loop"
         )
         message = (
-            f"{per_step:.1f} blocking reads of device values per step ({reads} in {win.count} analyzed "
-            f"steps). The host waited {cm.ms(win.per_step(blocked_us))} per step in them, and the GPU sat idle "
-            f"{cm.ms(win.per_step(idle_us))} per step behind them ({cm.pct(win.share(idle_us))} of the step). "
+            f"{plural(round(per_step, 1), 'blocking read')} of device values per step ({reads} in "
+            f"{plural(win.count, 'analyzed step')}). The host waited {cm.ms(win.per_step(blocked_us))} per step "
+            f"in them, and the GPU sat idle {cm.ms(win.per_step(idle_us))} per step behind them "
+            f"({cm.of_profiled_step(win.share(idle_us), win.median_step_us)}). "
             + cm.prediction_sentence(pred, "the reads taken out of the step")
             + cm.note_uncorrected(pred)
         )
@@ -142,7 +144,7 @@ class BlockingScalarReads(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"{per_step:.1f} blocking .item()/.cpu() reads per step: removing them saves "
+                f"{plural(round(per_step, 1), 'blocking .item()/.cpu() read')} per step: removing them saves "
                 f"{cm.pct(impact)} of the step"
             ),
             message=message,

@@ -8,6 +8,7 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.words import plural
 
 SYNC_CALLS = ("torch.cuda.synchronize",)
 
@@ -93,13 +94,15 @@ class ExplicitSynchronize(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"{st.per_step:.1f} explicit synchronize calls per step: removing them saves {cm.pct(impact)} "
+                f"{plural(round(st.per_step, 1), 'explicit synchronize call')} per step: removing them saves "
+                f"{cm.pct(impact)} "
                 "of the step"
             ),
             message=(
-                f"{st.count} synchronize calls in {win.count} analyzed steps ({st.per_step:.1f} per step). The "
-                f"host blocked {cm.ms(st.blocked_us_per_step)} per step in them and the GPU idled "
-                f"{cm.ms(st.idle_us_per_step)} per step behind them ({cm.pct(st.idle_fraction)} of the step). "
+                f"{plural(st.count, 'synchronize call')} in {plural(win.count, 'analyzed step')} "
+                f"({cm.count(st.per_step)} per step). The host blocked {cm.ms(st.blocked_us_per_step)} per step in "
+                f"them and the GPU idled {cm.ms(st.idle_us_per_step)} per step behind them "
+                f"({cm.of_profiled_step(st.idle_fraction, win.median_step_us)}). "
                 + cm.prediction_sentence(pred, "the synchronizes removed")
                 + cm.note_uncorrected(pred)
             ),

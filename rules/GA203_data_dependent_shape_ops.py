@@ -99,13 +99,13 @@ class DataDependentShapeOps(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"Data-dependent ops sync {st.per_step:.1f} times per step: static shapes save "
+                f"Data-dependent ops sync {cm.count(st.per_step)} times per step: static shapes save "
                 f"{cm.pct(impact)} of the step"
             ),
             message=(
                 f"{st.count} syncs inside data-dependent ops in {win.count} analyzed steps: {op_list}. Each "
                 f"waits for the GPU to count the selected elements; the GPU idled {cm.ms(st.idle_us_per_step)} "
-                f"per step behind them ({cm.pct(st.idle_fraction)} of the step). "
+                f"per step behind them ({cm.of_profiled_step(st.idle_fraction, win.median_step_us)}). "
                 + cm.prediction_sentence(pred, "these waits removed")
                 + cm.note_uncorrected(pred)
             ),

@@ -7,6 +7,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.words import plural
 
 # the modeled remedy must recover at least this share of the measured wait to rate the finding by it
 MODELED_SHARE = 0.5
@@ -192,16 +193,24 @@ class DataloaderStall(Rule):
                 f"{restart.period_steps} steps: GA303)."
             )
         if gpu:
-            title = f"The GPU waits for data {cm.pct(win.share(idle_us))} of each step"
+            title = (
+                f"The GPU waits for data {cm.of_profiled_step(win.share(idle_us), win.median_step_us)}; "
+                f"the fix is predicted to save {cm.pct(impact)}"
+            )
             seen = (
                 f"The host spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__; the GPU was "
-                f"idle for {cm.ms(win.per_step(idle_us))} of it ({cm.pct(win.share(idle_us))} of the step). "
+                f"idle for {cm.ms(win.per_step(idle_us))} of it "
+                f"({cm.of_profiled_step(win.share(idle_us), win.median_step_us)}). "
             )
         else:
-            title = f"The step waits for data {cm.pct(win.share(wait_us))} of the time"
+            title = (
+                f"The step waits for data {cm.of_profiled_step(win.share(wait_us), win.median_step_us)}; "
+                f"the fix is predicted to save {cm.pct(impact)}"
+            )
             seen = (
                 f"The training process spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__ "
-                f"({cm.pct(win.share(wait_us))} of the step; CPU-only run: the wait is on the critical path). "
+                f"({cm.of_profiled_step(win.share(wait_us), win.median_step_us)}; CPU-only run: the wait is "
+                "on the critical path). "
             )
         if restart is not None and steady < share:
             title = (
@@ -216,7 +225,7 @@ class DataloaderStall(Rule):
             message=seen
             + how
             + " "
-            + cm.prediction_sentence(pred, f"{workers} loader workers")
+            + cm.prediction_sentence(pred, plural(workers, "loader worker"))
             + cm.note_uncorrected(pred),
             evidence={
                 "dataloader_wait_ms_per_step": win.per_step(wait_us) / 1000,

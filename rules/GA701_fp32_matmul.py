@@ -157,7 +157,8 @@ class Fp32Matmul(Rule):
         }
         top = fp32[0]
         message = (
-            f"{gw.pct(fp32_fraction)} of the step is matmul/conv work in plain FP32 on CUDA cores "
+            f"{cm.of_profiled_step(fp32_fraction, win.median_step_us)} is matmul/conv work in plain FP32 on "
+            "CUDA cores "
             f"({gw.pct(fp32_us / mm_us if mm_us else None)} of matmul time) on a compute capability {cc:.1f} "
             f"GPU with tensor cores. Largest: {gw.short_kernel_name(top['name'], 90)} "
             f"({gw.us(top['time_us'] / win.count)} per step"
@@ -229,7 +230,10 @@ class Fp32Matmul(Rule):
         rec += gains + numerics
         yield self.finding(
             impact=impact,
-            title=f"FP32 matmuls on a tensor-core GPU ({gw.pct(fp32_fraction)} of the step): bf16 saves {cm.pct(impact)}",
+            title=(
+                f"FP32 matmuls on a tensor-core GPU ({cm.of_profiled_step(fp32_fraction, win.median_step_us)}): "
+                f"bf16 for them and the elementwise kernels is predicted to save {cm.pct(impact)}"
+            ),
             message=message,
             evidence=evidence,
             recommendation=rec,

@@ -161,6 +161,33 @@ def test_diff_of_planted_and_fixed_shows_the_improvement() -> None:
     assert "GA102" in resolved, resolved
 
 
+def test_the_headline_step_is_the_unprofiled_one() -> None:
+    """Terminal, Markdown, the HTML key metrics and `diff` lead with the step the run ran outside the
+    profiler; the profiled step is said as such (issue 30 item 2: sync_bound-planted said "step 28.37
+    ms" against 9.35 ms unprofiled, and diff compared -75.2% where the run got -67%)."""
+    from gpuadvisor.diff import diff_results
+    from gpuadvisor.render import markdown, text
+    from gpuadvisor.render.html import _key_metrics, _verdict
+
+    planted = _result("sync_bound-planted")
+    unprofiled = planted.metrics["unprofiled_step_time_ms"]
+    profiled = planted.metrics["step_time_ms"]
+    assert unprofiled < 0.5 * profiled  # the profiler's cost on this host-bound run
+    said = f"{unprofiled:.2f} ms (unprofiled; {profiled:.2f} ms profiled)"
+    assert f"Metrics: step {said}" in text.render(planted)
+    assert f"step time (median) {said}" in markdown.render(planted)
+    verdict = _verdict(planted)
+    assert verdict["step_time"] == f"{unprofiled:.2f} ms" and "unprofiled" in verdict["step_time_note"]
+    assert [m["key"] for m in _key_metrics(planted.metrics)][:2] == ["unprofiled_step_time_ms", "step_time_ms"]
+    # GA201's idle time is a share of the profiled step, and says so
+    ga201 = next(f for f in planted.findings if f.rule == "GA201")
+    assert f"of the {profiled:.1f} ms profiled step" in ga201.message
+    delta = diff_results(planted, _result("sync_bound-fixed"))
+    assert delta.step_time is not None and delta.step_time.basis == "unprofiled"
+    assert delta.step_time.base_ms == pytest.approx(unprofiled)
+    assert delta.profiled_step_time is not None and delta.profiled_step_time.base_ms == pytest.approx(profiled)
+
+
 @pytest.mark.slow
 def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     """2x H200, NCCL, one trace per rank in one run directory (gpuadvisor profile --nproc-per-node 2)."""

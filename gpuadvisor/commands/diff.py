@@ -59,13 +59,20 @@ def render_text(result: DiffResult, fail_on_regression: float | None = None, *, 
         pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
         noise = "unknown" if st.noise_ms is None else f"+/-{st.noise_ms:.2f} ms"
         lines.append(
-            f"step time (median): {st.base_ms:.2f} ms -> {st.new_ms:.2f} ms ({st.delta_ms:+.2f} ms, {pct}); "
-            f"noise {noise}; steps {st.base_steps} / {st.new_steps}"
+            f"step time (median, {st.basis}): {st.base_ms:.2f} ms -> {st.new_ms:.2f} ms ({st.delta_ms:+.2f} ms, "
+            f"{pct}); noise {noise}; steps {st.base_steps} / {st.new_steps}"
+        )
+    pst = result.profiled_step_time
+    if pst is not None:
+        pct = "n/a" if pst.delta_pct is None else f"{pst.delta_pct:+.1f}%"
+        lines.append(
+            f"step time (median, profiled trace): {pst.base_ms:.2f} ms -> {pst.new_ms:.2f} ms "
+            f"({pst.delta_ms:+.2f} ms, {pct})"
         )
     if result.categories:
-        width = max(len(c.label) for c in result.categories)
+        width = max(len("per profiled step (ms)"), *(len(c.label) for c in result.categories))
         lines.append("")
-        lines.append(f"{'per step (ms)'.ljust(width)}  {'base':>9}  {'new':>9}  {'delta':>9}")
+        lines.append(f"{'per profiled step (ms)'.ljust(width)}  {'base':>9}  {'new':>9}  {'delta':>9}")
         for c in result.categories:
             lines.append(
                 f"{c.label.ljust(width)}  {_fmt_ms(c.base_ms):>9}  {_fmt_ms(c.new_ms):>9}  "

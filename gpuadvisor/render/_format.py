@@ -43,20 +43,45 @@ def rule_sort_key(rule_id: str) -> tuple[str, int, str]:
 
 def fmt_number(value: float | int) -> str:
     """A count or measurement for people: 3,100 (not 3.1e+03), 54, 12.5, 0.042; never an exponent
-    between 1e-4 and 1e15."""
-    number = float(value)
-    if not math.isfinite(number):
-        return "n/a"
-    magnitude = abs(number)
-    if magnitude >= 1000 or (magnitude >= 100 and number.is_integer()):
-        return f"{number:,.0f}"
-    if number.is_integer():
-        return f"{int(number)}"
-    if magnitude >= 100:
-        return f"{number:.0f}"
-    if magnitude >= 1e-4:
-        return f"{number:.3g}"
-    return f"{number:.2g}"
+    between 1e-4 and 1e15 (`gpuadvisor.words.num`, the one number format of every sentence)."""
+    from gpuadvisor.words import num
+
+    return num(value)
+
+
+def fmt_ms(value: float) -> str:
+    """Milliseconds for people: 9.35 ms, 1,234 ms."""
+    return f"{value:.2f} ms" if abs(value) < 100 else f"{fmt_number(value)} ms"
+
+
+def headline_step(metrics: Mapping[str, Any]) -> tuple[float, str, str | None] | None:
+    """(ms, what it is, the profiled step said as such or None) of the step time a report leads with:
+    the step as the run ran it, host-timed by the capture outside the profiler
+    (`unprofiled_step_time_ms`), when known; the profiled trace's median step (`step_time_ms`) is then
+    shown beside it as "profiled". Without an unprofiled time (a raw trace) the profiled step leads,
+    labelled as such. None when neither is known."""
+
+    def num(key: str) -> float | None:
+        v = metrics.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            return None
+        return float(v)
+
+    unprofiled, profiled = num("unprofiled_step_time_ms"), num("step_time_ms")
+    if unprofiled is not None:
+        return unprofiled, "unprofiled", None if profiled is None else f"{fmt_ms(profiled)} profiled"
+    if profiled is not None:
+        return profiled, "profiled", None
+    return None
+
+
+def headline_step_text(metrics: Mapping[str, Any]) -> str | None:
+    """"9.35 ms (unprofiled; 28.37 ms profiled)" or "28.37 ms (profiled)"."""
+    step = headline_step(metrics)
+    if step is None:
+        return None
+    ms, what, other = step
+    return f"{fmt_ms(ms)} ({what}{'; ' + other if other else ''})"
 
 
 def fmt_pct(fraction: Any, digits: int = 1, unknown: str = "n/a") -> str:

@@ -33,6 +33,7 @@ from gpuadvisor.render._format import (
     clip,
     fmt_bytes,
     fmt_number,
+    headline_step,
     is_version_key,
     mfu_unknown_reason,
     rule_sort_key,
@@ -488,6 +489,7 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
     serious = [f for f in actionable if f.severity in (Severity.HIGH, Severity.MEDIUM)]
     top = [f for f in serious if f.impact is not None and f.impact > 0][:2] or serious[:1]
     busy = _num(m.get("gpu_busy_fraction"))
+    step = headline_step(m)
     if not result.findings:
         headline = "No problem found by the rules that could run on this input."
     elif top and top[0].impact is not None:
@@ -505,7 +507,8 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
         headline = "Only capture notes or internal errors were reported; see below."
     return {
         "gpu": str(gpu) if gpu else "unknown GPU",
-        "step_time": _ms(m.get("step_time_ms")),
+        "step_time": _ms(step[0]) if step else "—",
+        "step_time_note": (step[1] + (f"; {step[2]}" if step[2] else "")) if step else "",
         "gpu_busy": _pct(busy),
         "gpu_busy_value": busy,
         "mfu": _pct(mfu) if mfu is not None and mfu_unknown is None else "n/a",
@@ -539,8 +542,9 @@ def _first_sentence(text: str) -> str:
 
 
 _KEY_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("step_time_ms", "Step time (median)", "ms"),
-    ("step_time_p90_ms", "Step time p90", "ms"),
+    ("unprofiled_step_time_ms", "Step time without the profiler (median, host-timed)", "ms"),
+    ("step_time_ms", "Step time, profiled (median of the trace's steps)", "ms"),
+    ("step_time_p90_ms", "Step time, profiled, p90", "ms"),
     ("gpu_busy_fraction", "GPU busy", "pct"),
     ("idle_host_sync_fraction", "GPU idle: host syncs", "pct"),
     ("idle_data_loading_fraction", "GPU idle: data loading", "pct"),

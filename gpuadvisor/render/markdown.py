@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.model import Finding, Severity, group_note
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
-from gpuadvisor.render._format import clip, mfu_unknown_reason, rule_sort_key
+from gpuadvisor.render._format import clip, headline_step_text, mfu_unknown_reason, rule_sort_key
 from gpuadvisor.terminal import terminal_safe, terminal_safe_diff
 
 if TYPE_CHECKING:
@@ -128,8 +128,11 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     metrics = [
         f"{label} {'n/a' if key == 'mfu' and mfu_unknown else escape(fmt_metric(key, result.metrics.get(key)))}"
         for key, label in _METRICS_LINE
-        if result.metrics.get(key) is not None
+        if result.metrics.get(key) is not None and key != "step_time_ms"
     ]
+    step = headline_step_text(result.metrics)  # the unprofiled step leads; the profiled one said as such
+    if step is not None:
+        metrics.insert(0, f"step time (median) {escape(step)}")
     if metrics:
         lines += ["**Metrics:** " + " · ".join(metrics), ""]
 
@@ -174,12 +177,20 @@ def render_diff(result: DiffResult, *, fail_on_regression: float | None = None) 
         pct = "n/a" if st.delta_pct is None else f"{st.delta_pct:+.1f}%"
         noise = "unknown" if st.noise_ms is None else f"±{st.noise_ms:.2f} ms"
         lines += [
-            f"**Step time (median):** {_ms(st.base_ms)} → {_ms(st.new_ms)} ({_ms(st.delta_ms, True)}, {pct}); "
-            f"noise {noise} ({st.base_steps} / {st.new_steps} steps)",
+            f"**Step time (median, {st.basis}):** {_ms(st.base_ms)} → {_ms(st.new_ms)} "
+            f"({_ms(st.delta_ms, True)}, {pct}); noise {noise} ({st.base_steps} / {st.new_steps} steps)",
+            "",
+        ]
+    pst = result.profiled_step_time
+    if pst is not None:
+        pct = "n/a" if pst.delta_pct is None else f"{pst.delta_pct:+.1f}%"
+        lines += [
+            f"Step time (median, profiled trace): {_ms(pst.base_ms)} → {_ms(pst.new_ms)} "
+            f"({_ms(pst.delta_ms, True)}, {pct})",
             "",
         ]
     if result.categories:
-        lines += ["| Per step | Base | New | Δ |", "|---|---:|---:|---:|"]
+        lines += ["| Per profiled step | Base | New | Δ |", "|---|---:|---:|---:|"]
         for c in result.categories:
             lines.append(
                 f"| {escape(c.label)} | {_ms(c.base_ms)} | {_ms(c.new_ms)} | {_ms(c.delta_ms, True)} |"

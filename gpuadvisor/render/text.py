@@ -16,11 +16,13 @@ from gpuadvisor.model import Finding, Severity, group_note, summary_line
 from gpuadvisor.render._format import (
     Style,
     fmt_number,
+    headline_step_text,
     mfu_unknown_reason,
     rule_sort_key,
     wrap_clipped,
 )
 from gpuadvisor.terminal import terminal_safe
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -77,6 +79,10 @@ def _metrics_lines(result: AnalysisResult) -> list[str]:
     metrics: Mapping[str, Any] = result.metrics
     parts = []
     for key, label, kind in _KEY_METRICS:
+        if key == "step_time_ms":
+            continue  # leads the line, below
+        if key == "steps_analyzed":
+            continue
         if key == "mfu" and mfu_unknown_reason(metrics, _kernels(result)) is not None:
             if metrics.get("matmul_fraction") is not None:  # GPU math ran, but its FLOPs are unknown
                 parts.append(f"{label} n/a")
@@ -85,15 +91,24 @@ def _metrics_lines(result: AnalysisResult) -> list[str]:
         if text is not None:
             parts.append(f"{label} {text}")
     lines = []
+    step = headline_step_text(metrics)  # the unprofiled step leads; the profiled one said as such
+    analyzed = _num(metrics.get("steps_analyzed"))
+    lead = f"step {step}" if step is not None else ""
     if parts:
-        lines.append("Metrics: " + ", ".join(parts))
+        over = "over the profiled steps" if analyzed is None else (
+            f"over the {plural(int(analyzed), 'profiled step')}" if analyzed != 1 else "over the profiled step"
+        )
+        lead = f"{lead}; {over}: " if lead else f"{over}: "
+        lines.append("Metrics: " + lead + ", ".join(parts))
+    elif lead:
+        lines.append("Metrics: " + lead)
     idle = []
     for key, label in _IDLE:
         number = _num(metrics.get(key))
         if number is not None and number > 0.005:
             idle.append(f"{label} {_fmt(number, 'pct')}")
     if idle:
-        lines.append("GPU idle by cause (share of step): " + ", ".join(idle))
+        lines.append("GPU idle by cause (share of the profiled step): " + ", ".join(idle))
     return lines
 
 

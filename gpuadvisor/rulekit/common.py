@@ -41,6 +41,20 @@ def pct(fraction: float | None) -> str:
     return f"{value:.1f}%" if abs(value) < 10 else f"{value:.0f}%"
 
 
+def of_profiled_step(fraction: float | None, step_us: float) -> str:
+    """"68% of the 28.37 ms profiled step": a share measured in the trace, said as such. The trace's
+    steps ran under the profiler (longer than the run's own steps when the host sets the pace); a
+    finding's impact is a share of the replayed, unprofiled step: the two are different measures."""
+    return f"{pct(fraction)} of the {ms(step_us)} profiled step"
+
+
+def count(value: float) -> str:
+    """A per-step count for a sentence: 549, 2.5, 0.3 (never 549.0; `gpuadvisor.words.num`)."""
+    from gpuadvisor.words import num
+
+    return num(round(value, 1) if abs(value) >= 0.1 else value)
+
+
 def times(speedup: float) -> str:
     if not math.isfinite(speedup):
         return "many times"

@@ -113,7 +113,7 @@ CASES = [
             severity="high",  # ~3 ms bubble per 10 ms step
             impact_min=0.25,
             impact_max=0.35,
-            message_contains=("1.0 blocking",),
+            message_contains=("1 blocking read of device values per step",),
             location_contains=("aten::_local_scalar_dense",),
             evidence_keys=("reads_per_step", "gpu_idle_after_reads_ms_per_step"),
         ),

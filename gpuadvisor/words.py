@@ -1,0 +1,51 @@
+"""Counts and numbers in the sentences gpuadvisor prints: the one helper every rule and renderer uses,
+so that a count never reads "549.0 blocking reads", "1 loader workers" or "1 trials".
+
+Pure functions, no imports beyond the standard library (rules, renderers and the capture all use it).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["num", "plural", "plural_noun"]
+
+_ES = ("s", "x", "z", "ch", "sh")
+
+
+def plural_noun(noun: str) -> str:
+    """The plural of an English noun phrase (its last word): read -> reads, remedy -> remedies,
+    process -> processes, batch -> batches."""
+    head, _, last = noun.rpartition(" ")
+    lower = last.lower()
+    if lower.endswith("y") and len(last) > 1 and lower[-2] not in "aeiou":
+        last = last[:-1] + "ies"
+    elif lower.endswith(_ES):
+        last += "es"
+    else:
+        last += "s"
+    return f"{head} {last}" if head else last
+
+
+def num(value: float | int) -> str:
+    """A number for people: integral values without a decimal point (549, not 549.0), thousands
+    separated (3,100), others to 3 significant digits (12.5, 0.042), never an exponent between 1e-4
+    and 1e15; "n/a" for NaN and infinities."""
+    number = float(value)
+    if not math.isfinite(number):
+        return "n/a"
+    magnitude = abs(number)
+    if number.is_integer() or magnitude >= 1000:
+        return f"{number:,.0f}"
+    if magnitude >= 100:
+        return f"{number:.0f}"
+    if magnitude >= 1e-4:
+        return f"{number:.3g}"
+    return f"{number:.2g}"
+
+
+def plural(n: float | int, noun: str, plural_form: str | None = None) -> str:
+    """"549 blocking reads", "1 loader worker", "2.5 reads", "0 trials": the number (`num`) and the
+    noun, singular only for exactly 1. `plural_form` for irregular nouns."""
+    many = plural_form if plural_form is not None else plural_noun(noun)
+    return f"{num(n)} {noun if float(n) == 1 else many}"
