@@ -10,7 +10,7 @@ for the multi-rank folders:
 - GPU busy / idle. HTA `get_temporal_breakdown`: window = first GPU event start to last GPU event end
   (events on a stream: kernels, copies, memsets; the last ProfilerStep dropped, timestamps rounded
   down to whole microseconds), busy = union of those events. gpuadvisor: the same union computed from
-  its own tables over HTA's window (`busy in HTA's window`), and its own metric `gpu_busy_fraction`
+  its own tables over HTA's window (`busy in HTA's window`), and its own metric `gpu_active_fraction`
   (union over the analyzed steps: ProfilerStep intervals, the first step left out as an outlier).
 - GPU event counts: HTA rows with a stream (by category) vs gpuadvisor's kernels + copies + memsets.
 - Communication/compute overlap: HTA `get_comm_comp_overlap` (share of NCCL kernel time during which a
@@ -154,7 +154,9 @@ def compare_file(corpus: Path, rel: str) -> Row | None:
     row.ga_events = {"kernel": len(m.kernels), "gpu_memcpy": len(m.copies), "gpu_memset": len(m.memsets)}
     if kind.device_events_not_analyzed:
         row.ga_events["device events not analyzed"] = kind.device_events_not_analyzed
-    row.ga_busy_fraction_steps = metrics.window.get("gpu_busy_fraction")
+    # HTA's busy counts every event with a stream (kernels, copies, memsets, collectives): our
+    # gpu_active_fraction (gpu_busy_fraction is compute only since issue 30)
+    row.ga_busy_fraction_steps = metrics.window.get("gpu_active_fraction")
     row.ga_steps = metrics.window.get("steps_analyzed")
     row.ga_overlap = summary.overlap_fraction()
     row.seconds_ga = time.perf_counter() - t0

@@ -110,6 +110,9 @@ WINDOW_KEYS: tuple[str, ...] = (
     "replay_step_time_ms",
     "replay_fit",
     "profiler_host_scale",
+    "gpu_active_fraction",
+    "collective_exposed_fraction",
+    "copy_exposed_fraction",
 )
 
 PER_STEP_COLUMNS: tuple[str, ...] = (
@@ -139,6 +142,9 @@ PER_STEP_COLUMNS: tuple[str, ...] = (
     "kernels",
     "kernel_median_us",
     "flops",
+    "gpu_active_us",
+    "collective_exposed_us",
+    "copy_exposed_us",
 )
 
 KERNEL_AGG_COLUMNS: tuple[str, ...] = (
@@ -399,7 +405,10 @@ def compute_metrics(
     # --- GPU busy and time by kind (the step model's busy intervals: a scalar read's few-byte copy is
     # not GPU work)
     bs, be = model.busy
-    busy = covered(bs, be, S, E)
+    active = covered(bs, be, S, E)  # any GPU work
+    # compute only is "busy"; collectives and copies not under compute are their own time (stepmodel)
+    by_work = sb.work_time_by_class(o, S, E)
+    busy = by_work[sb.WORK_COMPUTE]
     kind = o["kind"].to_numpy(dtype=object) if len(o) else np.zeros(0, dtype=object)
     is_kernel = kind == "kernel"
     coll = o["is_collective"].to_numpy(dtype=bool) if len(o) else np.zeros(0, dtype=bool)
@@ -472,7 +481,10 @@ def compute_metrics(
             "outlier": outlier,
             "step_time_us": dur,
             "gpu_busy_us": busy,
-            "gpu_idle_us": np.clip(dur - busy, 0.0, None),
+            "gpu_idle_us": np.clip(dur - active, 0.0, None),
+            "gpu_active_us": active,
+            "collective_exposed_us": by_work[sb.WORK_COLLECTIVE],
+            "copy_exposed_us": by_work[sb.WORK_COPY],
             "compute_us": compute_us,
             "collective_us": collective_us,
             "memset_us": memset_us,
@@ -521,6 +533,9 @@ def compute_metrics(
             w["gpu_busy_ms"] = _f(float(A["gpu_busy_us"].median()) / 1e3)
             w["gpu_busy_fraction"] = frac("gpu_busy_us")
             w["gpu_idle_fraction"] = frac("gpu_idle_us")
+            w["gpu_active_fraction"] = frac("gpu_active_us")
+            w["collective_exposed_fraction"] = frac("collective_exposed_us")
+            w["copy_exposed_fraction"] = frac("copy_exposed_us")
             for key, col in (
                 ("compute_fraction", "compute_us"),
                 ("collective_fraction", "collective_us"),

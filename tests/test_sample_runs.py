@@ -188,6 +188,21 @@ def test_the_headline_step_is_the_unprofiled_one() -> None:
     assert delta.profiled_step_time is not None and delta.profiled_step_time.base_ms == pytest.approx(profiled)
 
 
+@pytest.mark.parametrize(
+    "run", ["transfer_bound-planted", pytest.param("ddp_straggler-planted", marks=pytest.mark.slow)]
+)
+def test_gpu_busy_is_compute_not_copies_or_collectives(run: str) -> None:
+    """Issue 30 item 4: transfer_bound read "GPU busy 92%" while 83% of its step was copies, and
+    ddp_straggler "GPU busy 99.9%" while its ranks waited in NCCL most of the step."""
+    m = _result(run).metrics
+    assert m["gpu_active_fraction"] > 0.8  # the GPU ran something most of the step...
+    assert m["gpu_busy_fraction"] < 0.2  # ...but little of it was compute
+    other = m["copy_exposed_fraction"] if run.startswith("transfer") else m["collective_exposed_fraction"]
+    assert other > 0.6
+    parts = m["gpu_busy_fraction"] + m["collective_exposed_fraction"] + m["copy_exposed_fraction"]
+    assert parts == pytest.approx(m["gpu_active_fraction"], abs=1e-6)
+
+
 @pytest.mark.slow
 def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     """2x H200, NCCL, one trace per rank in one run directory (gpuadvisor profile --nproc-per-node 2)."""

@@ -23,6 +23,7 @@ Figure = dict[str, Any]
 # Step-time breakdown components, in stacking order: (label, colour).
 BREAKDOWN_COLORS: dict[str, str] = {
     "compute": "#4c78a8",
+    "collectives": "#d37295",
     "copies": "#f58518",
     "sync wait": "#e45756",
     "data wait": "#b279a2",
@@ -95,8 +96,9 @@ def step_breakdown_figure(per_step: pd.DataFrame, components: Mapping[str, str])
     """Stacked bars, one per step: how each step's wall time splits into `components`.
 
     `per_step` has a `step` column and, for each `label -> column` of `components` (in stacking order),
-    a column of microseconds. Missing columns count as absent (not zero); outlier steps (an `outlier`
-    column that is true) are drawn hatched and named in the hover text.
+    a column of microseconds. Missing columns, and columns that are zero in every step (no collective
+    in a one-GPU run, no GPU time at all in a CPU-only run), draw nothing and get no legend entry;
+    outlier steps (an `outlier` column that is true) are drawn faded and named in the hover text.
     """
     steps = [int(s) for s in per_step["step"].tolist()] if "step" in per_step else list(range(len(per_step)))
     labels = [f"step {s}" for s in steps]
@@ -107,7 +109,7 @@ def step_breakdown_figure(per_step: pd.DataFrame, components: Mapping[str, str])
     )
     data: list[dict[str, Any]] = []
     for label, column in components.items():
-        if column not in per_step:
+        if column not in per_step or not (per_step[column].fillna(0.0).astype(float) > 0).any():
             continue
         values_ms = [_r(v / 1000.0) if v is not None else None for v in per_step[column].tolist()]
         hover = [

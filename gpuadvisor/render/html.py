@@ -54,6 +54,7 @@ TIMELINE_STEPS = 3
 # Step-time breakdown: label -> derived per-step column (see `breakdown_frame`).
 BREAKDOWN_COMPONENTS: dict[str, str] = {
     "compute": "bd_compute_us",
+    "collectives": "bd_collectives_us",
     "copies": "bd_copies_us",
     "sync wait": "bd_sync_us",
     "data wait": "bd_data_us",
@@ -395,9 +396,12 @@ def _us_to_ms(value: float | None) -> float | None:
 def breakdown_frame(per_step: pd.DataFrame) -> pd.DataFrame:
     """Per-step breakdown columns (us) that add up to the step time.
 
-    copies = copy time; compute = the rest of GPU busy time (kernels, memsets, collectives; copies that
-    overlap kernels are counted once, as copies); idle split by cause as the metrics attributed it, and
-    whatever the causes do not cover goes to `other`."""
+    compute = the time a compute kernel or memset runs (`gpu_busy_us`); collectives = the time a
+    collective (NCCL) kernel runs with no compute beside it (a rank waiting for the others, or
+    communication not hidden); copies = the time a copy runs with neither beside it (the step model's
+    work classes, gpuadvisor.stepmodel.build.work_time_by_class); idle split by cause as the metrics
+    attributed it, and whatever the causes do not cover goes to `other`. (Per-step tables without those
+    columns: copies = copy time, compute = the rest of `gpu_busy_us`.)"""
 
     def col(name: str):  # type: ignore[no-untyped-def]
         return (
@@ -405,10 +409,17 @@ def breakdown_frame(per_step: pd.DataFrame) -> pd.DataFrame:
         )
 
     out: pd.DataFrame = per_step[[c for c in ("step", "outlier") if c in per_step]].copy()
-    busy = col("gpu_busy_us")
-    copies = col("copy_us").clip(upper=busy)
-    out["bd_copies_us"] = copies.to_numpy()
-    out["bd_compute_us"] = (busy - copies).clip(lower=0.0).to_numpy()
+    if "gpu_active_us" in per_step:
+        busy = col("gpu_active_us")
+        out["bd_compute_us"] = col("gpu_busy_us").to_numpy()
+        out["bd_collectives_us"] = col("collective_exposed_us").to_numpy()
+        out["bd_copies_us"] = col("copy_exposed_us").to_numpy()
+    else:
+        busy = col("gpu_busy_us")
+        copies = col("copy_us").clip(upper=busy)
+        out["bd_collectives_us"] = 0.0
+        out["bd_copies_us"] = copies.to_numpy()
+        out["bd_compute_us"] = (busy - copies).clip(lower=0.0).to_numpy()
     out["bd_sync_us"] = col("idle_host_sync_us").to_numpy()
     out["bd_data_us"] = col("idle_data_loading_us").to_numpy()
     out["bd_launch_us"] = col("idle_launch_overhead_us").to_numpy()
@@ -511,6 +522,14 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
         "step_time_note": (step[1] + (f"; {step[2]}" if step[2] else "")) if step else "",
         "gpu_busy": _pct(busy),
         "gpu_busy_value": busy,
+        "gpu_busy_note": ", ".join(
+            f"{label} {_pct(v)}"
+            for label, v in (
+                ("collectives", _num(m.get("collective_fraction"))),
+                ("copies", _num(m.get("copy_fraction"))),
+            )
+            if v
+        ),
         "mfu": _pct(mfu) if mfu is not None and mfu_unknown is None else "n/a",
         "mfu_note": mfu_unknown,
         "mfu_dtype": m.get("peak_dtype") if mfu_unknown is None else None,
@@ -545,7 +564,11 @@ _KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("unprofiled_step_time_ms", "Step time without the profiler (median, host-timed)", "ms"),
     ("step_time_ms", "Step time, profiled (median of the trace's steps)", "ms"),
     ("step_time_p90_ms", "Step time, profiled, p90", "ms"),
-    ("gpu_busy_fraction", "GPU busy", "pct"),
+    ("gpu_busy_fraction", "GPU busy: compute (kernels and memsets, not collectives or copies)", "pct"),
+    ("collective_fraction", "Collectives (NCCL) running", "pct"),
+    ("collective_exposed_fraction", "Collectives with no compute beside them", "pct"),
+    ("copy_exposed_fraction", "Copies with no kernel beside them", "pct"),
+    ("gpu_active_fraction", "GPU running anything", "pct"),
     ("idle_host_sync_fraction", "GPU idle: host syncs", "pct"),
     ("idle_data_loading_fraction", "GPU idle: data loading", "pct"),
     ("idle_launch_overhead_fraction", "GPU idle: launch-bound", "pct"),
@@ -564,8 +587,8 @@ def _key_metrics(metrics: Mapping[str, Any], kernels: Any = None) -> list[dict[s
     mfu_unknown = mfu_unknown_reason(metrics, kernels)
     for key, label, unit in _KEY_METRICS:
         value = metrics.get(key)
-        if value is None:
-            continue
+        if value is None or (key.startswith("collective_") and not value):
+            continue  # no collective ran: not a multi-GPU job
         if key == "mfu" and mfu_unknown:
             text = f"n/a ({mfu_unknown})"
         elif unit == "pct":

@@ -29,7 +29,8 @@ MAX_CELL = 120
 _METRICS_LINE = (
     ("step_time_ms", "step time (median)"),
     ("steps_analyzed", "steps analyzed"),
-    ("gpu_busy_fraction", "GPU busy"),
+    ("gpu_busy_fraction", "GPU busy (compute)"),
+    ("collective_fraction", "collectives"),
     ("copy_fraction", "copies"),
     ("sync_blocked_fraction", "host blocked in syncs"),
     ("dataloader_wait_fraction", "data wait"),
@@ -128,7 +129,9 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     metrics = [
         f"{label} {'n/a' if key == 'mfu' and mfu_unknown else escape(fmt_metric(key, result.metrics.get(key)))}"
         for key, label in _METRICS_LINE
-        if result.metrics.get(key) is not None and key != "step_time_ms"
+        if result.metrics.get(key) is not None
+        and key != "step_time_ms"
+        and not (key == "collective_fraction" and not result.metrics.get(key))
     ]
     step = headline_step_text(result.metrics)  # the unprofiled step leads; the profiled one said as such
     if step is not None:

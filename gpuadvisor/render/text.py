@@ -40,7 +40,8 @@ _INDENT = "      "
 _KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("step_time_ms", "step", "ms"),
     ("steps_analyzed", "steps analyzed", "int"),
-    ("gpu_busy_fraction", "GPU busy", "pct"),
+    ("gpu_busy_fraction", "GPU busy (compute)", "pct"),
+    ("collective_fraction", "collectives", "pct"),
     ("copy_fraction", "copies", "pct"),
     ("dataloader_wait_fraction", "data wait", "pct"),
     ("sync_blocked_fraction", "host blocked in syncs", "pct"),
@@ -87,6 +88,8 @@ def _metrics_lines(result: AnalysisResult) -> list[str]:
             if metrics.get("matmul_fraction") is not None:  # GPU math ran, but its FLOPs are unknown
                 parts.append(f"{label} n/a")
             continue
+        if key == "collective_fraction" and not _num(metrics.get(key)):
+            continue  # no collective ran: not a multi-GPU job
         text = _fmt(metrics.get(key), kind)
         if text is not None:
             parts.append(f"{label} {text}")

@@ -80,6 +80,7 @@ OP_COLUMNS: tuple[str, ...] = (
     "step",  # analyzed step index of its launch (else of its start), -1 outside the window
     "seg",  # index of that step among all segmented steps (the first, outlier step included), -1 outside
     "busy",  # counts as GPU work (a scalar read's <= 64-byte copy does not)
+    "work",  # WORK_COMPUTE / WORK_COLLECTIVE / WORK_COPY: what kind of GPU time it is (work_time_by_class)
     "family",  # gpuadvisor.trace.kernels family for kernels; "copy"/"memset" otherwise
     "origin",  # ORIGIN_* for kernels, "" for copies/memsets
     "is_collective",
@@ -431,6 +432,7 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
     ops["step"] = window.step_index(anchor[keep])
     d = ops["direction"].astype(str)
     ops["busy"] = ~((ops["kind"] == "copy") & d.eq("DtoH") & (ops["bytes"].fillna(np.inf) <= TINY_COPY_BYTES))
+    ops["work"] = work_classes(ops)
     lts = ops["launch_ts"].to_numpy(dtype=np.float64)
     ops["in_optimizer"] = optimizer.covered(lts - 1e-3, lts) > 0 if optimizer.count else False
     ops["launch_end"] = lts + ops["launch_dur"].to_numpy(dtype=np.float64)
@@ -822,6 +824,50 @@ def build_host(
     h = h.sort_values(["ts", "end"], kind="stable").reset_index(drop=True)
     result: pd.DataFrame = h[list(HOST_COLUMNS)]
     return result
+
+
+# What GPU time is: compute (kernels that are not collectives, and memsets), collectives (NCCL/RCCL
+# kernels: on a rank that waits for another, mostly waiting) and copies. "GPU busy" is compute only: a
+# rank whose NCCL kernel spins for 98% of the step waiting for a straggler, or a step that is 83% copies,
+# is not a busy GPU.
+WORK_COMPUTE = "compute"
+WORK_COLLECTIVE = "collective"
+WORK_COPY = "copy"
+WORK_CLASSES: tuple[str, ...] = (WORK_COMPUTE, WORK_COLLECTIVE, WORK_COPY)  # precedence, highest first
+
+
+def work_classes(ops: pd.DataFrame) -> Any:
+    """The `work` column of the ops table: WORK_COPY for copies, WORK_COLLECTIVE for collective
+    kernels, WORK_COMPUTE for every other kernel and memset."""
+    import numpy as np
+
+    kind = ops["kind"].astype(str).to_numpy()
+    coll = ops["is_collective"].fillna(False).astype(bool).to_numpy() if "is_collective" in ops else False
+    return np.where(kind == "copy", WORK_COPY, np.where((kind == "kernel") & coll, WORK_COLLECTIVE, WORK_COMPUTE))
+
+
+def work_time_by_class(ops: pd.DataFrame, starts: Any, ends: Any) -> dict[str, Any]:
+    """GPU work time of each interval [starts[i], ends[i]) by class, exclusive (they add up to the
+    busy_intervals union): WORK_COMPUTE is the time any compute kernel or memset runs; WORK_COLLECTIVE
+    the time a collective runs with no compute beside it (communication not hidden, a rank's wait for
+    the others); WORK_COPY the time a copy runs with neither beside it (copies on the critical path).
+    Only GPU work (`busy`) counts."""
+    import numpy as np
+
+    sel = ops[ops["busy"].astype(bool)] if len(ops) else ops
+    work = sel["work"].astype(str).to_numpy() if len(sel) else np.zeros(0, dtype=object)
+    ts = sel["ts"].to_numpy(dtype="float64") if len(sel) else np.zeros(0)
+    te = sel["end"].to_numpy(dtype="float64") if len(sel) else np.zeros(0)
+    out: dict[str, Any] = {}
+    below = np.zeros(len(starts))
+    mask = np.zeros(len(sel), dtype=bool)
+    for cls in WORK_CLASSES:
+        mask = mask | (work == cls)
+        us, ue = union_intervals(ts[mask], te[mask])
+        upto = covered(us, ue, starts, ends)
+        out[cls] = np.clip(upto - below, 0.0, None)
+        below = upto
+    return out
 
 
 def busy_intervals(ops: pd.DataFrame) -> tuple[Any, Any]:

@@ -45,13 +45,51 @@ def test_step_breakdown_figure_stacks_in_ms_and_marks_outliers() -> None:
     fig = figures.step_breakdown_figure(breakdown_frame(_per_step()), BREAKDOWN_COMPONENTS)
     assert fig["layout"]["barmode"] == "stack"
     names = [t["name"] for t in fig["data"]]
-    assert names == list(BREAKDOWN_COMPONENTS)
+    assert names == [n for n in BREAKDOWN_COMPONENTS if n != "collectives"]  # none ran: no legend entry
     compute = fig["data"][0]
     assert compute["x"] == ["step 1", "step 2", "step 3"]
     assert compute["y"] == [4.1, 3.1, 0.0]
     assert compute["marker"]["opacity"] == [0.35, 1.0, 1.0]
     assert "outlier" in compute["hovertext"][0] and "outlier" not in compute["hovertext"][1]
     json.dumps(fig, allow_nan=False)  # JSON-safe
+
+
+def test_collectives_and_copies_are_their_own_time_not_compute() -> None:
+    """A DDP rank whose NCCL kernel waits most of the step for a straggler: its step-time chart drew that
+    wait as blue "compute" (issue 30 item 4). The step model's work classes split it out."""
+    per_step = pd.DataFrame(
+        {
+            "step": [1, 2],
+            "outlier": [False, False],
+            "step_time_us": [10000.0, 10000.0],
+            "gpu_busy_us": [400.0, 400.0],  # compute only
+            "collective_exposed_us": [9400.0, 9400.0],
+            "copy_exposed_us": [100.0, 100.0],
+            "gpu_active_us": [9900.0, 9900.0],
+            "copy_us": [300.0, 300.0],
+            "idle_host_sync_us": [0.0, 0.0],
+            "idle_data_loading_us": [0.0, 0.0],
+            "idle_launch_overhead_us": [100.0, 100.0],
+        }
+    )
+    frame = breakdown_frame(per_step)
+    assert frame[list(BREAKDOWN_COMPONENTS.values())].sum(axis=1).tolist() == pytest.approx([10000.0] * 2)
+    assert frame["bd_compute_us"].tolist() == pytest.approx([400.0, 400.0])
+    assert frame["bd_collectives_us"].tolist() == pytest.approx([9400.0, 9400.0])
+    assert frame["bd_copies_us"].tolist() == pytest.approx([100.0, 100.0])
+    fig = figures.step_breakdown_figure(frame, BREAKDOWN_COMPONENTS)
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["compute", "collectives", "copies", "launch-bound idle"]
+    colors = [t["marker"]["color"] for t in fig["data"]]
+    assert len(set(colors)) == len(colors)
+
+
+def test_a_cpu_only_run_draws_no_gpu_legend_entries() -> None:
+    per_step = pd.DataFrame(
+        {"step": [1, 2], "step_time_us": [5000.0, 5000.0], "gpu_busy_us": [0.0, 0.0], "copy_us": [0.0, 0.0]}
+    )
+    fig = figures.step_breakdown_figure(breakdown_frame(per_step), BREAKDOWN_COMPONENTS)
+    assert [t["name"] for t in fig["data"]] == ["other"]
 
 
 def test_step_breakdown_skips_missing_columns() -> None:

@@ -74,8 +74,12 @@ def test_window_metrics_hand_computed(tmp_path: Path) -> None:
     json.dumps(w, allow_nan=False)  # JSON-safe
     assert w["steps_total"] == 4 and w["steps_analyzed"] == 3  # the first step is the outlier
     assert w["step_time_ms"] == pytest.approx(1.0)
-    # busy = copy 100 + gemm 300 + elementwise 50 = 450 us of 1000 (the 1 us scalar-read copy is not GPU work)
-    assert w["gpu_busy_fraction"] == pytest.approx(0.450)
+    # active = copy 100 + gemm 300 + elementwise 50 = 450 us of 1000 (the 1 us scalar-read copy is not GPU
+    # work); busy is compute only: gemm + elementwise = 350; the copy runs alone: 100 of copies exposed
+    assert w["gpu_active_fraction"] == pytest.approx(0.450)
+    assert w["gpu_busy_fraction"] == pytest.approx(0.350)
+    assert w["copy_exposed_fraction"] == pytest.approx(0.1)
+    assert w["collective_exposed_fraction"] == 0.0
     assert w["compute_fraction"] == pytest.approx(0.35)
     assert w["copy_pageable_fraction"] == pytest.approx(0.1)
     assert w["copy_htod_fraction"] == pytest.approx(0.1)
@@ -109,7 +113,8 @@ def test_window_metrics_hand_computed(tmp_path: Path) -> None:
     causes = mt.gaps.groupby("cause")["dur"].sum().to_dict()
     assert causes["host_sync"] == pytest.approx(4 * 287.5)
     ps = mt.per_step
-    assert ps["gpu_busy_us"].tolist() == pytest.approx([450.0] * 4)
+    assert ps["gpu_busy_us"].tolist() == pytest.approx([350.0] * 4)
+    assert ps["gpu_active_us"].tolist() == pytest.approx([450.0] * 4)
     assert ps["outlier"].tolist() == [True, False, False, False]
     k = mt.kernels
     assert k["name"].iloc[0] == K_NVJET_BF16 and k["count"].iloc[0] == 3 and k["grid"].iloc[0] == "2,66,1"
@@ -223,7 +228,12 @@ def test_collectives_and_memsets_by_kind(tmp_path: Path) -> None:
     assert w["collective_fraction"] == pytest.approx(0.2)
     assert w["compute_fraction"] == pytest.approx(0.2)
     assert w["memset_fraction"] == pytest.approx(0.1)
-    assert w["gpu_busy_fraction"] == pytest.approx(0.4)  # union, not sum
+    assert w["gpu_active_fraction"] == pytest.approx(0.4)  # union, not sum
+    # busy is compute only (the elementwise kernel and the memset); the collective's 100 us before the
+    # elementwise kernel started is its own time, not GPU busy (issue 30 item 4)
+    assert w["gpu_busy_fraction"] == pytest.approx(0.3)
+    assert w["collective_exposed_fraction"] == pytest.approx(0.1)
+    assert w["copy_exposed_fraction"] == 0.0
 
 
 def test_cpu_only_trace_gives_none(tmp_path: Path) -> None:
