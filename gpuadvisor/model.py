@@ -90,6 +90,44 @@ class Location:
             return f"{self.file}:{self.line}" if self.line else self.file
         return self.op or self.kernel or self.function or "?"
 
+    def place(self) -> str:
+        """The location in words, for a line that starts "at ..." only when it is a source line:
+        "at train.py:12", "kernel reduce_kernel in Optimizer.step#AdamW.step", "op aten::copy_",
+        "in rank 1". A C++ kernel name is shown without its template arguments and parameters
+        (`kernel_base_name`); the full name stays in `kernel` (JSON, the HTML report)."""
+        if self.file:
+            return f"at {self.label()}"
+        kernel = kernel_base_name(self.kernel) if self.kernel else None
+        if kernel and self.op:
+            return f"kernel {kernel} in {self.op}"
+        if kernel:
+            return f"kernel {kernel}"
+        if self.op:
+            return f"op {self.op}"
+        return f"in {self.function}" if self.function else "?"
+
+
+def kernel_base_name(name: str) -> str:
+    """A kernel's name without template arguments, parameters and return type:
+    "void at::native::reduce_kernel<512, 1, ...>(...)" -> "at::native::reduce_kernel"; names without
+    them (nvjet_sm90_..., triton_poi_fused_...) are returned as they are."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip().rstrip(".").strip()
+    while "::::" in text:  # what "(anonymous namespace)" leaves
+        text = text.replace("::::", "::")
+    for prefix in ("void ", "static "):
+        if text.startswith(prefix):
+            text = text[len(prefix) :].strip()
+    return text or name
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -25,6 +25,7 @@ A rule declares the inputs it `requires`; when an input is missing the engine re
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -129,8 +130,11 @@ class Rule:
 
     @classmethod
     def summary(cls) -> str:
-        doc = (cls.__doc__ or "").strip()
-        return doc.splitlines()[0].strip() if doc else ""
+        """The docstring's first paragraph on one line (a summary that wraps onto a second line is
+        not cut mid-sentence)."""
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        first = doc.split("\n\n", 1)[0] if doc else ""
+        return " ".join(line.strip() for line in first.splitlines() if line.strip())
 
     def finding(
         self,

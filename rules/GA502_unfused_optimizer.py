@@ -166,7 +166,11 @@ class UnfusedOptimizer(Rule):
             title = f"Per-tensor optimizer: {kernels_per_step:.0f} kernels per {opt_class}.step; fusing saves {cm.pct(impact)} of the step"
             message = (
                 described
-                + f", only {gw.pct(multi_share)} of them multi-tensor kernels"
+                + (
+                    ", none of them multi-tensor kernels"
+                    if multi_share == 0
+                    else f", only {gw.pct(multi_share)} of them multi-tensor kernels"
+                )
                 + (
                     f"; {kernels_per_step / param_tensors:.1f} kernels per parameter tensor ({param_tensors} tensors)"
                     if isinstance(param_tensors, int) and param_tensors > 0

@@ -40,7 +40,7 @@ def _describe(finding: Finding) -> str:
         finding.message,
     ]
     for loc in finding.locations:
-        lines.append(f"at {loc.label()}" + (f": {loc.code}" if loc.code else ""))
+        lines.append(loc.place() + (f": {loc.code}" if loc.code else ""))
     if finding.recommendation:
         lines.append(f"recommendation: {finding.recommendation}")
     if finding.evidence:

@@ -133,12 +133,18 @@ def _finding_lines(
     if group:
         lines.extend(textwrap.wrap(group, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
     shortened = False
-    shown = f.locations if verbose else f.locations[:MAX_LOCATIONS]
-    for loc in shown:
-        code = f"  {loc.code}" if loc.code else ""
-        lines.append(f"{_INDENT}at {style.dim(loc.label())}{code}")
-    if len(f.locations) > len(shown):
-        lines.append(f"{_INDENT}(+{len(f.locations) - len(shown)} more locations)")
+    # two kernels of one name (template arguments apart) read as one place: said once, with the count
+    places: dict[tuple[str, str], int] = {}
+    for loc in f.locations:
+        key = (loc.place(), loc.code or "")
+        places[key] = places.get(key, 0) + 1
+    items = list(places.items())
+    shown = items if verbose else items[:MAX_LOCATIONS]
+    for (place, code), n in shown:
+        more = f" ({n} kernels of this name)" if n > 1 and place.startswith("kernel ") else ""
+        lines.append(f"{_INDENT}{style.dim(place)}{more}{'  ' + code if code else ''}")
+    if len(items) > len(shown):
+        lines.append(f"{_INDENT}(+{plural(len(items) - len(shown), 'more location')})")
         shortened = True
     limit = None if verbose else MESSAGE_LINES
     message, cut = wrap_clipped(f.message, WIDTH, limit, initial_indent=_INDENT, subsequent_indent=_INDENT)

@@ -44,6 +44,7 @@ from gpuadvisor.verify.probe import describe, probe, recorded_machine
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
 from gpuadvisor.verify.stats import compare
 from gpuadvisor.verify.trial import TrialConfig
+from gpuadvisor.words import plural
 
 __all__ = ["VerifyOptions", "VerifyOutcome", "verify_run"]
 
@@ -469,7 +470,8 @@ def verify_run(
     _say(
         out,
         options.quiet,
-        f"{run}: baseline + {len(configs) - 1} remedies ({names}) x {options.trials} trials, interleaved; "
+        f"{run}: baseline + {plural(len(configs) - 1, 'remedy')} ({names}) x {plural(options.trials, 'trial')}, "
+        "interleaved; "
         f"{options.warmup_steps} warm-up + {options.steps} timed steps each",
     )
     if len(configs) > 1:
@@ -654,7 +656,7 @@ def _summary(t: Mapping[str, Any]) -> str:
     unit = "samples/s" if t.get("compared_in") == "samples_per_s" else "step time"
     where = f", measured on {t['measured_on']}" if t.get("measured_on") else ""
     return (
-        f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {t['trials']} trials, "
+        f"{t['speedup']:.2f}x in {unit} ({t['low']:.2f}-{t['high']:.2f}, {plural(t['trials'], 'trial')}, "
         f"{t['verdict']}{where})"
     )
 
