@@ -210,7 +210,9 @@ def mfu_unknown_reason(metrics: Mapping[str, Any], kernels: Any = None) -> str |
     `family`, `share`), when there is one. The MFU counts the FLOPs of matmul ops only (docs/metrics.md):
     with convolutions a real part of the GPU time, it is not the utilization of the run."""
     if metrics.get("mfu") is None:
-        return "FLOPs not recorded" if metrics.get("achieved_tflops") is None else "no peak for this GPU"
+        if metrics.get("achieved_tflops") is None:
+            return "FLOPs not recorded"
+        return "no GPU ran (CPU-only run)" if not metrics.get("gpu_name") else "no peak for this GPU"
     try:
         if kernels is not None and len(kernels) and "family" in kernels and "share" in kernels:
             conv = float(kernels.loc[kernels["family"] == "conv", "share"].sum())

@@ -156,7 +156,7 @@ def source_view(
     changed_words = {
         True: "it has changed since the run",
         False: "unchanged since the run",
-        None: "no file hash was recorded to tell whether it changed since the run",
+        None: "whether the file changed since the run is unknown: no file hash was recorded",
     }[changed]
     if code is None:
         if line > len(text):

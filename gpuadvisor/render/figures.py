@@ -491,7 +491,13 @@ def timeline_figure(
                 "font": {"size": 11, "color": "#555555"},
             }
         )
-    layout = _base_layout(110 + 34 * max(len(lanes), 1))
+    # The legend goes under the x axis title, placed in pixels: a legend at a fixed paper fraction
+    # below the plot overlapped the axis title on timelines with few lanes (the fraction is of the plot
+    # area, whose height depends on the lane count).
+    plot_px = 34 * max(len(lanes), 2)
+    axis_px = 52  # tick labels and the axis title under the plot
+    bottom_px = axis_px + 22 * 5  # up to five rows of legend entries
+    layout = _base_layout(30 + plot_px + bottom_px)
     layout.update(
         {
             "barmode": "overlay",
@@ -511,11 +517,10 @@ def timeline_figure(
             },
             "shapes": shapes,
             "annotations": annotations,
-            "legend": {"orientation": "h", "y": -0.25 if len(lanes) > 3 else -0.4, "x": 0},
-            "margin": {"l": 130, "r": 20, "t": 30, "b": 110},
+            "legend": {"orientation": "h", "yanchor": "top", "y": -axis_px / plot_px, "x": 0, "xanchor": "left"},
+            "margin": {"l": 130, "r": 20, "t": 30, "b": bottom_px},
         }
     )
-    layout["height"] = int(layout["height"]) + 60
     return {"data": data, "layout": layout}
 
 

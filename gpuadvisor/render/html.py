@@ -208,9 +208,10 @@ def build_context(
                 "ga-fig-breakdown",
                 "Step-time breakdown",
                 script_json(figures.step_breakdown_figure(frame, BREAKDOWN_COMPONENTS)),
-                "Each recorded step split into GPU compute, copies, and GPU idle time by cause (the "
-                "host waiting on a sync, on the DataLoader, busy launching kernels, or other). "
-                "Faded steps are outliers left out of the medians.",
+                "Each recorded (profiled) step split into GPU compute, collectives (NCCL running with "
+                "no compute beside it), copies (with no kernel beside them), and GPU idle time by cause "
+                "(the host waiting on a sync, on the DataLoader, busy launching kernels, or other); parts "
+                "that never occur are left out. Faded steps are outliers left out of the medians.",
             )
         )
     else:
@@ -517,7 +518,7 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
     else:
         headline = "Only capture notes or internal errors were reported; see below."
     return {
-        "gpu": str(gpu) if gpu else "unknown GPU",
+        "gpu": str(gpu) if gpu else ("none (CPU-only run)" if _cpu_only(result) else "unknown GPU"),
         "step_time": _ms(step[0]) if step else "—",
         "step_time_note": (step[1] + (f"; {step[2]}" if step[2] else "")) if step else "",
         "gpu_busy": _pct(busy),
@@ -549,6 +550,14 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
             for f in top
         ],
     }
+
+
+def _cpu_only(result: AnalysisResult) -> bool:
+    """No GPU took part: the trace has no device activity and no CUDA device was seen (trace kind)."""
+    kind = result.environment.get("trace_kind")
+    if isinstance(kind, Mapping) and kind.get("cpu_only"):
+        return True
+    return result.environment.get("cuda_available") is False and not result.metrics.get("gpu_active_fraction")
 
 
 def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
@@ -825,11 +834,7 @@ def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, str]]:
                 "grid": fmt_value(r.get("grid")),
                 "block": fmt_value(r.get("block")),
                 "blocks_per_sm": fmt_value(_num(r.get("blocks_per_sm"))),
-                "occupancy": (
-                    f"{fmt_value(_num(r.get('occupancy_pct')))}%"
-                    if _num(r.get("occupancy_pct")) is not None
-                    else "—"
-                ),
+                "occupancy": _occupancy_text(r),
                 "tensor_core": "yes" if tc is True else ("no" if tc is False else "—"),
             }
         )
@@ -856,6 +861,21 @@ def _busy_class_rows(frame: pd.DataFrame | None) -> list[dict[str, str]]:
             }
         )
     return rows
+
+
+def _occupancy_text(r: Mapping[str, Any]) -> str:
+    """Kineto's `est. achieved occupancy %`, with why a 0 says nothing for library GEMM/conv kernels:
+    on Hopper cuBLAS/cuDNN run persistent, warp-specialized kernels sized to about one block per SM,
+    which Kineto's estimate puts at 0 although they fill the GPU by design (docs/FIELD_NOTES)."""
+    occ = _num(r.get("occupancy_pct"))
+    if occ is None:
+        return "—"
+    if occ == 0 and str(r.get("family")) in ("gemm", "conv", "attention"):
+        return (
+            "0% (Kineto's estimate reads 0 for library GEMM/conv/attention kernels that run few large "
+            "blocks by design: see blocks/SM)"
+        )
+    return f"{fmt_value(occ)}%"
 
 
 def _int(value: Any) -> int | None:
@@ -891,14 +911,32 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, fmt_value(jsonable(value), prefix))]
 
 
+_SNIPPET_KEYS = ("snippet", "file_sha256")
+
+
+def _without_snippets(value: Any) -> Any:
+    """`value` without the recorded source snippets and file hashes (docs/run-directory.md)."""
+    if isinstance(value, Mapping):
+        return {k: _without_snippets(v) for k, v in value.items() if k not in _SNIPPET_KEYS}
+    if isinstance(value, list):
+        return [_without_snippets(v) for v in value]
+    return value
+
+
 def _environment_view(result: AnalysisResult) -> dict[str, Any]:
     run = result.run
     env_json = run.environment if run is not None else {}
     manifest = run.manifest if run is not None else {}
     settings = env_json.get("settings") if isinstance(env_json.get("settings"), dict) else None
-    summary = {
-        k: v for k, v in result.environment.items() if k not in ("settings", "dataloaders", "optimizers")
-    }
+    # trace_kind is said once, in words, in the notes ("trace kind: training, NVIDIA GPU ..."): its ~30
+    # internal fields are not environment rows; recorded snippets are shown with the findings
+    summary = _without_snippets(
+        {
+            k: v
+            for k, v in result.environment.items()
+            if k not in ("settings", "dataloaders", "optimizers", "trace_kind")
+        }
+    )
     loaders = [d for d in env_json.get("dataloaders", []) or [] if isinstance(d, dict)]
     optims = [d for d in env_json.get("optimizers", []) or [] if isinstance(d, dict)]
 
@@ -909,7 +947,7 @@ def _environment_view(result: AnalysisResult) -> dict[str, Any]:
             fields = [
                 (k, fmt_value(jsonable(v), k))
                 for k, v in sorted(item.items())
-                if k not in ("file", "line", "code", "id")
+                if k not in ("file", "line", "code", "id", *_SNIPPET_KEYS)
             ]
             views.append({"site": site, "code": item.get("code"), "fields": fields})
         return views

@@ -132,3 +132,37 @@ def test_do_first_line_shortened_inside_code_stays_code() -> None:
     assert len(short) <= 221 and short.endswith("…`")
     segments = report_html.inline_code(short)
     assert segments[-1][0] is True and segments[-1][1].endswith("…")  # the cut code span is still code
+
+
+def test_the_headline_does_not_repeat_the_gain_its_title_says() -> None:
+    """Issue 30 item 7: "... saves 81% of the step (up to 81% of step time)"."""
+    said = _finding(Severity.HIGH, 0.81, "549 blocking reads per step: removing them saves 81% of the step")
+    verdict = report_html._verdict(_result([said]))
+    assert verdict["headline"] == f"Biggest opportunity: {said.title}."
+    assert verdict["actions"][0]["gain"] == ""
+    unsaid = _finding(Severity.HIGH, 0.5, "Something costly")
+    assert report_html._verdict(_result([unsaid]))["headline"].endswith("(up to 50% of step time).")
+
+
+def test_environment_has_no_internal_trace_kind_rows_and_cpu_runs_no_unknown_gpu() -> None:
+    """Issue 30 item 7: ~30 `trace_kind.*` rows in the report's Environment; a CPU-only run said
+    "unknown GPU"."""
+    env = {"torch": "2.13.0+cpu", "cuda_available": False, "trace_kind": {"cpu_only": True, "vendor": "none"}}
+    result = _result([], {"step_time_ms": 5.0, "achieved_tflops": 0.01, "mfu": None}, environment=env)
+    rows = [k for k, _ in report_html._environment_view(result)["summary"]]
+    assert rows and not any(k.startswith("trace_kind") for k in rows)
+    assert report_html._verdict(result)["gpu"] == "none (CPU-only run)"
+    assert report_html._verdict(result)["mfu_note"] == "no GPU ran (CPU-only run)"  # not "no peak for this GPU"
+
+
+def test_a_zero_occupancy_estimate_of_a_library_gemm_says_why() -> None:
+    kernels = pd.DataFrame(
+        {
+            "name": ["nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "my_kernel"],
+            "family": ["gemm", "other"],
+            "occupancy_pct": [0.0, 0.0],
+        }
+    )
+    rows = report_html._kernel_rows(kernels)
+    assert rows[0]["occupancy"].startswith("0% (Kineto's estimate reads 0 for library GEMM")
+    assert rows[1]["occupancy"] == "0%"  # a custom kernel at 0 is a real finding's material, said plainly
