@@ -20,6 +20,10 @@ sys.path.insert(0, str(BENCH))
 import measure  # noqa: E402
 from catalog import by_name  # noqa: E402
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because each test runs
+# benchmark workloads as subprocesses (20-75 s on 2 loaded cores).
+pytestmark = pytest.mark.slow
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
 
 

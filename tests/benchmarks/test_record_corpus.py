@@ -10,6 +10,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -20,6 +22,7 @@ from record_corpus import pack, profile_command, run_readme  # noqa: E402
 ENV = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
 
 
+@pytest.mark.slow  # two workloads under `gpuadvisor profile` (~28 s on 2 loaded cores): not the quick tier
 def test_record_two_workloads_tiny_into_a_tarball(tmp_path: Path) -> None:
     measured = tmp_path / "m.jsonl"
     measured.write_text(json.dumps({"record": "variant", "workload": "sync_bound", "variant": "planted",

@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile_cmd
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because each test runs
+# `gpuadvisor profile` on a real script (~15 s on 2 loaded cores).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "benchmarks" / "overhead" / "hostbound_mlp.py"
 SYNC_HEAVY = ["--device", "cpu", "--width", "16", "--depth", "1", "--batch-size", "8", "--tiny-ops", "0"]

@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 from capture_helpers import SCRIPTS, manifest, run_profile_cli
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because the tests run
+# `gpuadvisor profile` on real scripts (~8 s each on 2 loaded cores).
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("status", [0, 5])
 def test_shutdown_work_of_the_script_survives_the_fast_exit(tmp_path: Path, status: int) -> None:

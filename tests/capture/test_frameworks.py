@@ -17,6 +17,10 @@ from typing import Any
 import pytest
 from capture_helpers import FAST, SCRIPTS, manifest, profile_cmd
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because each test runs
+# `gpuadvisor profile` on a script with a stub framework (seconds each).
+pytestmark = pytest.mark.slow
+
 FAKE_TRANSFORMERS = {
     "transformers/__init__.py": '''
         """FAKE transformers (gpuadvisor test fixture): lazy attributes like the real _LazyModule."""

@@ -12,6 +12,10 @@ from typing import Any
 
 import pytest
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because it times the
+# capture's hooks on a real torch loop (seconds).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks" / "overhead.py"
 

@@ -69,6 +69,7 @@ def _args() -> list[str]:
             "--url", f"https://me:{SECRETS[4]}@host/x"]
 
 
+@pytest.mark.slow  # a real `gpuadvisor profile` run (seconds): not the quick tier
 def test_profile_masks_credentials_in_every_file(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = run_profile_cli("-o", str(out), *FAST, str(SCRIPTS / "train_cpu.py"), "--steps", "12", *_args())
@@ -83,6 +84,7 @@ def test_profile_masks_credentials_in_every_file(tmp_path: Path) -> None:
         assert secret not in everything, secret
 
 
+@pytest.mark.slow  # a real `gpuadvisor profile` run (~8 s on 2 loaded cores): not the quick tier
 def test_no_redact_keeps_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = run_profile_cli(

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from capture_helpers import SCRIPTS, manifest, profile_cmd, trace
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because the tests send
+# signals to real `gpuadvisor profile` runs (~8-10 s each on 2 loaded cores).
+pytestmark = pytest.mark.slow
+
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     out = tmp_path / "run"

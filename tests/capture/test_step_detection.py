@@ -10,6 +10,10 @@ from typing import Any
 import pytest
 from capture_helpers import FAST, SCRIPTS, manifest, run_profile_cli, trace
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because the tests run
+# `gpuadvisor profile` on real scripts (~8 s each on 2 loaded cores).
+pytestmark = pytest.mark.slow
+
 
 def _env(run: Path) -> dict[str, Any]:
     return json.loads((run / "environment.json").read_text())

@@ -23,6 +23,12 @@ import pytest
 
 from tests.synth import K_ADAM, K_ELEMENTWISE, K_NVJET_BF16, SyntheticTrace
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because every case runs
+# the real CLI as a subprocess, most of them `gpuadvisor profile` on a real script (1-70 s each; the 67 took
+# ~10 of the quick tier's 18 minutes on 2 loaded cores). The quick tier keeps the in-process tests of the
+# same behaviour (tests/capture, tests/engine, tests/trace).
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 FAKE_NVML = HERE / "fake_nvml"
