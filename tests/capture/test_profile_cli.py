@@ -350,6 +350,7 @@ def test_dataloader_workers_with_script_dataset(tmp_path: Path, ctx: str) -> Non
     assert env["dataloaders"][0]["multiprocessing_context"] == ctx
 
 
+@pytest.mark.slow  # two real `gpuadvisor profile` runs (~14 s on 2 loaded cores): not the quick tier
 def test_two_runs_into_one_directory_the_second_is_refused(tmp_path: Path) -> None:
     """RELIABILITY (issue 12): a second `profile --force` into a folder another run is writing gets a
     usage error (exit 2) naming the holder, and the first run's files are untouched; the lock file is
@@ -381,6 +382,7 @@ def test_two_runs_into_one_directory_the_second_is_refused(tmp_path: Path) -> No
     assert not (out / ".gpuadvisor.lock").exists()
 
 
+@pytest.mark.slow  # a real `gpuadvisor profile` run (~12 s on 2 loaded cores): not the quick tier
 def test_a_symlink_at_the_trace_temporary_path_is_not_written_through(tmp_path: Path) -> None:
     """RELIABILITY (issue 12): with --force into a run directory where trace/.rank0.json.gz.tmp is a
     symbolic link to a file elsewhere, the export replaces the link; the file it pointed to is untouched."""

@@ -258,6 +258,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # three CLI subprocesses (~5 s on 2 loaded cores); in-process tests cover the same files
 def test_subprocess_cli_on_an_amd_trace_and_two_non_traces() -> None:
     ok = _cli(str(PEER / "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"), "--format", "json")
     assert ok.returncode == 0, ok.stderr
