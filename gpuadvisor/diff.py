@@ -43,6 +43,7 @@ refuses unless --allow-mismatch). A value only one side knows is listed in `note
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -52,9 +53,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from gpuadvisor import analysis
+from gpuadvisor import analysis, rundir
 from gpuadvisor.config import resolve_options
 from gpuadvisor.errors import ConfigError
+from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.model import Finding, jsonable
 from gpuadvisor.result import AnalysisResult
 
@@ -364,8 +366,6 @@ def _unprofiled_summary(result: AnalysisResult) -> tuple[float, float | None, in
     run = result.run
     if run is None:
         return None
-    from gpuadvisor.metrics import host_step_durations
-
     unprofiled, _ = host_step_durations(run.record.capture)
     median = _median(unprofiled)
     if len(unprofiled) < 2 or median is None:
@@ -479,10 +479,6 @@ def recorded_environment(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The GPU/driver/CUDA/torch a run directory's environment.json recorded, read without analyzing
     the run (None for a raw trace, or a run without a readable environment.json): `diff` compares
     these first and refuses before spending seconds analyzing two runs it will not compare."""
-    import json
-
-    from gpuadvisor import rundir
-
     file = Path(os.fspath(path)) / rundir.ENVIRONMENT
     try:
         env = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
+from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_RULE_ERRORS
 from gpuadvisor.model import SCHEMA_VERSION, Finding, RuleMeta, RuleStatus, Severity, jsonable
 from gpuadvisor.render.html import write_report
 
@@ -75,8 +76,6 @@ class AnalysisResult:
         (`errors.EXIT_RULE_ERRORS`) when a gate is asked for and a rule raised (an internal-error
         finding): a gate that did not evaluate all its rules has not passed. `allow_rule_errors`
         gates on the rules that ran (the errors stay reported)."""
-        from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_RULE_ERRORS
-
         if fail_on is None:
             return EXIT_OK
         threshold = Severity(fail_on) if not isinstance(fail_on, Severity) else fail_on

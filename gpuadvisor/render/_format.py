@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
+from gpuadvisor.words import num
+
 __all__ = [
     "ELLIPSIS",
     "Style",
@@ -44,8 +46,6 @@ def rule_sort_key(rule_id: str) -> tuple[str, int, str]:
 def fmt_number(value: float | int) -> str:
     """A count or measurement for people: 3,100 (not 3.1e+03), 54, 12.5, 0.042; never an exponent
     between 1e-4 and 1e15 (`gpuadvisor.words.num`, the one number format of every sentence)."""
-    from gpuadvisor.words import num
-
     return num(value)
 
 

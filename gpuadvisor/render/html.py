@@ -38,6 +38,7 @@ from gpuadvisor.render._format import (
     mfu_unknown_reason,
     rule_sort_key,
 )
+from gpuadvisor.render._source import recorded_sites, source_view
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -696,8 +697,6 @@ def short_name(name: str, limit: int = 110) -> str:
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
-    from gpuadvisor.render._source import recorded_sites, source_view
-
     view = source_view(loc, result.run, recorded_sites(result.run))
     what = []
     if loc.function:

@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.errors import EXIT_RULE_ERRORS
 from gpuadvisor.model import Finding, Severity, group_note, summary_line
 from gpuadvisor.render._format import (
     Style,
@@ -262,8 +263,6 @@ def render(
             style.dim("Shortened text ends in …: -v prints everything (also --format json, the HTML report).")
         )
     if fail_on:
-        from gpuadvisor.errors import EXIT_RULE_ERRORS
-
         code = result.exit_code(fail_on, allow_rule_errors=allow_rule_errors)
         verdict = style.bad("FAIL") if code != 0 else style.good("pass")
         if code == EXIT_RULE_ERRORS:

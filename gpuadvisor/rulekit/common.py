@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.model import Location
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.build import main_loader
+from gpuadvisor.words import num
 
 if TYPE_CHECKING:
     from gpuadvisor.rules_api import RuleContext
@@ -50,8 +51,6 @@ def of_profiled_step(fraction: float | None, step_us: float) -> str:
 
 def count(value: float) -> str:
     """A per-step count for a sentence: 549, 2.5, 0.3 (never 549.0; `gpuadvisor.words.num`)."""
-    from gpuadvisor.words import num
-
     return num(round(value, 1) if abs(value) >= 0.1 else value)
 
 
