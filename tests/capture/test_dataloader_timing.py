@@ -34,9 +34,11 @@ def test_ready_and_waited_batches_are_told_apart(tmp_path: Path) -> None:
         timed = int(rec["batches_ready"]) + int(rec["batches_waited"])  # type: ignore[call-overload]
         # every batch but each epoch's first (which also waits for the workers to start) is timed
         assert int(rec["iterations"]) - 1 >= timed >= MIN_TIMED_BATCHES  # type: ignore[call-overload]
-        # the calls before the window (skip 4 steps, the epoch's first not timed) are also counted apart
+        # the calls made without the profiler (before the window: skip 4 steps, the epoch's first not
+        # timed; after it: the steps observed until --observe-steps) are also counted apart; the rest
+        # are the window's (1 warm-up + 3 recorded steps, and the step that carries the stop)
         outside = int(rec["batches_ready_unprofiled"]) + int(rec["batches_waited_unprofiled"])  # type: ignore[call-overload]
-        assert 1 <= outside <= 4 and outside < timed
+        assert 1 <= outside < timed and 1 <= timed - outside <= 5, (outside, timed)
     # fast workers: the loop waits until the next batch is delivered (dl_pace.py), so it is ready
     assert int(fast["batches_ready"]) > 2 * int(fast["batches_waited"])  # type: ignore[call-overload]
     assert float(fast["next_ready_s"]) > 0  # type: ignore[arg-type]
