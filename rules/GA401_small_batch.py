@@ -128,8 +128,8 @@ class SmallBatch(Rule):
         kernels = kernels[~kernels["is_collective"].astype(bool)]
         if len(kernels) == 0:
             return
-        sms = gw.sm_count(ctx)
-        sm_use = gw.sm_use(kernels, sms)
+        sms = model.sm_count
+        sm_use = model.sm_use
         base = model.baseline
         if base.period_us <= 0:
             return
