@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
 from gpuadvisor.model import SCHEMA_VERSION, Finding, RuleMeta, RuleStatus, Severity, jsonable
-from gpuadvisor.render.html import write_report
 
 __all__ = ["AnalysisResult", "RuleMeta", "RuleStatus", "SourceInfo"]
 
@@ -84,6 +83,9 @@ class AnalysisResult:
         return 0
 
     def write_html(self, path: str | Path, *, cdn: bool = False) -> Path:
+        # lazy: the HTML renderer (templates, figures: ~1700 lines) loads only when a page is written
+        from gpuadvisor.render.html import write_report
+
         return write_report(self, Path(path), cdn=cdn)
 
     def by_rule(self) -> Mapping[str, list[Finding]]:
