@@ -362,6 +362,21 @@ _GROUP_WHAT: dict[str, str] = {  # what the group's findings act on (`group_sent
 }
 
 
+def larger_batch(model: StepModel, max_multiplier: float, min_marginal_gain: float) -> Prediction | None:
+    """The replay of the batch multiplied by the smallest power of two (2, 4, ... up to `max_multiplier`)
+    after which doubling again gains less than `min_marginal_gain` per sample; None when not even 2x is
+    allowed."""
+    chosen: Prediction | None = None
+    multiplier = 2.0
+    while multiplier <= max_multiplier:
+        pred = predict(model, RemedyId.LARGER_BATCH, multiplier=multiplier)
+        if chosen is not None and 1.0 - chosen.speedup / pred.speedup < min_marginal_gain:
+            break
+        chosen = pred
+        multiplier *= 2.0
+    return chosen
+
+
 def group_fields(name: str, combined: Prediction) -> dict[str, Any]:
     """The keys a grouped finding's prediction carries beside its own (the one definition: the copy
     rules' group and `group_findings` write these): the group, its remedies and their combined replay."""
