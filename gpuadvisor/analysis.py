@@ -25,7 +25,7 @@ from gpuadvisor.errors import EXIT_OUTPUT_LOST, ConfigError, InputError, OutputL
 from gpuadvisor.metrics import compute_metrics
 from gpuadvisor.model import RuleMeta, sort_findings
 from gpuadvisor.multirank import job_cross_rank
-from gpuadvisor.render import html, json_out, text
+from gpuadvisor.render import json_out, text
 from gpuadvisor.result import AnalysisResult, SourceInfo
 from gpuadvisor.rules_api import Rule
 from gpuadvisor.runinfo import load_run_info, resolve_input
@@ -411,6 +411,9 @@ def analyze_run_and_write(
     out = stream if stream is not None else sys.stderr
     out.write(text.render(result))
     if report:
+        # lazy: the HTML renderer (templates, figures: ~1700 lines) loads only when a report is written
+        from gpuadvisor.render import html
+
         page = html.write_report(result, Path(run_dir) / rundir.REPORT)
         out.write(f"gpuadvisor: report: {page}\n")
     out.flush()

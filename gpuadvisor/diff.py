@@ -323,10 +323,9 @@ def _analyzed_steps(result: AnalysisResult) -> pd.DataFrame | None:
     per_step: pd.DataFrame | None = getattr(detail, "per_step", None) if detail is not None else None
     if per_step is None or len(per_step) == 0 or "step_time_us" not in per_step.columns:
         return None
-    if "outlier" in per_step.columns:
-        kept: pd.DataFrame = per_step[~per_step["outlier"].fillna(False).astype(bool)]
-        if len(kept):
-            return kept
+    if "analyzed" in per_step.columns:  # the step model's analyzed steps (trace.model.analyzed_mask)
+        kept: pd.DataFrame = per_step[per_step["analyzed"].fillna(False).astype(bool)]
+        return kept
     return per_step
 
 

@@ -17,13 +17,18 @@ Everything is vectorized with numpy/pandas (an 80k-event trace takes well under 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import MATMUL_FAMILIES, GpuPeak, classify_tensor_core, gpu_peak_for
 from gpuadvisor.hardware import tf32_allowed as _tf32_allowed
 from gpuadvisor.manifest import host_step_durations
-from gpuadvisor.trace.flops import matmul_flops
+from gpuadvisor.stepmodel import build as _intervals
+from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel import build_step_model
+from gpuadvisor.stepmodel import tables as _tables
+from gpuadvisor.stepmodel.tables import sm_use
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,10 +36,6 @@ if TYPE_CHECKING:
     from gpuadvisor.runinfo import RunInfo
     from gpuadvisor.stepmodel import StepModel
     from gpuadvisor.trace.model import TraceModel
-
-from gpuadvisor.stepmodel import build as _intervals
-from gpuadvisor.stepmodel import build as sb
-from gpuadvisor.stepmodel import build_step_model
 
 WindowValue = float | int | str | bool | None
 
@@ -115,37 +116,8 @@ WINDOW_KEYS: tuple[str, ...] = (
     "copy_exposed_fraction",
 )
 
-PER_STEP_COLUMNS: tuple[str, ...] = (
-    "step",
-    "start",
-    "end",
-    "outlier",
-    "step_time_us",
-    "gpu_busy_us",
-    "gpu_idle_us",
-    "compute_us",
-    "collective_us",
-    "memset_us",
-    "copy_us",
-    "copy_htod_us",
-    "copy_dtoh_us",
-    "copy_dtod_us",
-    "copy_pageable_us",
-    "copy_pinned_us",
-    "idle_data_loading_us",
-    "idle_host_sync_us",
-    "idle_launch_overhead_us",
-    "idle_other_us",
-    "dataloader_wait_us",
-    "sync_blocked_us",
-    "scalar_reads",
-    "kernels",
-    "kernel_median_us",
-    "flops",
-    "gpu_active_us",
-    "collective_exposed_us",
-    "copy_exposed_us",
-)
+# The per-step table is the step model's (gpuadvisor/stepmodel/tables.py).
+PER_STEP_COLUMNS = _tables.PER_STEP_COLUMNS
 
 KERNEL_AGG_COLUMNS: tuple[str, ...] = (
     "name",
@@ -206,33 +178,6 @@ TINY_COPY_BYTES = _intervals.TINY_COPY_BYTES  # a DtoH copy this small is a scal
 # The interval algebra lives in the step model (one implementation for the whole analysis).
 union_intervals = _intervals.union_intervals
 covered = _intervals.covered
-
-
-def _per_step_union(df: pd.DataFrame, mask: Any, starts: Any, ends: Any) -> Any:
-    import numpy as np
-
-    if len(df) == 0:
-        return np.zeros(len(starts))
-    sub = df[mask] if mask is not None else df
-    ms, me = union_intervals(sub["ts"].to_numpy(), sub["end"].to_numpy())
-    return covered(ms, me, starts, ends)
-
-
-def _count_in(ts: Any, starts: Any, ends: Any) -> Any:
-    import numpy as np
-
-    ts = np.sort(np.asarray(ts, dtype=np.float64))
-    return np.searchsorted(ts, ends, side="left") - np.searchsorted(ts, starts, side="left")
-
-
-def _sum_in(ts: Any, values: Any, starts: Any, ends: Any) -> Any:
-    import numpy as np
-
-    ts = np.asarray(ts, dtype=np.float64)
-    order = np.argsort(ts, kind="stable")
-    ts = ts[order]
-    cum = np.r_[0.0, np.cumsum(np.nan_to_num(np.asarray(values, dtype=np.float64)[order]))]
-    return cum[np.searchsorted(ts, ends, side="left")] - cum[np.searchsorted(ts, starts, side="left")]
 
 
 def _f(x: Any) -> float | None:
@@ -373,272 +318,55 @@ def _group_modes(keys: Any, values: Any) -> dict[Any, Any]:
 def compute_metrics(
     trace: TraceModel, run: RunInfo | None = None, model: StepModel | None = None
 ) -> Metrics:
-    """Compute every metric of docs/metrics.md from the step model (built here unless given).
+    """Every metric of docs/metrics.md, a projection of the step model (built here unless given): its
+    per-step table and window kernels, with the run's memory, NVML samples and host-timed steps.
     Never raises for missing inputs: values become None."""
     import numpy as np
-    import pandas as pd
 
     if model is None:
         model = build_step_model(trace, run)
-    notes: list[str] = []
-    settings = run.settings if run is not None else {}
-    num_sms = trace.meta.num_sms
-    gpu_name = trace.meta.gpu_name
-    if gpu_name is None and run is not None:
-        g = run.gpu(0)
-        gpu_name = str(g.get("name")) if g and g.get("name") else None
-        if num_sms is None and g and isinstance(g.get("sm_count"), int):
-            num_sms = int(g["sm_count"])
+    gpu_name, num_sms = model.gpu_name, model.sm_count
     peak = gpu_peak_for(gpu_name, num_sms)
-    if num_sms is None and peak is not None:
-        num_sms = peak.sm_count
-
-    steps = trace.steps
-    S = model.segments.starts
-    E = model.segments.ends
-    outlier = steps["outlier"].to_numpy(dtype=bool) if len(steps) == len(S) else np.zeros(len(S), dtype=bool)
-    analyzed = ~outlier if (~outlier).any() else np.ones(len(S), dtype=bool)
-    dur = E - S
-
-    k, ops = trace.kernels, trace.cpu_ops
-    o = model.ops
-    # --- GPU busy and time by kind (the step model's busy intervals: a scalar read's few-byte copy is
-    # not GPU work)
-    bs, be = model.busy
-    active = covered(bs, be, S, E)  # any GPU work
-    # compute only is "busy"; collectives and copies not under compute are their own time (stepmodel)
-    by_work = sb.work_time_by_class(o, S, E)
-    busy = by_work[sb.WORK_COMPUTE]
-    kind = o["kind"].to_numpy(dtype=object) if len(o) else np.zeros(0, dtype=object)
-    is_kernel = kind == "kernel"
-    coll = o["is_collective"].to_numpy(dtype=bool) if len(o) else np.zeros(0, dtype=bool)
-    is_copy = kind == "copy"
-    cdir = o["direction"].astype(str).to_numpy() if len(o) else np.zeros(0, dtype=object)
-    csrc = o["src_kind"].astype(str).to_numpy() if len(o) else np.zeros(0, dtype=object)
-    cdst = o["dst_kind"].astype(str).to_numpy() if len(o) else np.zeros(0, dtype=object)
-    compute_us = _per_step_union(o, is_kernel & ~coll, S, E)
-    collective_us = _per_step_union(o, is_kernel & coll, S, E)
-    memset_us = _per_step_union(o, kind == "memset", S, E)
-    copy_us = _per_step_union(o, is_copy, S, E)
-    htod_us = _per_step_union(o, is_copy & (cdir == "HtoD"), S, E)
-    dtoh_us = _per_step_union(o, is_copy & (cdir == "DtoH"), S, E)
-    dtod_us = _per_step_union(o, is_copy & (cdir == "DtoD"), S, E)
-    pageable_us = _per_step_union(o, is_copy & ((csrc == "Pageable") | (cdst == "Pageable")), S, E)
-    pinned_us = _per_step_union(o, is_copy & ((csrc == "Pinned") | (cdst == "Pinned")), S, E)
-
-    # --- host side: waiting for data, waiting on the device, scalar reads
-    dataloader_wait = model.data_spans.covered(S, E) if model.data_spans.count else np.zeros(len(S))
-    waits = model.host[(model.host["kind"] == sb.SYNC) | model.host["blocking"].astype(bool)] if len(model.host) else model.host
-    if len(waits):
-        ws, we = union_intervals(waits["ts"].to_numpy(), waits["end"].to_numpy())
-        sync_blocked = covered(ws, we, S, E)
-        reads = waits[waits["sync_kind"] == sb.SCALAR_READ]
-        scalar_reads = _count_in(reads["ts"].to_numpy(), S, E)
-    else:
-        sync_blocked = np.zeros(len(S))
-        scalar_reads = np.zeros(len(S), dtype=int)
-
-    # --- idle gaps and their causes (the step model's attribution)
-    idle = model.idle
-    idle_by: dict[str, Any] = {cause: np.zeros(len(S)) for cause in sb.IDLE_CAUSES}
-    if len(idle):
-        seg = idle["seg"].to_numpy(dtype=np.int64)
-        ok = seg >= 0
-        for cause in sb.IDLE_CAUSES:
-            sel = ok & (idle["cause"].to_numpy() == cause)
-            idle_by[cause] = 1.0 * np.bincount(seg[sel], weights=idle["dur"].to_numpy()[sel], minlength=len(S))
-    gaps = (
-        idle[["seg", "start", "end", "dur", "cause"]].rename(columns={"seg": "step"}).assign(
-            step=lambda df: steps["step"].to_numpy()[df["step"].to_numpy()] if len(df) else df["step"]
-        )
-        if len(idle)
-        else _empty(GAP_COLUMNS)
-    )
-    idle_other = idle_by[sb.IDLE_OTHER] + idle_by[sb.IDLE_DEPENDENCY]
-
-    # --- kernels per step, flops
-    kts = k["ts"].to_numpy() if len(k) else np.zeros(0)
-    kernels_n = _count_in(kts, S, E)
-    kmed = np.full(len(S), np.nan)
-    if len(k):
-        sidx = np.searchsorted(S, kts, side="right") - 1
-        valid = (
-            (sidx >= 0) & (kts < E[np.clip(sidx, 0, len(E) - 1)])
-            if len(S)
-            else np.zeros(len(kts), dtype=bool)
-        )
-        if valid.any():
-            med = pd.Series(k["dur"].to_numpy()[valid]).groupby(sidx[valid]).median()
-            kmed[med.index.to_numpy()] = med.to_numpy()
-    op_flops = matmul_flops(ops) if len(ops) else np.zeros(0)
-    flops = _sum_in(ops["ts"].to_numpy(), op_flops, S, E) if len(ops) else np.zeros(len(S))
-
-    per_step = pd.DataFrame(
-        {
-            "step": steps["step"].to_numpy(),
-            "start": S,
-            "end": E,
-            "outlier": outlier,
-            "step_time_us": dur,
-            "gpu_busy_us": busy,
-            "gpu_idle_us": np.clip(dur - active, 0.0, None),
-            "gpu_active_us": active,
-            "collective_exposed_us": by_work[sb.WORK_COLLECTIVE],
-            "copy_exposed_us": by_work[sb.WORK_COPY],
-            "compute_us": compute_us,
-            "collective_us": collective_us,
-            "memset_us": memset_us,
-            "copy_us": copy_us,
-            "copy_htod_us": htod_us,
-            "copy_dtoh_us": dtoh_us,
-            "copy_dtod_us": dtod_us,
-            "copy_pageable_us": pageable_us,
-            "copy_pinned_us": pinned_us,
-            "idle_data_loading_us": idle_by[sb.IDLE_DATA],
-            "idle_host_sync_us": idle_by[sb.IDLE_SYNC],
-            "idle_launch_overhead_us": idle_by[sb.IDLE_LAUNCH],
-            "idle_other_us": idle_other,
-            "dataloader_wait_us": dataloader_wait,
-            "sync_blocked_us": sync_blocked,
-            "scalar_reads": np.asarray(scalar_reads, dtype=np.int64),
-            "kernels": np.asarray(kernels_n, dtype=np.int64),
-            "kernel_median_us": kmed,
-            "flops": flops,
-        }
-    )[list(PER_STEP_COLUMNS)]
-
-    # --- window aggregates
+    per_step = model.per_step
+    A = per_step[per_step["analyzed"].to_numpy(dtype=bool)]
     w: dict[str, WindowValue] = {key: None for key in WINDOW_KEYS}
-    A = per_step[analyzed]
+    w.update(
+        step_source=trace.step_source,
+        steps_total=len(per_step),
+        steps_analyzed=len(A),
+        gpu_name=gpu_name,
+        num_sms=num_sms,
+        kernels_total=len(trace.kernels),
+        trace_span_ms=_f(trace.meta.trace_span_us / 1e3),
+    )
     total_t = float(A["step_time_us"].sum())
-    w["step_source"] = trace.step_source
-    w["steps_total"] = len(per_step)
-    w["steps_analyzed"] = len(A)
-    w["gpu_name"] = gpu_name
-    w["num_sms"] = num_sms
-    w["kernels_total"] = len(k)
-    w["trace_span_ms"] = _f(trace.meta.trace_span_us / 1e3)
     if len(A) and total_t > 0:
-        st = A["step_time_us"].to_numpy()
-        med = float(np.median(st))
-        w["step_time_ms"] = _f(med / 1e3)
-        w["step_time_mean_ms"] = _f(st.mean() / 1e3)
-        w["step_time_p90_ms"] = _f(np.percentile(st, 90) / 1e3)
-        w["step_time_spread"] = _f((np.percentile(st, 90) - np.percentile(st, 10)) / med) if med > 0 else None
-
-        def frac(col: str) -> float | None:
-            return _f(float(A[col].sum()) / total_t)
-
-        if trace.has_gpu_activity:
-            w["gpu_busy_ms"] = _f(float(A["gpu_busy_us"].median()) / 1e3)
-            w["gpu_busy_fraction"] = frac("gpu_busy_us")
-            w["gpu_idle_fraction"] = frac("gpu_idle_us")
-            w["gpu_active_fraction"] = frac("gpu_active_us")
-            w["collective_exposed_fraction"] = frac("collective_exposed_us")
-            w["copy_exposed_fraction"] = frac("copy_exposed_us")
-            for key, col in (
-                ("compute_fraction", "compute_us"),
-                ("collective_fraction", "collective_us"),
-                ("memset_fraction", "memset_us"),
-                ("copy_fraction", "copy_us"),
-                ("copy_htod_fraction", "copy_htod_us"),
-                ("copy_dtoh_fraction", "copy_dtoh_us"),
-                ("copy_dtod_fraction", "copy_dtod_us"),
-                ("copy_pageable_fraction", "copy_pageable_us"),
-                ("copy_pinned_fraction", "copy_pinned_us"),
-                ("idle_data_loading_fraction", "idle_data_loading_us"),
-                ("idle_host_sync_fraction", "idle_host_sync_us"),
-                ("idle_launch_overhead_fraction", "idle_launch_overhead_us"),
-                ("idle_other_fraction", "idle_other_us"),
-            ):
-                w[key] = frac(col)
-            w["kernels_per_step"] = _f(float(A["kernels"].median()))
-        w["dataloader_wait_ms"] = _f(float(A["dataloader_wait_us"].median()) / 1e3)
-        w["dataloader_wait_fraction"] = frac("dataloader_wait_us")
-        w["sync_blocked_ms"] = _f(float(A["sync_blocked_us"].median()) / 1e3)
-        w["sync_blocked_fraction"] = frac("sync_blocked_us")
-        w["scalar_reads_per_step"] = _f(float(A["scalar_reads"].mean()))
-        if np.nansum(op_flops) > 0:
+        w.update(_step_metrics(A, total_t, trace.has_gpu_activity))
+        if np.nansum(model.op_flops) > 0:
             w["achieved_tflops"] = _f(float(A["flops"].sum()) / (total_t * 1e-6) / 1e12)
+        if trace.has_gpu_activity:
+            # (A trace without kernels is already explained by the loader's warning.)
+            dependency = model.idle[(model.idle["cause"] == sb.IDLE_DEPENDENCY) & model.idle["seg"].isin(A.index)]
+            w["idle_dependency_fraction"] = _f(float(dependency["dur"].sum()) / total_t)
 
-    # --- kernels in the analyzed window: aggregate, SM use, occupancy, tensor cores
-    if len(S) and analyzed.any():
-        lo, hi = float(S[analyzed].min()), float(E[analyzed].max())
-    else:
-        lo, hi = -np.inf, np.inf
+    # --- kernels in the analyzed window: aggregate, SM use, occupancy, tensor cores, MFU
+    lo, hi = (float(A["start"].min()), float(A["end"].max())) if len(A) else (-np.inf, np.inf)
     kw = trace.kernel_ops()
     kw = kw[(kw["ts"] >= lo) & (kw["ts"] < hi)] if len(kw) else kw
+    settings = run.settings if run is not None else {}
     fp32_peak = peak.peak("fp32") if peak else None
-    tc = (
-        classify_tensor_core(kw, settings, fp32_peak) if len(kw) else _empty(("name", "tensor_core", "basis"))
-    )
+    tc = classify_tensor_core(kw, settings, fp32_peak) if len(kw) else _empty(("name", "tensor_core", "basis"))
     tc_map = dict(zip(tc["name"], tc["tensor_core"], strict=True))
-    kagg = _kernel_agg(kw, tc_map)
-    if len(kw):
-        d = kw["dur"].to_numpy(dtype=np.float64)
-        if num_sms:
-            frac_sm = np.minimum(kw["blocks"].to_numpy(dtype=np.float64) / num_sms, 1.0)
-        else:
-            frac_sm = np.minimum(kw["blocks_per_sm"].to_numpy(dtype=np.float64), 1.0)
-        ok = ~np.isnan(frac_sm)
-        if ok.any() and d[ok].sum() > 0:
-            w["sm_use"] = _f(float((frac_sm[ok] * d[ok]).sum() / d[ok].sum()))
-        occ = kw["occupancy_pct"].to_numpy(dtype=np.float64)
-        fam = kw["family"].astype(str).to_numpy()
-        # Persistent Hopper GEMMs / attention kernels report 0 by design (FIELD_NOTES): leave them out.
-        persistent = (occ == 0) & np.isin(fam, list(MATMUL_FAMILIES))
-        okc = ~np.isnan(occ) & ~persistent
-        if okc.any() and d[okc].sum() > 0:
-            w["occupancy_weighted_pct"] = _f(float((occ[okc] * d[okc]).sum() / d[okc].sum()))
-        names = kw["name"].astype(str)
-        mm = np.isin(fam, list(MATMUL_FAMILIES))
-        total_k = float(d.sum())
-        mm_t = float(d[mm].sum())
-        w["matmul_fraction"] = _f(mm_t / total_k) if total_k > 0 else None
-        if mm_t > 0:
-            verdict = names.map(tc_map).to_numpy(dtype=object)
-            w["tensor_core_fraction"] = _f(float(d[mm & (verdict == True)].sum()) / mm_t)  # noqa: E712
-            w["fp32_matmul_fraction"] = _f(float(d[mm & (verdict == False)].sum()) / mm_t)  # noqa: E712
-        w["kernel_median_us"] = _f(float(np.median(d)))
+    w.update(_kernel_metrics(kw, tc_map, num_sms))
+    if trace.has_gpu_activity:
+        w["kernels_per_step"] = _f(model.kernels_per_step)
+    w.update(_mfu(peak, w, trace.cpu_ops.assign(flops=model.op_flops), settings))
 
-    # --- MFU: the peak of the dtype the matmul ops ran in
-    if peak is not None and w["achieved_tflops"] is not None:
-        dtype_settings = settings
-        if not settings and w["tensor_core_fraction"] is not None:
-            # raw trace: no captured TF32 flag; FP32 ops whose GEMMs ran on tensor cores ran in TF32
-            dtype_settings = {"allow_tf32_matmul": float(w["tensor_core_fraction"]) > 0.5}
-        dtype = _dominant_dtype(ops.assign(flops=op_flops), dtype_settings)
-        w["peak_dtype"] = dtype
-        pk = peak.peak(dtype) if dtype else None
-        w["peak_tflops"] = pk
-        if pk:
-            w["mfu"] = _f(float(w["achieved_tflops"]) / pk)  # type: ignore[arg-type]
-
-    # --- memory
-    if run is not None:
-        mem = run.environment.get("memory") if isinstance(run.environment.get("memory"), dict) else {}
-        assert isinstance(mem, dict)
-        w["peak_memory_bytes"] = _i(mem.get("peak_reserved_bytes", mem.get("peak_allocated_bytes")))
-        cap = mem.get("total_bytes")
-        if cap is None:
-            g = run.gpu(0)
-            cap = g.get("total_memory_bytes") if g else None
-        w["memory_capacity_bytes"] = _i(cap)
-    if w["memory_capacity_bytes"] is None:
-        dev = trace.meta.device(0)
-        w["memory_capacity_bytes"] = _i(dev.get("totalGlobalMem")) if dev else None
-    if w["peak_memory_bytes"] is not None and w["memory_capacity_bytes"]:
-        w["peak_memory_fraction"] = _f(float(w["peak_memory_bytes"]) / float(w["memory_capacity_bytes"]))
-
+    w.update(_memory_metrics(trace, run))
     if run is not None and run.nvml is not None:
         _nvml_metrics(run, w)
     if run is not None:
         _profiler_overhead(run, w)
-
-    ops_agg = _ops_agg(ops, lo, hi)
-    # (A trace without kernels is already explained by the loader's warning.)
-    if len(A) and total_t > 0 and trace.has_gpu_activity:
-        w["idle_dependency_fraction"] = _f(float(idle_by[sb.IDLE_DEPENDENCY][analyzed].sum()) / total_t)
     if model.program.steps:
         w["replay_step_time_ms"] = _f(model.baseline.period_us / 1e3)
         w["replay_fit"] = _f(model.replay_fit)
@@ -646,14 +374,141 @@ def compute_metrics(
     return Metrics(
         window=w,
         per_step=per_step,
-        kernels=kagg,
-        ops=ops_agg,
-        gaps=gaps,
+        kernels=_kernel_agg(kw, tc_map),
+        ops=_ops_agg(trace.cpu_ops, lo, hi),
+        gaps=_gaps(model.idle, trace.steps),
         gpu_peak=peak,
-        notes=notes,
+        notes=[],
         model=model,
         busy_classes=model.busy_by_class if len(model.window_kernels) else None,
     )
+
+
+# Window fractions: the share of the analyzed steps' time, from the per-step column.
+_FRACTIONS: tuple[tuple[str, str], ...] = (
+    ("gpu_busy_fraction", "gpu_busy_us"),  # compute only (issue 30): collectives and copies apart
+    ("gpu_idle_fraction", "gpu_idle_us"),
+    ("gpu_active_fraction", "gpu_active_us"),  # any GPU work (what gpu_busy_fraction was before)
+    ("collective_exposed_fraction", "collective_exposed_us"),
+    ("copy_exposed_fraction", "copy_exposed_us"),
+    ("compute_fraction", "compute_us"),
+    ("collective_fraction", "collective_us"),
+    ("memset_fraction", "memset_us"),
+    ("copy_fraction", "copy_us"),
+    ("copy_htod_fraction", "copy_htod_us"),
+    ("copy_dtoh_fraction", "copy_dtoh_us"),
+    ("copy_dtod_fraction", "copy_dtod_us"),
+    ("copy_pageable_fraction", "copy_pageable_us"),
+    ("copy_pinned_fraction", "copy_pinned_us"),
+    ("idle_data_loading_fraction", "idle_data_loading_us"),
+    ("idle_host_sync_fraction", "idle_host_sync_us"),
+    ("idle_launch_overhead_fraction", "idle_launch_overhead_us"),
+    ("idle_other_fraction", "idle_other_us"),
+)
+
+
+def _step_metrics(A: pd.DataFrame, total_t: float, gpu_activity: bool) -> dict[str, WindowValue]:
+    """The window's step time and its split, over the analyzed rows `A` of the per-step table."""
+    import numpy as np
+
+    st = A["step_time_us"].to_numpy()
+    med = float(np.median(st))
+    w: dict[str, WindowValue] = {
+        "step_time_ms": _f(med / 1e3),
+        "step_time_mean_ms": _f(st.mean() / 1e3),
+        "step_time_p90_ms": _f(np.percentile(st, 90) / 1e3),
+        "step_time_spread": _f((np.percentile(st, 90) - np.percentile(st, 10)) / med) if med > 0 else None,
+        "dataloader_wait_ms": _f(float(A["dataloader_wait_us"].median()) / 1e3),
+        "dataloader_wait_fraction": _f(float(A["dataloader_wait_us"].sum()) / total_t),
+        "sync_blocked_ms": _f(float(A["sync_blocked_us"].median()) / 1e3),
+        "sync_blocked_fraction": _f(float(A["sync_blocked_us"].sum()) / total_t),
+        "scalar_reads_per_step": _f(float(A["scalar_reads"].mean())),
+    }
+    if gpu_activity:
+        w["gpu_busy_ms"] = _f(float(A["gpu_busy_us"].median()) / 1e3)
+        w.update({key: _f(float(A[col].sum()) / total_t) for key, col in _FRACTIONS})
+    return w
+
+
+def _kernel_metrics(kw: pd.DataFrame, tc_map: Mapping[str, Any], num_sms: int | None) -> dict[str, WindowValue]:
+    """SM use, occupancy, matmul and tensor-core shares and the median duration of the window's kernels."""
+    import numpy as np
+
+    w: dict[str, WindowValue] = {}
+    if len(kw) == 0:
+        return w
+    d = kw["dur"].to_numpy(dtype=np.float64)
+    w["sm_use"] = _f(sm_use(kw, num_sms))
+    occ = kw["occupancy_pct"].to_numpy(dtype=np.float64)
+    fam = kw["family"].astype(str).to_numpy()
+    # Persistent Hopper GEMMs / attention kernels report 0 by design (FIELD_NOTES): leave them out.
+    persistent = (occ == 0) & np.isin(fam, list(MATMUL_FAMILIES))
+    okc = ~np.isnan(occ) & ~persistent
+    if okc.any() and d[okc].sum() > 0:
+        w["occupancy_weighted_pct"] = _f(float((occ[okc] * d[okc]).sum() / d[okc].sum()))
+    mm = np.isin(fam, list(MATMUL_FAMILIES))
+    total_k = float(d.sum())
+    mm_t = float(d[mm].sum())
+    w["matmul_fraction"] = _f(mm_t / total_k) if total_k > 0 else None
+    if mm_t > 0:
+        verdict = kw["name"].astype(str).map(tc_map).to_numpy(dtype=object)
+        w["tensor_core_fraction"] = _f(float(d[mm & (verdict == True)].sum()) / mm_t)  # noqa: E712
+        w["fp32_matmul_fraction"] = _f(float(d[mm & (verdict == False)].sum()) / mm_t)  # noqa: E712
+    w["kernel_median_us"] = _f(float(np.median(d)))
+    return w
+
+
+def _mfu(
+    peak: GpuPeak | None, w: Mapping[str, WindowValue], ops: pd.DataFrame, settings: dict[str, Any]
+) -> dict[str, WindowValue]:
+    """MFU: the achieved TFLOP/s over the peak of the dtype the matmul ops ran in (`ops` with `flops`)."""
+    if peak is None or w["achieved_tflops"] is None:
+        return {}
+    dtype_settings = settings
+    if not settings and w["tensor_core_fraction"] is not None:
+        # raw trace: no captured TF32 flag; FP32 ops whose GEMMs ran on tensor cores ran in TF32
+        dtype_settings = {"allow_tf32_matmul": float(w["tensor_core_fraction"]) > 0.5}
+    dtype = _dominant_dtype(ops, dtype_settings)
+    pk = peak.peak(dtype) if dtype else None
+    out: dict[str, WindowValue] = {"peak_dtype": dtype, "peak_tflops": pk}
+    if pk:
+        out["mfu"] = _f(float(w["achieved_tflops"]) / pk)  # type: ignore[arg-type]
+    return out
+
+
+def _memory_metrics(trace: TraceModel, run: RunInfo | None) -> dict[str, WindowValue]:
+    """Peak memory (environment.json of a run) against the GPU's capacity (the run's, else the trace's)."""
+    peak_bytes: int | None = None
+    capacity: int | None = None
+    if run is not None:
+        mem = run.environment.get("memory") if isinstance(run.environment.get("memory"), dict) else {}
+        assert isinstance(mem, dict)
+        peak_bytes = _i(mem.get("peak_reserved_bytes", mem.get("peak_allocated_bytes")))
+        cap = mem.get("total_bytes")
+        if cap is None:
+            g = run.gpu(0)
+            cap = g.get("total_memory_bytes") if g else None
+        capacity = _i(cap)
+    if capacity is None:
+        dev = trace.meta.device(0)
+        capacity = _i(dev.get("totalGlobalMem")) if dev else None
+    return {
+        "peak_memory_bytes": peak_bytes,
+        "memory_capacity_bytes": capacity,
+        "peak_memory_fraction": _f(float(peak_bytes) / float(capacity)) if peak_bytes is not None and capacity else None,
+    }
+
+
+def _gaps(idle: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """The model's idle intervals with their causes, by step number (GAP_COLUMNS)."""
+    if len(idle) == 0:
+        return _empty(GAP_COLUMNS)
+    gaps: pd.DataFrame = (
+        idle[["seg", "start", "end", "dur", "cause"]]
+        .rename(columns={"seg": "step"})
+        .assign(step=lambda df: steps["step"].to_numpy()[df["step"].to_numpy()])
+    )
+    return gaps
 
 
 def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:

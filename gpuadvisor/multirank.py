@@ -263,6 +263,7 @@ class RankStep:
     forwards: int
     optimizer_steps: int
     comm_rounds: int  # micro-batches whose backward issued a gradient collective (synced micro-batches)
+    analyzed: bool = True  # one of the rank's analyzed steps (its metrics' per_step.analyzed)
 
 
 @dataclass(frozen=True)
@@ -278,8 +279,8 @@ class RankSummary:
 
     @property
     def analyzed(self) -> tuple[RankStep, ...]:
-        keep = tuple(s for s in self.steps if not s.outlier)
-        return keep or self.steps
+        """The rank's analyzed steps (its metrics' `per_step.analyzed`: trace.model.analyzed_mask)."""
+        return tuple(s for s in self.steps if s.analyzed)
 
     def median(self, attr: str) -> float | None:
         import numpy as np
@@ -382,6 +383,7 @@ def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSumma
             RankStep(
                 step=int(ps["step"].iloc[i]),
                 outlier=bool(ps["outlier"].iloc[i]),
+                analyzed=bool(ps["analyzed"].iloc[i]),
                 start=a,
                 end=b,
                 step_time_us=float(ps["step_time_us"].iloc[i]),
@@ -395,7 +397,7 @@ def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSumma
                 comm_rounds=rounds,
             )
         )
-    analyzed = [s for s in steps if not s.outlier] or steps
+    analyzed = [s for s in steps if s.analyzed]
     sizes: list[float] = []
     kinds: dict[str, int] = {}
     for c in calls:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor import __version__
 from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_RULE_ERRORS
 from gpuadvisor.model import SCHEMA_VERSION, Finding, RuleMeta, RuleStatus, Severity, jsonable
-from gpuadvisor.render.html import write_report
 
 __all__ = ["AnalysisResult", "RuleMeta", "RuleStatus", "SourceInfo"]
 
@@ -93,6 +92,9 @@ class AnalysisResult:
         return sorted({f.rule for f in self.findings if f.category.value == "internal"})
 
     def write_html(self, path: str | Path, *, cdn: bool = False) -> Path:
+        # lazy: the HTML renderer (templates, figures: ~1700 lines) loads only when a page is written
+        from gpuadvisor.render.html import write_report
+
         return write_report(self, Path(path), cdn=cdn)
 
     def by_rule(self) -> Mapping[str, list[Finding]]:

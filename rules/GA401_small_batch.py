@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import Prediction
+from gpuadvisor.stepmodel.predict import larger_batch
 
 
 class SmallBatch(Rule):
@@ -128,75 +131,45 @@ class SmallBatch(Rule):
         kernels = kernels[~kernels["is_collective"].astype(bool)]
         if len(kernels) == 0:
             return
-        sms = gw.sm_count(ctx)
-        sm_use = gw.sm_use(kernels, sms)
         base = model.baseline
         if base.period_us <= 0:
             return
-        busy = min(1.0, base.gpu_busy_us / base.period_us)
-        median_us = float(kernels["dur"].median())
-        gpu_ms_per_step = float(kernels["dur"].sum()) / win.count / 1000.0
-        underfilled = sm_use is not None and sm_use < ctx.threshold("max_sm_use")
-        # Kernels whose grids cover the SMs are too small only when the whole step's GPU work is: short
-        # kernels on an idle GPU with milliseconds of kernel time per step wait for the host (launches,
-        # syncs, data: GA501, GA2xx, GA301), not for work.
-        little_work = (
-            busy < ctx.threshold("max_gpu_busy")
-            and median_us < ctx.threshold("max_median_kernel_us")
-            and gpu_ms_per_step < ctx.threshold("max_gpu_ms_per_step")
+        work = _Work(
+            busy=min(1.0, base.gpu_busy_us / base.period_us),
+            sm_use=model.sm_use,
+            sms=model.sm_count,
+            median_us=float(kernels["dur"].median()),
+            ms_per_step=float(kernels["dur"].sum()) / win.count / 1000.0,
+            kernels_per_step=model.kernels_per_step or 0.0,
         )
-        if not (underfilled or little_work):
+        if not (work.underfilled(ctx) or work.little(ctx)):
             return
         mem = gw.memory_info(ctx)
-        memory_limit: float | None = None
-        if mem.peak_allocated is not None and mem.capacity:
-            memory_limit = ctx.threshold("memory_target_fraction") * mem.capacity / mem.peak_allocated
-            if memory_limit < ctx.threshold("min_batch_multiplier"):
-                return  # the GPU memory is already mostly used: a larger batch does not fit
+        memory_limit = _memory_limit(ctx, mem)
+        if memory_limit is not None and memory_limit < ctx.threshold("min_batch_multiplier"):
+            return  # the GPU memory is already mostly used: a larger batch does not fit
         cap = ctx.threshold("max_batch_multiplier")
         if memory_limit is not None:
             cap = min(cap, 2 ** math.floor(math.log2(memory_limit)))
         # the smallest power of two after which doubling again gains little per sample
-        chosen = None
-        multiplier = 2.0
-        while multiplier <= cap:
-            pred = ctx.predict(RemedyId.LARGER_BATCH, multiplier=multiplier)
-            if chosen is not None:
-                gain = 1.0 - (1.0 / pred.speedup) / (1.0 / chosen.speedup)
-                if gain < ctx.threshold("min_marginal_gain"):
-                    break
-            chosen = pred
-            multiplier *= 2.0
-        if chosen is None:
+        pred = larger_batch(model, cap, ctx.threshold("min_marginal_gain"))
+        if pred is None or pred.recovered_fraction < ctx.threshold("min_impact"):
             return
-        pred = chosen
         m = pred.batch_multiplier
-        impact = pred.recovered_fraction
-        if impact < ctx.threshold("min_impact"):
-            return
-        memory_bound = (
-            memory_limit is not None
-            and m * 2 > memory_limit
-            and m * 2 <= ctx.threshold("max_batch_multiplier")
-        )
         inference = cm.is_inference(ctx)
         fw = cm.framework(ctx)
         loader = cm.main_dataloader(ctx)
-        batch = loader.get("batch_size") if loader else None
-        if fw.is_hf and isinstance(fw.settings.get("per_device_train_batch_size"), int):
-            batch = fw.settings.get("per_device_train_batch_size")
-        batch_size = int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None
-        kernels_per_step = len(kernels) / win.count
+        batch_size = _batch_size(fw, loader)
         evidence = {
             "steps_analyzed": win.count,
             "step_time_ms": pred.baseline_step_ms,
             "predicted_step_time_ms_at_multiplier": pred.predicted_step_ms,
-            "kernels_per_step": kernels_per_step,
-            "kernel_median_us": median_us,
-            "kernel_ms_per_step": gpu_ms_per_step,
-            "sm_use": sm_use,
-            "num_sms": sms,
-            "gpu_busy_fraction_replayed": busy,
+            "kernels_per_step": work.kernels_per_step,
+            "kernel_median_us": work.median_us,
+            "kernel_ms_per_step": work.ms_per_step,
+            "sm_use": work.sm_use,
+            "num_sms": work.sms,
+            "gpu_busy_fraction_replayed": work.busy,
             "peak_allocated_bytes": mem.peak_allocated,
             "peak_reserved_bytes": mem.peak_reserved,
             "memory_capacity_bytes": mem.capacity,
@@ -208,84 +181,142 @@ class SmallBatch(Rule):
             "framework": fw.name,
             **cm.profiler_evidence(ctx),
         }
-        locations: list[Location] = []
-        loc = cm.location_of(
-            loader, batch_size=batch_size, num_workers=loader.get("num_workers") if loader else None
-        )
-        if fw.is_hf and fw.call_site is not None:
-            locations.append(fw.call_site)
-        if loc is not None:
-            locations.append(loc)
-        locations += cm.model_call_locations(ctx)[:1] if not locations else []
-        message = (
-            f"The GPU is busy {cm.pct(busy)} of the {pred.baseline_step_ms:.2f} ms step"
-            + (
-                f" and its kernels fill {cm.pct(sm_use)} of the {sms} SMs"
-                if sm_use is not None and sms
-                else ""
-            )
-            + f" ({kernels_per_step:.0f} kernels per step, median {gw.us(median_us)}): each step's work is too "
-            "small to keep it busy, and the per-step host cost does not shrink with the batch. "
-        )
-        if mem.peak_allocated is not None and mem.capacity:
-            message += (
-                f"Peak memory allocated is {gw.gib(mem.peak_allocated)} of {gw.gib(mem.capacity)} "
-                f"({gw.pct(mem.allocated_fraction)}). "
-            )
-        else:
-            message += "Peak memory was not captured (raw trace), so the headroom is unknown. "
-        message += cm.prediction_sentence(pred, f"{m:g}x the batch") + cm.note_uncorrected(pred)
-        size_text = "the batch size"
-        if fw.is_hf:
-            size_text = (
-                "per_device_train_batch_size"
-                + (f"={batch_size}" if batch_size else "")
-                + " in TrainingArguments"
-            )
-        elif loader is not None and batch_size is not None:
-            size_text = f"batch_size={batch_size} ({loader.get('file')}:{loader.get('line')})"
-        target = f" to {int(batch_size * m)}" if batch_size is not None else ""
-        rec = (
-            f"Raise {size_text} {m:g}x{target}: predicted {cm.times(pred.speedup)} the samples/s "
-            f"({cm.pct(impact)} less time per sample). "
-        )
-        if memory_limit is not None:
-            rec += (
-                f"Peak memory allows about {memory_limit:.0f}x within "
-                f"{gw.pct(ctx.threshold('memory_target_fraction'))} of the GPU"
-                + (", which is the limit here. " if memory_bound else ". ")
-            )
-        else:
-            rec += "Watch peak memory (torch.cuda.max_memory_allocated()): the headroom was not captured. "
-        if inference:
-            rec += (
-                "Each request then waits for a larger batch: bound the batch by your latency target. For a "
-                'fixed small batch, cut the per-batch CPU cost instead: torch.compile(mode="reduce-overhead") '
-                "/ CUDA graphs (see GA501), under torch.inference_mode()."
-            )
-        else:
-            rec += (
-                "Scale the learning rate with the batch (linear for SGD, about square-root for Adam/AdamW) "
-                "and keep a warmup; re-check convergence. If the batch must stay fixed, remove the per-step "
-                'CPU cost instead: torch.compile(mode="reduce-overhead") / CUDA graphs (see GA501).'
-            )
-        title = (
-            f"Small batch: the GPU is busy {cm.pct(busy)} of each step; {m:g}x the batch gives "
-            f"{cm.times(pred.speedup)} the samples/s"
-        )
-        if busy >= ctx.threshold("max_gpu_busy") and sm_use is not None:
-            title = (
-                f"Small batch: kernels fill {cm.pct(sm_use)} of the SMs; {m:g}x the batch gives "
-                f"{cm.times(pred.speedup)} the samples/s"
-            )
         yield self.finding(
-            impact=impact,
-            title=title,
-            message=message,
+            impact=pred.recovered_fraction,
+            title=_title(ctx, work, pred),
+            message=_message(work, mem, pred),
             evidence=evidence,
-            recommendation=rec,
-            locations=locations,
+            recommendation=_recommendation(ctx, pred, fw, loader, batch_size, memory_limit, inference),
+            locations=_locations(ctx, fw, loader, batch_size),
             impact_explanation=cm.impact_explanation(pred, f"{m:g}x the batch"),
             remedy=RemedyId.LARGER_BATCH,
             prediction=pred,
         )
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What a step's GPU work looks like (the step model's window and replay)."""
+
+    busy: float  # replayed GPU busy share of the step
+    sm_use: float | None
+    sms: int | None
+    median_us: float
+    ms_per_step: float
+    kernels_per_step: float
+
+    def underfilled(self, ctx: RuleContext) -> bool:
+        return self.sm_use is not None and self.sm_use < ctx.threshold("max_sm_use")
+
+    def little(self, ctx: RuleContext) -> bool:
+        # Kernels whose grids cover the SMs are too small only when the whole step's GPU work is: short
+        # kernels on an idle GPU with milliseconds of kernel time per step wait for the host (launches,
+        # syncs, data: GA501, GA2xx, GA301), not for work.
+        return (
+            self.busy < ctx.threshold("max_gpu_busy")
+            and self.median_us < ctx.threshold("max_median_kernel_us")
+            and self.ms_per_step < ctx.threshold("max_gpu_ms_per_step")
+        )
+
+
+def _memory_limit(ctx: RuleContext, mem: gw.MemoryInfo) -> float | None:
+    """How many times the batch the GPU memory holds (within `memory_target_fraction`); None unknown."""
+    if mem.peak_allocated is None or not mem.capacity:
+        return None
+    return ctx.threshold("memory_target_fraction") * mem.capacity / mem.peak_allocated
+
+
+def _batch_size(fw: Any, loader: Mapping[str, Any] | None) -> int | None:
+    batch = loader.get("batch_size") if loader else None
+    if fw.is_hf and isinstance(fw.settings.get("per_device_train_batch_size"), int):
+        batch = fw.settings.get("per_device_train_batch_size")
+    return int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None
+
+
+def _locations(ctx: RuleContext, fw: Any, loader: Mapping[str, Any] | None, batch_size: int | None) -> list[Location]:
+    locations: list[Location] = []
+    loc = cm.location_of(loader, batch_size=batch_size, num_workers=loader.get("num_workers") if loader else None)
+    if fw.is_hf and fw.call_site is not None:
+        locations.append(fw.call_site)
+    if loc is not None:
+        locations.append(loc)
+    return locations + (cm.model_call_locations(ctx)[:1] if not locations else [])
+
+
+def _message(work: _Work, mem: gw.MemoryInfo, pred: Prediction) -> str:
+    m = pred.batch_multiplier
+    message = (
+        f"The GPU is busy {cm.pct(work.busy)} of the {pred.baseline_step_ms:.2f} ms step"
+        + (
+            f" and its kernels fill {cm.pct(work.sm_use)} of the {work.sms} SMs"
+            if work.sm_use is not None and work.sms
+            else ""
+        )
+        + f" ({work.kernels_per_step:.0f} kernels per step, median {gw.us(work.median_us)}): each step's work is too "
+        "small to keep it busy, and the per-step host cost does not shrink with the batch. "
+    )
+    if mem.peak_allocated is not None and mem.capacity:
+        message += (
+            f"Peak memory allocated is {gw.gib(mem.peak_allocated)} of {gw.gib(mem.capacity)} "
+            f"({gw.pct(mem.allocated_fraction)}). "
+        )
+    else:
+        message += "Peak memory was not captured (raw trace), so the headroom is unknown. "
+    return message + cm.prediction_sentence(pred, f"{m:g}x the batch") + cm.note_uncorrected(pred)
+
+
+def _recommendation(
+    ctx: RuleContext,
+    pred: Prediction,
+    fw: Any,
+    loader: Mapping[str, Any] | None,
+    batch_size: int | None,
+    memory_limit: float | None,
+    inference: bool,
+) -> str:
+    m = pred.batch_multiplier
+    size_text = "the batch size"
+    if fw.is_hf:
+        size_text = (
+            "per_device_train_batch_size" + (f"={batch_size}" if batch_size else "") + " in TrainingArguments"
+        )
+    elif loader is not None and batch_size is not None:
+        size_text = f"batch_size={batch_size} ({loader.get('file')}:{loader.get('line')})"
+    target = f" to {int(batch_size * m)}" if batch_size is not None else ""
+    rec = (
+        f"Raise {size_text} {m:g}x{target}: predicted {cm.times(pred.speedup)} the samples/s "
+        f"({cm.pct(pred.recovered_fraction)} less time per sample). "
+    )
+    if memory_limit is not None:
+        memory_bound = m * 2 > memory_limit and m * 2 <= ctx.threshold("max_batch_multiplier")
+        rec += (
+            f"Peak memory allows about {memory_limit:.0f}x within "
+            f"{gw.pct(ctx.threshold('memory_target_fraction'))} of the GPU"
+            + (", which is the limit here. " if memory_bound else ". ")
+        )
+    else:
+        rec += "Watch peak memory (torch.cuda.max_memory_allocated()): the headroom was not captured. "
+    if inference:
+        return rec + (
+            "Each request then waits for a larger batch: bound the batch by your latency target. For a "
+            'fixed small batch, cut the per-batch CPU cost instead: torch.compile(mode="reduce-overhead") '
+            "/ CUDA graphs (see GA501), under torch.inference_mode()."
+        )
+    return rec + (
+        "Scale the learning rate with the batch (linear for SGD, about square-root for Adam/AdamW) "
+        "and keep a warmup; re-check convergence. If the batch must stay fixed, remove the per-step "
+        'CPU cost instead: torch.compile(mode="reduce-overhead") / CUDA graphs (see GA501).'
+    )
+
+
+def _title(ctx: RuleContext, work: _Work, pred: Prediction) -> str:
+    m = pred.batch_multiplier
+    if work.busy >= ctx.threshold("max_gpu_busy") and work.sm_use is not None:
+        return (
+            f"Small batch: kernels fill {cm.pct(work.sm_use)} of the SMs; {m:g}x the batch gives "
+            f"{cm.times(pred.speedup)} the samples/s"
+        )
+    return (
+        f"Small batch: the GPU is busy {cm.pct(work.busy)} of each step; {m:g}x the batch gives "
+        f"{cm.times(pred.speedup)} the samples/s"
+    )

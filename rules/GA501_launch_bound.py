@@ -27,7 +27,8 @@ class LaunchBound(Rule):
 
     How it is detected
     ------------------
-    Over the analyzed steps: at least `min_kernels_per_step` kernels per step with a median duration at
+    Over the analyzed steps: at least `min_kernels_per_step` kernels per step (the median over the steps
+    of the kernels each step launches) with a median duration at
     or below `max_median_kernel_us` (the order of one launch), and a step model whose replay is paced by
     the host (its host period at least `min_host_bound` of the step: the GPU waits for launches, not the
     other way round), and a replay of the steps with their host launch cost removed (CUDA graphs, the
@@ -102,7 +103,7 @@ class LaunchBound(Rule):
         kernels = model.window_kernels
         if len(kernels) == 0:
             return
-        kernels_per_step = len(kernels) / win.count
+        kernels_per_step = model.kernels_per_step or 0.0
         median_us = float(kernels["dur"].median())
         if kernels_per_step < ctx.threshold("min_kernels_per_step"):
             return

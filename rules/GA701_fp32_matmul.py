@@ -93,29 +93,11 @@ class Fp32Matmul(Rule):
         if len(kernels) == 0:
             return
         math_of = model.matmul_math()
-        names = kernels["name"].astype(str)
-        is_mm = names.map(lambda n: n in math_of)
+        is_mm = kernels["name"].astype(str).map(lambda n: n in math_of)
         mm = kernels[is_mm.to_numpy(dtype=bool)]
         if len(mm) == 0:
             return
-        rows: list[dict[str, Any]] = []
-        for kname, group in mm.groupby(mm["name"].astype(str), sort=True):
-            name = str(kname)
-            types = group["op_input_types"].dropna().astype(str)
-            dur = float(group["dur"].sum())
-            flops = float(group["op_flops"].sum(min_count=1)) if group["op_flops"].notna().any() else None
-            ops = group["op_name"].dropna().astype(str)
-            rows.append(
-                {
-                    "name": name,
-                    "tensor_core": math_of.get(name),
-                    "time_us": dur,
-                    "count_per_step": len(group) / win.count,
-                    "op": ops.mode().iloc[0] if len(ops) else None,
-                    "input_types": types.mode().iloc[0] if len(types) else None,
-                    "achieved_tflops": flops / dur / 1e6 if flops and dur > 0 else None,
-                }
-            )
+        rows = _matmul_rows(mm, math_of, win.count)
         mm_us = sum(r["time_us"] for r in rows)
         # CUDA-core kernels on bf16/fp16 data are not FP32 math: autocast would not change them
         fp32 = sorted(
@@ -155,79 +137,11 @@ class Fp32Matmul(Rule):
             "predicted_speedup_tf32": tf32.speedup,
             "framework": fw.name,
         }
-        top = fp32[0]
-        message = (
-            f"{cm.of_profiled_step(fp32_fraction, win.median_step_us)} is matmul/conv work in plain FP32 on "
-            "CUDA cores "
-            f"({gw.pct(fp32_us / mm_us if mm_us else None)} of matmul time) on a compute capability {cc:.1f} "
-            f"GPU with tensor cores. Largest: {gw.short_kernel_name(top['name'], 90)} "
-            f"({gw.us(top['time_us'] / win.count)} per step"
-            + (f", inputs {top['input_types']}" if top["input_types"] else "")
-            + (f", {top['achieved_tflops']:.1f} TFLOP/s" if top["achieved_tflops"] else "")
-            + "). "
-            + cm.prediction_sentence(pred, "bf16 autocast")
-            + f" TF32 alone: {cm.times(tf32.speedup)}."
-            + cm.note_uncorrected(pred)
+        message = _message(
+            cc, fp32, fp32_fraction, fp32_us / mm_us if mm_us else None, win, pred, tf32
         )
-        if settings:
-            message += (
-                f" Settings: allow_tf32={settings.get('allow_tf32_matmul')}, "
-                f"float32_matmul_precision={settings.get('float32_matmul_precision')!r}, "
-                f"autocast {'used' if autocast_used else 'not used'}."
-            )
-        locations: list[Location] = []
-        if fw.call_site is not None and (fw.is_hf or fw.is_lightning):
-            locations.append(fw.call_site)
-        locations += cm.model_call_locations(ctx)[:2]
-        locations += [
-            Location(
-                op=r["op"],
-                kernel=gw.short_kernel_name(r["name"]),
-                detail={"dtype": r["input_types"], "count_per_step": r["count_per_step"]},
-            )
-            for r in fp32[:5]
-        ]
-        gains = f" Predicted: {cm.times(pred.speedup)} with bf16, {cm.times(tf32.speedup)} with TF32 alone."
-        numerics = (
-            " Numerics: TF32 and BF16 round matmul inputs to 10/7 mantissa bits; check the loss curve against "
-            "an FP32 run."
-        )
-        if fw.is_hf:
-            rec = (
-                "Set bf16=True in your TrainingArguments"
-                + (f" ({fw.call_site.label()})" if fw.call_site else "")
-                + " (mixed precision: weights and optimizer stay FP32); tf32=True is the minimal change."
-            )
-        elif fw.is_lightning:
-            rec = (
-                'Pass precision="bf16-mixed" to the Trainer'
-                + (f" ({fw.call_site.label()})" if fw.call_site else "")
-                + '; or, minimal, torch.set_float32_matmul_precision("high") before fit (TF32).'
-            )
-        elif fw.name == cm.HF_ACCELERATE:
-            rec = 'Create the Accelerator with mixed_precision="bf16" (weights and optimizer stay FP32).'
-        else:
-            call = next((loc for loc in locations if loc.file), None)
-            rec = (
-                'Wrap the forward pass and the loss in `with torch.autocast("cuda", dtype=torch.bfloat16):`'
-                + (f" (the model call at {call.label()}: `{call.code}`)" if call and call.code else "")
-                + " (weights and optimizer stay FP32; no GradScaler needed for bf16, only for float16). "
-                "Minimal change: `torch.backends.cuda.matmul.allow_tf32 = True` (or "
-                '`torch.set_float32_matmul_precision("high")`) and `torch.backends.cudnn.allow_tf32 = True`.'
-            )
-        if all(_is_attention(r["name"]) for r in fp32):
-            rec = (
-                "The FP32 time is in attention kernels (memory-efficient attention in float32), which TF32 "
-                "does not cover: run the model under bf16 autocast"
-                + (" (TrainingArguments(bf16=True))" if fw.is_hf else "")
-                + " so scaled_dot_product_attention uses the flash/bf16 kernels."
-            )
-        if autocast_used:
-            rec = (
-                "Autocast was used, yet these matmuls still ran in FP32: they are outside the autocast "
-                "region or forced to float (e.g. .float() inputs, custom ops). Move them inside autocast. "
-            ) + rec
-        rec += gains + numerics
+        message += _settings_sentence(settings, autocast_used)
+        locations = _locations(ctx, fw, fp32)
         yield self.finding(
             impact=impact,
             title=(
@@ -236,7 +150,7 @@ class Fp32Matmul(Rule):
             ),
             message=message,
             evidence=evidence,
-            recommendation=rec,
+            recommendation=_recommendation(fw, locations, fp32, autocast_used, pred, tf32),
             locations=locations,
             impact_explanation=cm.impact_explanation(
                 pred,
@@ -250,6 +164,131 @@ class Fp32Matmul(Rule):
                 "tf32_recovered_fraction": round(tf32.recovered_fraction, 4),
             },
         )
+
+
+def _matmul_rows(mm: Any, math_of: Mapping[str, bool | None], steps: int) -> list[dict[str, Any]]:
+    """One row per matmul/conv/attention kernel name of the window: tensor cores or not, time, launches
+    per step, its most common op and input types, and its achieved TFLOP/s when the op's FLOPs are known."""
+    rows: list[dict[str, Any]] = []
+    for kname, group in mm.groupby(mm["name"].astype(str), sort=True):
+        name = str(kname)
+        types = group["op_input_types"].dropna().astype(str)
+        dur = float(group["dur"].sum())
+        flops = float(group["op_flops"].sum(min_count=1)) if group["op_flops"].notna().any() else None
+        ops = group["op_name"].dropna().astype(str)
+        rows.append(
+            {
+                "name": name,
+                "tensor_core": math_of.get(name),
+                "time_us": dur,
+                "count_per_step": len(group) / steps,
+                "op": ops.mode().iloc[0] if len(ops) else None,
+                "input_types": types.mode().iloc[0] if len(types) else None,
+                "achieved_tflops": flops / dur / 1e6 if flops and dur > 0 else None,
+            }
+        )
+    return rows
+
+
+def _message(
+    cc: float,
+    fp32: list[dict[str, Any]],
+    fp32_fraction: float,
+    share_of_matmul: float | None,
+    win: Any,
+    pred: Any,
+    tf32: Any,
+) -> str:
+    top = fp32[0]
+    steps = win.count
+    return (
+        f"{cm.of_profiled_step(fp32_fraction, win.median_step_us)} is matmul/conv work in plain FP32 on "
+        "CUDA cores "
+        f"({gw.pct(share_of_matmul)} of matmul time) on a compute capability {cc:.1f} "
+        f"GPU with tensor cores. Largest: {gw.short_kernel_name(top['name'], 90)} "
+        f"({gw.us(top['time_us'] / steps)} per step"
+        + (f", inputs {top['input_types']}" if top["input_types"] else "")
+        + (f", {top['achieved_tflops']:.1f} TFLOP/s" if top["achieved_tflops"] else "")
+        + "). "
+        + cm.prediction_sentence(pred, "bf16 autocast")
+        + f" TF32 alone: {cm.times(tf32.speedup)}."
+        + cm.note_uncorrected(pred)
+    )
+
+
+def _settings_sentence(settings: Mapping[str, Any], autocast_used: bool) -> str:
+    if not settings:
+        return ""
+    return (
+        f" Settings: allow_tf32={settings.get('allow_tf32_matmul')}, "
+        f"float32_matmul_precision={settings.get('float32_matmul_precision')!r}, "
+        f"autocast {'used' if autocast_used else 'not used'}."
+    )
+
+
+def _locations(ctx: RuleContext, fw: Any, fp32: list[dict[str, Any]]) -> list[Location]:
+    locations: list[Location] = []
+    if fw.call_site is not None and (fw.is_hf or fw.is_lightning):
+        locations.append(fw.call_site)
+    locations += cm.model_call_locations(ctx)[:2]
+    return locations + [
+        Location(
+            op=r["op"],
+            kernel=gw.short_kernel_name(r["name"]),
+            detail={"dtype": r["input_types"], "count_per_step": r["count_per_step"]},
+        )
+        for r in fp32[:5]
+    ]
+
+
+def _framework_change(fw: Any, locations: list[Location]) -> str:
+    """The change that turns on bf16 (or TF32) in the words of the run's framework."""
+    if fw.is_hf:
+        return (
+            "Set bf16=True in your TrainingArguments"
+            + (f" ({fw.call_site.label()})" if fw.call_site else "")
+            + " (mixed precision: weights and optimizer stay FP32); tf32=True is the minimal change."
+        )
+    if fw.is_lightning:
+        return (
+            'Pass precision="bf16-mixed" to the Trainer'
+            + (f" ({fw.call_site.label()})" if fw.call_site else "")
+            + '; or, minimal, torch.set_float32_matmul_precision("high") before fit (TF32).'
+        )
+    if fw.name == cm.HF_ACCELERATE:
+        return 'Create the Accelerator with mixed_precision="bf16" (weights and optimizer stay FP32).'
+    call = next((loc for loc in locations if loc.file), None)
+    return (
+        'Wrap the forward pass and the loss in `with torch.autocast("cuda", dtype=torch.bfloat16):`'
+        + (f" (the model call at {call.label()}: `{call.code}`)" if call and call.code else "")
+        + " (weights and optimizer stay FP32; no GradScaler needed for bf16, only for float16). "
+        "Minimal change: `torch.backends.cuda.matmul.allow_tf32 = True` (or "
+        '`torch.set_float32_matmul_precision("high")`) and `torch.backends.cudnn.allow_tf32 = True`.'
+    )
+
+
+def _recommendation(
+    fw: Any, locations: list[Location], fp32: list[dict[str, Any]], autocast_used: bool, pred: Any, tf32: Any
+) -> str:
+    rec = _framework_change(fw, locations)
+    if all(_is_attention(r["name"]) for r in fp32):
+        rec = (
+            "The FP32 time is in attention kernels (memory-efficient attention in float32), which TF32 "
+            "does not cover: run the model under bf16 autocast"
+            + (" (TrainingArguments(bf16=True))" if fw.is_hf else "")
+            + " so scaled_dot_product_attention uses the flash/bf16 kernels."
+        )
+    if autocast_used:
+        rec = (
+            "Autocast was used, yet these matmuls still ran in FP32: they are outside the autocast "
+            "region or forced to float (e.g. .float() inputs, custom ops). Move them inside autocast. "
+        ) + rec
+    gains = f" Predicted: {cm.times(pred.speedup)} with bf16, {cm.times(tf32.speedup)} with TF32 alone."
+    numerics = (
+        " Numerics: TF32 and BF16 round matmul inputs to 10/7 mantissa bits; check the loss curve against "
+        "an FP32 run."
+    )
+    return rec + gains + numerics
 
 
 def _is_attention(name: str) -> bool:

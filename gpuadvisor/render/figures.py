@@ -11,7 +11,7 @@ size (timeline: a few steps, tiny events merged; NVML: bucket means).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,14 +97,15 @@ def step_breakdown_figure(per_step: pd.DataFrame, components: Mapping[str, str])
 
     `per_step` has a `step` column and, for each `label -> column` of `components` (in stacking order),
     a column of microseconds. Missing columns, and columns that are zero in every step (no collective
-    in a one-GPU run, no GPU time at all in a CPU-only run), draw nothing and get no legend entry;
-    outlier steps (an `outlier` column that is true) are drawn faded and named in the hover text.
+    in a one-GPU run, no GPU time at all in a CPU-only run), draw nothing and get no legend entry; steps
+    left out of the analysis (an `analyzed` column that is false: the step model's analyzed steps) are
+    drawn faded and named in the hover text.
     """
     steps = [int(s) for s in per_step["step"].tolist()] if "step" in per_step else list(range(len(per_step)))
     labels = [f"step {s}" for s in steps]
     outliers: list[bool] = (
-        [bool(v) for v in per_step["outlier"].fillna(False).tolist()]
-        if "outlier" in per_step
+        [not bool(v) for v in per_step["analyzed"].fillna(True).tolist()]
+        if "analyzed" in per_step
         else [False] * len(steps)
     )
     data: list[dict[str, Any]] = []
@@ -174,20 +175,18 @@ class TimelineWindow:
 
 
 def select_timeline_window(steps: pd.DataFrame, max_steps: int = 3) -> TimelineWindow | None:
-    """Pick up to `max_steps` consecutive steps to draw: the first run of non-outlier steps
-    (the first recorded step is often a warm-up outlier), else the first steps. None without steps."""
+    """Pick up to `max_steps` consecutive steps to draw: the first analyzed steps (an `analyzed` column:
+    the per-step table's, the step model's definition; the first recorded step is often a warm-up
+    outlier), else the first steps with a time span. None without steps."""
     if steps is None or len(steps) == 0:
         return None
     rows = steps.sort_values("start")
-    outlier = (
-        rows["outlier"].fillna(False).astype(bool).tolist() if "outlier" in rows else [False] * len(rows)
-    )
+    analyzed = rows["analyzed"].fillna(False).astype(bool).tolist() if "analyzed" in rows else [False] * len(rows)
     records = list(
-        zip(rows["step"].tolist(), rows["start"].tolist(), rows["end"].tolist(), outlier, strict=True)
+        zip(rows["step"].tolist(), rows["start"].tolist(), rows["end"].tolist(), analyzed, strict=True)
     )
-    usable = [r for r in records if not r[3] and _finite(r[1]) and _finite(r[2]) and r[2] > r[1]]
-    if not usable:
-        usable = [r for r in records if _finite(r[1]) and _finite(r[2]) and r[2] > r[1]]
+    spans = [r for r in records if _finite(r[1]) and _finite(r[2]) and r[2] > r[1]]
+    usable = [r for r in spans if r[3]] or spans
     if not usable:
         return None
     chosen = usable[:max_steps]
@@ -228,9 +227,12 @@ def timeline_events(
     annotations: pd.DataFrame | None = None,
     runtime: pd.DataFrame | None = None,
     cpu_ops: pd.DataFrame | None = None,
+    idle: pd.DataFrame | None = None,
 ) -> list[TimelineEvent]:
     """Collect the events of the window into lanes (CPU: steps, data loading, annotations, syncs;
-    GPU: kernels, copies, idle gaps). Tables use the TraceModel columns (ts, dur, end, name, ...)."""
+    GPU: kernels, copies, idle). Tables use the TraceModel columns (ts, dur, end, name, ...); `idle` is
+    the step model's GPU idle time (`Metrics.gaps`: start, end, cause), drawn as it is: the report
+    never recomputes idle from the raw tables (a scalar read's few-byte copy is idle time there)."""
     start, end = window.start, window.end
     out: list[TimelineEvent] = []
 
@@ -271,33 +273,27 @@ def timeline_events(
     add(kernels, "GPU · kernels", "other", "family")
     add(copies, "GPU · copies", "other", "direction")
     add(memsets, "GPU · copies", "memset")
-    out.extend(_idle_gaps(window, [kernels, copies, memsets]))
+    out.extend(_idle_events(window, idle))
     out.sort(key=lambda e: (e.lane, e.start, e.end, e.group, e.label))
     return out
 
 
-def _idle_gaps(window: TimelineWindow, tables: Iterable[pd.DataFrame | None]) -> list[TimelineEvent]:
-    """Intervals of the window where no kernel, copy or memset runs (sort + running max of ends)."""
-    intervals: list[tuple[float, float]] = []
-    for df in tables:
-        if df is None or len(df) == 0:
-            continue
-        clipped = _clip(df, window.start, window.end)
-        intervals.extend(
-            zip(clipped["ts"].astype(float).tolist(), clipped["end"].astype(float).tolist(), strict=True)
-        )
-    if not intervals:
+def _idle_events(window: TimelineWindow, idle: pd.DataFrame | None) -> list[TimelineEvent]:
+    """The model's idle intervals inside the window, labelled with their cause."""
+    if idle is None or len(idle) == 0:
         return []
-    intervals.sort()
-    gaps: list[TimelineEvent] = []
-    cursor = window.start
-    for s, e in intervals:
-        if s > cursor:
-            gaps.append(TimelineEvent("GPU · idle", "idle", cursor, s, "GPU idle"))
-        cursor = max(cursor, e)
-    if cursor < window.end:
-        gaps.append(TimelineEvent("GPU · idle", "idle", cursor, window.end, "GPU idle"))
-    return gaps
+    rows = idle[(idle["end"] > window.start) & (idle["start"] < window.end)].sort_values("start")
+    causes = rows["cause"].astype(str).tolist() if "cause" in rows else [""] * len(rows)
+    return [
+        TimelineEvent(
+            "GPU · idle",
+            "idle",
+            max(float(s), window.start),
+            min(float(e), window.end),
+            f"GPU idle ({c.replace('_', ' ')})" if c else "GPU idle",
+        )
+        for s, e, c in zip(rows["start"].tolist(), rows["end"].tolist(), causes, strict=True)
+    ]
 
 
 # A merged bar collects events over at most this many `min_width`s (about pixels).

@@ -212,7 +212,8 @@ def build_context(
                 "Each recorded (profiled) step split into GPU compute, collectives (NCCL running with "
                 "no compute beside it), copies (with no kernel beside them), and GPU idle time by cause "
                 "(the host waiting on a sync, on the DataLoader, busy launching kernels, or other); parts "
-                "that never occur are left out. Faded steps are outliers left out of the medians.",
+                "that never occur are left out. Faded steps are left out of the analysis and its medians "
+                "(the warm-up outlier).",
             )
         )
     else:
@@ -221,7 +222,8 @@ def build_context(
     # Timeline
     timeline_steps: list[int] = []
     if trace is not None:
-        window = figures.select_timeline_window(trace.steps, TIMELINE_STEPS)
+        # the per-step table says which steps are analyzed (the step model's definition)
+        window = figures.select_timeline_window(per_step if per_step is not None else trace.steps, TIMELINE_STEPS)
         if window is None:
             unavailable.append("Timeline: the trace has no step with a usable time span.")
         else:
@@ -233,6 +235,7 @@ def build_context(
                 annotations=trace.annotations,
                 runtime=trace.runtime,
                 cpu_ops=trace.cpu_ops,
+                idle=getattr(detail, "gaps", None),
             )
             fig = figures.timeline_figure(events, window, max_events=max_events)
             timeline_steps = [int(s[0]) for s in window.steps]
@@ -410,7 +413,7 @@ def breakdown_frame(per_step: pd.DataFrame) -> pd.DataFrame:
             per_step[name].astype(float).fillna(0.0) if name in per_step else 0.0 * per_step.index.to_series()
         )
 
-    out: pd.DataFrame = per_step[[c for c in ("step", "outlier") if c in per_step]].copy()
+    out: pd.DataFrame = per_step[[c for c in ("step", "outlier", "analyzed") if c in per_step]].copy()
     if "gpu_active_us" in per_step:
         busy = col("gpu_active_us")
         out["bd_compute_us"] = col("gpu_busy_us").to_numpy()

@@ -14,53 +14,17 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.stepmodel.tables import blocks_per_sm as blocks_per_sm
+from gpuadvisor.stepmodel.tables import sm_use as sm_use
+
 if TYPE_CHECKING:
-    import pandas as pd
 
     from gpuadvisor.rules_api import RuleContext
 
 
 def sm_count(ctx: RuleContext) -> int | None:
-    """Streaming multiprocessors of the traced GPU: trace deviceProperties, else environment.json."""
-    n = ctx.trace.meta.num_sms
-    if n:
-        return n
-    if ctx.run is not None:
-        gpu = ctx.run.gpu(0)
-        value = gpu.get("sm_count") if gpu else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return int(value)
-    value2 = ctx.metrics.window.get("num_sms") if ctx.metrics is not None else None
-    return (
-        int(value2)
-        if isinstance(value2, (int, float)) and not isinstance(value2, bool) and value2 > 0
-        else None
-    )
-
-
-def blocks_per_sm(kernels: pd.DataFrame, sms: int | None) -> pd.Series:
-    """Blocks per SM for each kernel: the trace's `blocks per SM` arg, else blocks / SM count."""
-    import numpy as np
-
-    bps = kernels["blocks_per_sm"].astype("float64")
-    if sms:
-        derived = kernels["blocks"].astype("float64") / float(sms)
-        bps = bps.where(bps.notna(), derived)
-    out: pd.Series = bps.replace([np.inf, -np.inf], np.nan)
-    return out
-
-
-def sm_use(kernels: pd.DataFrame, sms: int | None) -> float | None:
-    """Duration-weighted min(blocks per SM, 1): the share of SMs that kernels keep busy while running.
-    Kernels without grid information are left out; None when none has it."""
-    if len(kernels) == 0:
-        return None
-    bps = blocks_per_sm(kernels, sms)
-    known = bps.notna()
-    dur = kernels["dur"].astype("float64")[known]
-    if dur.sum() <= 0:
-        return None
-    return float((bps[known].clip(upper=1.0) * dur).sum() / dur.sum())
+    """Streaming multiprocessors of the traced GPU (`StepModel.sm_count`, defined once)."""
+    return ctx.model.sm_count
 
 
 def compute_capability(ctx: RuleContext) -> float | None:

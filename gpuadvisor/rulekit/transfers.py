@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.stepmodel import build as sb
-from gpuadvisor.stepmodel.predict import DEFAULT_MIN_COPY_BYTES, predict_combined
+from gpuadvisor.stepmodel.predict import DEFAULT_MIN_COPY_BYTES, group_fields, predict_combined
+from gpuadvisor.stepmodel.predict import group_sentence as predict_group_sentence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -185,19 +186,9 @@ def with_group(pred: Prediction, group: Prediction | None) -> dict[str, Any]:
     """A finding's prediction dict, with the group's combined prediction beside it."""
     out = pred.to_dict()
     if group is not None:
-        out["group"] = GROUP
-        out["group_remedies"] = group.remedy.split("+")
-        out["group_speedup"] = round(group.speedup, 4)
-        out["group_recovered_fraction"] = round(group.recovered_fraction, 4)
-        out["group_predicted_step_ms"] = round(group.predicted_step_ms, 4)
+        out.update(group_fields(GROUP, group))
     return out
 
 
 def group_sentence(group: Prediction | None) -> str:
-    if group is None:
-        return ""
-    return (
-        f" These copy findings act on the same copy time: all copy fixes together are predicted at "
-        f"{group.baseline_step_ms:.2f} -> {group.predicted_step_ms:.2f} ms per step "
-        f"({100 * group.recovered_fraction:.0f}% of the step, {group.speedup:.2f}x); their impacts do not add up."
-    )
+    return "" if group is None else predict_group_sentence("These copy findings", "copy time", group)

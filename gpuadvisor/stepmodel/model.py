@@ -4,6 +4,7 @@ would gain by replaying a transformed copy of the steps (gpuadvisor.stepmodel.re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -17,7 +18,9 @@ from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.periodic import run_timing
 from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
+from gpuadvisor.stepmodel.tables import per_step_table, sm_use
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
+from gpuadvisor.trace.flops import matmul_flops
 from gpuadvisor.trace.kind import Workload, kind_of
 
 if TYPE_CHECKING:
@@ -108,6 +111,7 @@ class StepModel:
     _frames: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
     _derived: dict[Any, Any] = field(default_factory=dict, repr=False)  # busy-time patterns (stepmodel.busy)
     _timing: tuple[RunTiming | None] | None = field(default=None, repr=False)
+    _op_flops: Any = field(default=None, repr=False)
 
     # ---- facts ---------------------------------------------------------------------------------
 
@@ -187,6 +191,26 @@ class StepModel:
     @property
     def has_gpu_work(self) -> bool:
         return len(self.ops) > 0
+
+    @property
+    def op_flops(self) -> Any:
+        """FLOPs of each cpu op of the trace (numpy float64, aligned with `trace.cpu_ops`; 0 where
+        unknown): the trace's `flops` arg, else 2*M*K*N of a matmul's input shapes (trace/flops.py)."""
+        if self._op_flops is None:
+            import numpy as np
+
+            ops = self.trace.cpu_ops
+            self._op_flops = matmul_flops(ops) if len(ops) else np.zeros(0)
+        return self._op_flops
+
+    @property
+    def per_step(self) -> pd.DataFrame:
+        """One row per segmented step: busy time, GPU work by kind, idle by cause, host waits, kernels,
+        FLOPs, and whether the step is analyzed (gpuadvisor/stepmodel/tables.py). Read-only, shared."""
+        out = self._frames.get("per_step")
+        if out is None:
+            out = self._frames["per_step"] = per_step_table(self)
+        return out
 
     @property
     def window_ops(self) -> pd.DataFrame:
@@ -296,11 +320,35 @@ class StepModel:
         return out
 
     def _gpu_name(self) -> str | None:
-        if self.run is not None:
-            g = self.run.gpu(0)
-            if g and g.get("name"):
-                return str(g.get("name"))
-        return None
+        return _run_gpu_name(self.run)
+
+    @property
+    def gpu_name(self) -> str | None:
+        """The GPU's name: the trace's deviceProperties, else environment.json's."""
+        return self.trace.meta.gpu_name or self._gpu_name()
+
+    @property
+    def sm_count(self) -> int | None:
+        """The GPU's streaming multiprocessors, the one definition (`facts.num_sms`): the trace's
+        deviceProperties.numSms, else environment.json's sm_count, else the peak table's for the GPU's
+        name; None when none says."""
+        return self.facts.num_sms
+
+    @property
+    def sm_use(self) -> float | None:
+        """The share of the SMs the window's non-collective kernels keep busy while they run
+        (duration-weighted, `gpuadvisor.stepmodel.tables.sm_use`)."""
+        k = self.window_kernels
+        return sm_use(k[~k["is_collective"].astype(bool)], self.sm_count) if len(k) else None
+
+    @property
+    def kernels_per_step(self) -> float | None:
+        """Kernels per analyzed step, the one definition: the median over the analyzed steps of the
+        kernels each step launched (`per_step.kernels`, by launch: the host code of a step issues them,
+        whenever the GPU runs them). None without steps."""
+        ps = self.per_step
+        counts = ps["kernels"][ps["analyzed"].to_numpy(dtype=bool)]
+        return float(counts.median()) if len(counts) else None
 
     @property
     def data_handoff_fraction(self) -> float:
@@ -463,6 +511,20 @@ def _profiler_times(run: RunInfo | None) -> tuple[float | None, float | None]:
     return float(np.median(unprofiled)), float(np.median(profiled))
 
 
+def _run_gpu_name(run: RunInfo | None) -> str | None:
+    if run is not None:
+        g = run.gpu(0)
+        if g and g.get("name"):
+            return str(g.get("name"))
+    return None
+
+
+def _table_sm_count(gpu_name: str | None) -> int | None:
+    """The peak table's SM count for a GPU the trace and the run say nothing of."""
+    peak = gpu_peak_for(gpu_name)
+    return peak.sm_count if peak is not None else None
+
+
 def build_step_model(
     trace: TraceModel, run: RunInfo | None = None, *, reference_step_ms: float | None = None
 ) -> StepModel:
@@ -482,6 +544,8 @@ def build_step_model(
     busy = b.busy_intervals(ops)
     idle = b.attribute_idle(segments, window, ops, host, busy, data)
     facts = b.estimate_facts(trace, ops, host, run)
+    if facts.num_sms is None:
+        facts = dataclasses.replace(facts, num_sms=_table_sm_count(trace.meta.gpu_name or _run_gpu_name(run)))
     unprofiled, profiled = _profiler_times(run)
     if reference_step_ms is not None:
         unprofiled = float(reference_step_ms)

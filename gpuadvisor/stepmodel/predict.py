@@ -356,10 +356,48 @@ def combine_findings(
 # SDPA and bf16 on attention) (GA1101-GA1103). The copy rules (GA101-GA103) group themselves
 # (gpuadvisor/rulekit/transfers.py).
 GROUPED_CATEGORIES: tuple[str, ...] = ("launch_overhead", "kernel_efficiency")
-_GROUP_WHAT: dict[str, str] = {
-    "launch_overhead": "act on the same host launch time",
-    "kernel_efficiency": "act on the same GPU kernels",
+_GROUP_WHAT: dict[str, str] = {  # what the group's findings act on (`group_sentence`)
+    "launch_overhead": "host launch time",
+    "kernel_efficiency": "GPU kernels",
 }
+
+
+def larger_batch(model: StepModel, max_multiplier: float, min_marginal_gain: float) -> Prediction | None:
+    """The replay of the batch multiplied by the smallest power of two (2, 4, ... up to `max_multiplier`)
+    after which doubling again gains less than `min_marginal_gain` per sample; None when not even 2x is
+    allowed."""
+    chosen: Prediction | None = None
+    multiplier = 2.0
+    while multiplier <= max_multiplier:
+        pred = predict(model, RemedyId.LARGER_BATCH, multiplier=multiplier)
+        if chosen is not None and 1.0 - chosen.speedup / pred.speedup < min_marginal_gain:
+            break
+        chosen = pred
+        multiplier *= 2.0
+    return chosen
+
+
+def group_fields(name: str, combined: Prediction) -> dict[str, Any]:
+    """The keys a grouped finding's prediction carries beside its own (the one definition: the copy
+    rules' group and `group_findings` write these): the group, its remedies and their combined replay."""
+    return {
+        "group": name,
+        "group_remedies": combined.remedy.split("+"),
+        "group_speedup": round(combined.speedup, 4),
+        "group_recovered_fraction": round(combined.recovered_fraction, 4),
+        "group_predicted_step_ms": round(combined.predicted_step_ms, 4),
+    }
+
+
+def group_sentence(members: str, time: str, combined: Prediction) -> str:
+    """The sentence a grouped finding's message ends with: `members` (who) act on the same `time`,
+    their fixes together are predicted at ..., their impacts do not add up."""
+    return (
+        f" {members} act on the same {time}: their fixes together are predicted at "
+        f"{combined.baseline_step_ms:.2f} -> {combined.predicted_step_ms:.2f} ms per step "
+        f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
+        "do not add up."
+    )
 
 
 def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
@@ -388,21 +426,9 @@ def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
         combined, rules = combine_findings(model, members, min_rank=0)
         if combined is None or len(rules) < 2:
             continue
-        sentence = (
-            f" {' and '.join(rules)} {_GROUP_WHAT.get(name, 'act on the same time')}: their fixes together are predicted at "
-            f"{combined.baseline_step_ms:.2f} -> {combined.predicted_step_ms:.2f} ms per step "
-            f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
-            "do not add up."
-        )
+        sentence = group_sentence(" and ".join(rules), _GROUP_WHAT.get(name, "time"), combined)
         for i in idx:
             f = out[i]
-            pred = dict(f.prediction)
-            pred.update(
-                group=name,
-                group_remedies=combined.remedy.split("+"),
-                group_speedup=round(combined.speedup, 4),
-                group_recovered_fraction=round(combined.recovered_fraction, 4),
-                group_predicted_step_ms=round(combined.predicted_step_ms, 4),
-            )
+            pred = {**f.prediction, **group_fields(name, combined)}
             out[i] = replace(f, prediction=pred, group=f.group or name, message=f.message + sentence)
     return out

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.stepmodel.build import LAUNCH, SYNC
+from gpuadvisor.stepmodel.build import LAUNCH, SYNC, Facts
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -156,7 +156,10 @@ def select_block(model: StepModel) -> tuple[float, float, int]:
 
 
 def build_program(model: StepModel) -> Program:
-    """The replay program of a representative block of the model's analyzed steps."""
+    """The replay program of a representative block of the model's analyzed steps: the launching
+    threads' calls in the block (events), the host work before each (`_host_gaps`), the GPU operations
+    each launch enqueued (`_launch_groups`), what each call costs in the replay (`_call_costs`) and what
+    each operation waited for (`_late_starts`)."""
     import numpy as np
 
     b0, b1, nsteps = select_block(model)
@@ -167,23 +170,98 @@ def build_program(model: StepModel) -> Program:
     else:
         h = host.iloc[0:0] if len(host) else host
     ops = model.ops
+    cols = _host_columns(h)
     nh = len(h)
-    ts = h["ts"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
-    end = h["end"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
-    dur = h["dur"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
-    kinds = h["kind"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object)
-    blocking = h["blocking"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
-    backpressure = h["backpressure"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
-    long_call = h["long_call"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool)
-    drain = h["drain_ts"].to_numpy(dtype=np.float64) if nh else np.zeros(0)
-
-    # host work before each event: from the running max of previous ends (threads may overlap)
-    prev_end = np.r_[b0, np.maximum.accumulate(end)[:-1]] if nh else np.zeros(0)
-    prev_end = np.maximum(prev_end, b0) if nh else prev_end
-    gap = np.clip(ts - prev_end, 0.0, None) if nh else np.zeros(0)
-    g_data = (
-        model.data_spans.covered(prev_end, prev_end + gap) if nh and model.data_spans.count else np.zeros(nh)
+    gaps = _host_gaps(model, cols["ts"], cols["end"], b0)
+    steps_of = model.window.step_index(cols["ts"]) if nh else np.zeros(0, dtype=np.int64)
+    if nh and nsteps:
+        first = int(model.window.step_index(np.array([b0]))[0])
+        steps_of = np.where(steps_of >= 0, steps_of - first, -1)
+    ev_kind, ops_start, ops_count, rows_arr = _launch_groups(h, ops, cols["kind"])
+    n_ops = len(rows_arr)
+    op_dur = ops["dur"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
+    streams_raw = ops["stream"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
+    stream_ids = {s: i for i, s in enumerate(sorted({float(x) for x in streams_raw.tolist()}))}
+    op_stream = np.array([stream_ids[float(x)] for x in streams_raw.tolist()], dtype=np.int64)
+    ev_dur, ev_post, ev_fixed = _call_costs(cols, ev_kind, facts)
+    op_dep, op_extra = _late_starts(ops, rows_arr, streams_raw, len(stream_ids) > 1, facts)
+    blocking = cols["blocking"]
+    tail = _tail(model, cols["end"], b0, b1, nsteps)
+    return Program(
+        steps=nsteps,
+        ev_kind=ev_kind,
+        ev_name=h["name"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object),
+        ev_sync_kind=np.where(
+            (ev_kind == EV_SYNC) | blocking,
+            h["sync_kind"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object),
+            "",
+        ).astype(object),
+        ev_in_optimizer=h["in_optimizer"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
+        ev_in_data=h["in_data"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
+        ev_in_read=h["in_read"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
+        gap_other=gaps["other"],
+        gap_data=gaps["data"],
+        gap_opt=gaps["opt"],
+        gap_read=gaps["read"],
+        ev_dur=ev_dur,
+        ev_fixed=ev_fixed,
+        ev_post=ev_post,
+        ev_block=blocking & (ev_kind == EV_LAUNCH),
+        ev_ops_start=ops_start,
+        ev_ops_count=ops_count,
+        tail_other=tail["other"],
+        tail_data=tail["data"],
+        tail_opt=tail["opt"],
+        op_dur=op_dur,
+        op_stream=op_stream,
+        op_dep=op_dep,
+        op_extra=op_extra,
+        op_row=rows_arr,
+        op_bytes=ops["bytes"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0),
+        launch_lag_us=facts.launch_lag_us,
+        queue_depth=facts.queue_depth,
+        ev_in_model=gaps["in_model"],
+        gap_model=gaps["model"],
+        ev_step=steps_of,
     )
+
+
+def _host_columns(h: Any) -> dict[str, Any]:
+    """The host calls' columns the program reads, as numpy arrays (empty ones without calls)."""
+    import numpy as np
+
+    if not len(h):
+        z = np.zeros(0)
+        zb = np.zeros(0, dtype=bool)
+        return {
+            "ts": z, "end": z, "dur": z, "drain": z, "kind": np.zeros(0, dtype=object),
+            "blocking": zb, "backpressure": zb, "long_call": zb,
+        }  # fmt: skip
+    return {
+        "ts": h["ts"].to_numpy(dtype=np.float64),
+        "end": h["end"].to_numpy(dtype=np.float64),
+        "dur": h["dur"].to_numpy(dtype=np.float64),
+        "drain": h["drain_ts"].to_numpy(dtype=np.float64),
+        "kind": h["kind"].to_numpy(dtype=object),
+        "blocking": h["blocking"].to_numpy(dtype=bool),
+        "backpressure": h["backpressure"].to_numpy(dtype=bool),
+        "long_call": h["long_call"].to_numpy(dtype=bool),
+    }
+
+
+def _host_gaps(model: StepModel, ts: Any, end: Any, b0: float) -> dict[str, Any]:
+    """The host work before each event, from the running max of the previous ends (threads may
+    overlap), split into DataLoader waits, the optimizer, scalar reads, the model's forward/backward
+    and the rest; and whether each event runs inside the model's forward/backward."""
+    import numpy as np
+
+    nh = len(ts)
+    if nh:
+        prev_end = np.maximum(np.r_[b0, np.maximum.accumulate(end)[:-1]], b0)
+        gap = np.clip(ts - prev_end, 0.0, None)
+    else:
+        prev_end = gap = np.zeros(0)
+    g_data = model.data_spans.covered(prev_end, prev_end + gap) if nh and model.data_spans.count else np.zeros(nh)
     g_opt = (
         model.optimizer_spans.covered(prev_end, prev_end + gap)
         if nh and model.optimizer_spans.count
@@ -196,27 +274,33 @@ def build_program(model: StepModel) -> Program:
         if nh and model.read_spans.count
         else np.zeros(nh)
     )
-    steps_of = model.window.step_index(ts) if nh else np.zeros(0, dtype=np.int64)
-    if nh and nsteps:
-        first = int(model.window.step_index(np.array([b0]))[0])
-        steps_of = np.where(steps_of >= 0, steps_of - first, -1)
     spans = model.model_spans
     in_model = g_model = None
     if spans is not None and spans.count:
         in_model = spans.covered(ts - 1e-3, ts) > 0 if nh else np.zeros(0, dtype=bool)
         g_model = np.minimum(spans.covered(prev_end, prev_end + gap), g_other) if nh else np.zeros(0)
-    last = float(np.max(end)) if nh else b0
-    tail = max(0.0, b1 - max(last, b0)) if nsteps else 0.0
-    tail_start = max(last, b0)
-    t_data = float(model.data_spans.covered(tail_start, tail_start + tail)) if model.data_spans.count else 0.0
-    t_opt = (
-        float(model.optimizer_spans.covered(tail_start, tail_start + tail))
-        if model.optimizer_spans.count
-        else 0.0
-    )
-    t_opt = min(t_opt, tail - t_data)
+    return {"data": g_data, "opt": g_opt, "other": g_other, "read": g_read, "model": g_model, "in_model": in_model}
 
-    # ops launched by these events, grouped per launch, in event order
+
+def _tail(model: StepModel, end: Any, b0: float, b1: float, nsteps: int) -> dict[str, float]:
+    """The host time after the block's last call, split into DataLoader, optimizer and the rest."""
+    import numpy as np
+
+    last = float(np.max(end)) if len(end) else b0
+    tail = max(0.0, b1 - max(last, b0)) if nsteps else 0.0
+    start = max(last, b0)
+    t_data = float(model.data_spans.covered(start, start + tail)) if model.data_spans.count else 0.0
+    t_opt = float(model.optimizer_spans.covered(start, start + tail)) if model.optimizer_spans.count else 0.0
+    t_opt = min(t_opt, tail - t_data)
+    return {"data": t_data, "opt": t_opt, "other": max(0.0, tail - t_data - t_opt)}
+
+
+def _launch_groups(h: Any, ops: Any, kinds: Any) -> tuple[Any, Any, Any, Any]:
+    """Each event's kind, and the ops each launch enqueued (grouped per launch, in event order):
+    (ev_kind, first op of each event, its op count, the ops' rows in `ops`)."""
+    import numpy as np
+
+    nh = len(h)
     corr = h["correlation"].astype("float64").to_numpy() if nh else np.zeros(0)
     ev_kind = np.full(nh, EV_WORK, dtype=np.int8)
     ev_kind[kinds == SYNC] = EV_SYNC
@@ -242,19 +326,19 @@ def build_program(model: StepModel) -> Program:
         ops_start[i] = len(op_rows)
         ops_count[i] = len(rows)
         op_rows.extend(sorted(rows, key=lambda r: float(op_ts[r])))
-    n_ops = len(op_rows)
-    rows_arr = np.asarray(op_rows, dtype=np.int64)
-    op_dur = ops["dur"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
-    streams_raw = ops["stream"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
-    stream_ids = {s: i for i, s in enumerate(sorted({float(x) for x in streams_raw.tolist()}))}
-    op_stream = np.array([stream_ids[float(x)] for x in streams_raw.tolist()], dtype=np.int64)
-    op_dep = np.full(n_ops, -1, dtype=np.int64)
-    op_extra = np.zeros(n_ops)
+    return ev_kind, ops_start, ops_count, np.asarray(op_rows, dtype=np.int64)
 
-    # call durations: launches held up by a full queue get a typical call (the replay's queue models
-    # the hold-up); blocking launches and waits keep what they took after the GPU work they waited for
+
+def _call_costs(cols: dict[str, Any], ev_kind: Any, facts: Facts) -> tuple[Any, Any, Any]:
+    """What each call costs in the replay: (ev_dur, ev_post, ev_fixed). Launches held up by a full
+    queue get a typical call (the replay's queue models the hold-up); blocking launches and waits keep
+    what they took after the GPU work they waited for."""
+    import numpy as np
+
+    dur, end, drain = cols["dur"], cols["end"], cols["drain"]
+    blocking, backpressure = cols["blocking"], cols["backpressure"]
     ev_dur = dur.copy()
-    ev_post = np.zeros(nh)
+    ev_post = np.zeros(len(dur))
     ev_dur[backpressure & (ev_kind == EV_LAUNCH)] = facts.launch_call_us
     waited = ~np.isnan(drain)
     for i in np.flatnonzero((ev_kind == EV_SYNC) | (blocking & (ev_kind == EV_LAUNCH))).tolist():
@@ -269,82 +353,52 @@ def build_program(model: StepModel) -> Program:
     # driver's buffer: 90-120 us a call in dlrm-planted, 1.2x longer under the profiler where the
     # model's own host work took 2x); the profiler adds a few microseconds to such a call, not a share
     # of it: the part beyond a typical call is not scaled
-    long_host = (ev_kind == EV_LAUNCH) & long_call & ~backpressure
+    long_host = (ev_kind == EV_LAUNCH) & cols["long_call"] & ~backpressure
     ev_fixed = np.where(long_host, dur - facts.launch_call_us, 0.0)
     ev_dur[long_host] = facts.launch_call_us
+    return ev_dur, ev_post, ev_fixed
 
-    # Late starts: an op that started after it was ready and its stream was free waited for something:
-    # another stream's op that ended just then (a dependency), else an unexplained delay kept as is.
-    # "Its stream was free": the previous operation on the stream in the whole trace (work launched
-    # before the block still occupies the stream when the block's first operations are ready).
-    if n_ops:
-        o = ops.iloc[rows_arr]
-        obs_start = o["ts"].to_numpy(dtype=np.float64)
-        ready = o["launch_ts"].to_numpy(dtype=np.float64) + facts.launch_lag_us
-        prev_end_all = _previous_end_on_stream(ops)
-        stream_free = prev_end_all[rows_arr]
-        earliest = np.fmax(ready, stream_free)
-        late = obs_start - earliest
-        multi = len(stream_ids) > 1
+
+def _late_starts(ops: Any, rows_arr: Any, streams_raw: Any, multi: bool, facts: Facts) -> tuple[Any, Any]:
+    """Late starts: an op that started after it was ready and its stream was free waited for something:
+    another stream's op that ended just then (a dependency, `op_dep`), else an unexplained delay kept as
+    is (`op_extra`). "Its stream was free": the previous operation on the stream in the whole trace
+    (work launched before the block still occupies the stream when the block's first operations are
+    ready)."""
+    import numpy as np
+
+    n_ops = len(rows_arr)
+    op_dep = np.full(n_ops, -1, dtype=np.int64)
+    op_extra = np.zeros(n_ops)
+    if not n_ops:
+        return op_dep, op_extra
+    o = ops.iloc[rows_arr]
+    obs_start = o["ts"].to_numpy(dtype=np.float64)
+    ready = o["launch_ts"].to_numpy(dtype=np.float64) + facts.launch_lag_us
+    earliest = np.fmax(ready, _previous_end_on_stream(ops)[rows_arr])
+    late = obs_start - earliest
+    if multi:
+        all_end = ops["end"].to_numpy(dtype=np.float64)
+        all_stream = ops["stream"].to_numpy(dtype=np.float64)
+        end_order = np.argsort(all_end, kind="stable")
+        sorted_ends = all_end[end_order]
+        position = {int(r): i for i, r in enumerate(rows_arr.tolist())}
+    for j in np.flatnonzero(late > DEPENDENCY_TOLERANCE_US).tolist():
+        dep = -1
         if multi:
-            all_end = ops["end"].to_numpy(dtype=np.float64)
-            all_stream = ops["stream"].to_numpy(dtype=np.float64)
-            end_order = np.argsort(all_end, kind="stable")
-            sorted_ends = all_end[end_order]
-            position = {int(r): i for i, r in enumerate(rows_arr.tolist())}
-        for j in np.flatnonzero(late > DEPENDENCY_TOLERANCE_US).tolist():
-            dep = -1
-            if multi:
-                k = int(np.searchsorted(sorted_ends, obs_start[j] + 1.0, side="right")) - 1
-                while k >= 0 and sorted_ends[k] >= earliest[j] - 1.0:
-                    cand = int(end_order[k])
-                    if all_stream[cand] != streams_raw[j]:
-                        dep = position.get(cand, -2)
-                        break
-                    k -= 1
-            if dep >= 0:
-                op_dep[j] = dep
-            elif dep == -1:
-                op_extra[j] = late[j]
-            # dep == -2: waited for work outside the block (its previous repetition): no delay kept
-
-    return Program(
-        steps=nsteps,
-        ev_kind=ev_kind,
-        ev_name=h["name"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object),
-        ev_sync_kind=np.where(
-            (ev_kind == EV_SYNC) | blocking,
-            h["sync_kind"].to_numpy(dtype=object) if nh else np.zeros(0, dtype=object),
-            "",
-        ).astype(object),
-        ev_in_optimizer=h["in_optimizer"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
-        ev_in_data=h["in_data"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
-        ev_in_read=h["in_read"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
-        gap_other=g_other,
-        gap_data=g_data,
-        gap_opt=g_opt,
-        gap_read=g_read,
-        ev_dur=ev_dur,
-        ev_fixed=ev_fixed,
-        ev_post=ev_post,
-        ev_block=blocking & (ev_kind == EV_LAUNCH),
-        ev_ops_start=ops_start,
-        ev_ops_count=ops_count,
-        tail_other=max(0.0, tail - t_data - t_opt),
-        tail_data=t_data,
-        tail_opt=t_opt,
-        op_dur=op_dur,
-        op_stream=op_stream,
-        op_dep=op_dep,
-        op_extra=op_extra,
-        op_row=rows_arr,
-        op_bytes=ops["bytes"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0),
-        launch_lag_us=facts.launch_lag_us,
-        queue_depth=facts.queue_depth,
-        ev_in_model=in_model,
-        gap_model=g_model,
-        ev_step=steps_of,
-    )
+            k = int(np.searchsorted(sorted_ends, obs_start[j] + 1.0, side="right")) - 1
+            while k >= 0 and sorted_ends[k] >= earliest[j] - 1.0:
+                cand = int(end_order[k])
+                if all_stream[cand] != streams_raw[j]:
+                    dep = position.get(cand, -2)
+                    break
+                k -= 1
+        if dep >= 0:
+            op_dep[j] = dep
+        elif dep == -1:
+            op_extra[j] = late[j]
+        # dep == -2: waited for work outside the block (its previous repetition): no delay kept
+    return op_dep, op_extra
 
 
 def _previous_end_on_stream(ops: Any) -> Any:

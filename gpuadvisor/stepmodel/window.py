@@ -1,14 +1,17 @@
-"""The analyzed window: which steps every metric, rule and renderer reads (defined here once).
+"""The analyzed window: the steps every metric, rule and renderer reads, as intervals.
 
-The segmented steps come from `gpuadvisor.trace.steps` (they tile the recorded window); the analyzed
-steps are all of them but the first when there are 3 or more (it pays one-time costs), and steps of
-zero or undefined length are dropped.
+The segmented steps come from `gpuadvisor.trace.steps` (they tile the recorded window); which of them
+are analyzed is `gpuadvisor.trace.model.analyzed_mask`, defined there once (the trace kind needs it
+before any step model exists): all of them but the first when there are 3 or more (it pays one-time
+costs), without steps of zero or undefined length.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.trace.model import analyzed_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,12 +108,7 @@ def analyzed_window(trace: TraceModel) -> StepWindow:
     if len(steps) == 0:
         z = np.zeros(0, dtype=np.float64)
         return StepWindow(z, z.copy(), np.zeros(0, dtype=np.int64))
-    chosen = steps[~steps["outlier"].astype(bool)] if "outlier" in steps.columns else steps
-    if len(chosen) == 0:
-        chosen = steps
-    chosen = chosen.sort_values("start")
+    chosen = steps[analyzed_mask(steps)].sort_values("start")
     s = chosen["start"].to_numpy(dtype=np.float64)
     e = chosen["end"].to_numpy(dtype=np.float64)
-    ids = chosen["step"].to_numpy(dtype=np.int64)
-    ok = ~(np.isnan(s) | np.isnan(e)) & (e > s)
-    return StepWindow(s[ok], e[ok], ids[ok])
+    return StepWindow(s, e, chosen["step"].to_numpy(dtype=np.int64))

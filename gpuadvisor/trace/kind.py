@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.trace.kernels import is_triton
+from gpuadvisor.trace.model import analyzed_mask
 
 if TYPE_CHECKING:
     import numpy as np
@@ -540,9 +541,7 @@ def _graph_launches(model: TraceModel) -> tuple[int, int]:
 def _capture_in_window(spans: Iterable[tuple[float, float]], steps: pd.DataFrame) -> bool:
     if not len(steps):
         return False
-    keep = steps[~steps["outlier"].astype(bool)] if len(steps) else steps
-    if not len(keep):
-        keep = steps
+    keep = steps[analyzed_mask(steps)]
     return any(bool(((keep["start"] < e) & (keep["end"] > s)).any()) for s, e in spans)
 
 

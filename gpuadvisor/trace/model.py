@@ -134,6 +134,30 @@ STEP_COLUMNS: tuple[str, ...] = (
     "outlier",  # bool: excluded from window medians (first step when >= 3 steps)
 )
 
+
+def analyzed_mask(steps: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """Which rows of a steps table (`start`, `end`, `outlier`) are the analyzed steps: every segmented step
+    but the outliers (all of them when every step is one), of defined, positive length.
+
+    The one definition: the step model's window (`stepmodel.window.analyzed_window`), the metrics'
+    `per_step.analyzed` column (which the cross-rank summaries, diff and the report read) and the
+    trace kind all use it."""
+    import numpy as np
+
+    if len(steps) == 0:
+        return np.zeros(0, dtype=bool)
+    outlier = (
+        steps["outlier"].fillna(False).to_numpy(dtype=bool) if "outlier" in steps else np.zeros(len(steps), bool)
+    )
+    chosen = ~outlier if (~outlier).any() else np.ones(len(steps), dtype=bool)
+    s = steps["start"].to_numpy(dtype=np.float64, na_value=np.nan)
+    e = steps["end"].to_numpy(dtype=np.float64, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        usable = np.isfinite(s) & np.isfinite(e) & (e > s)
+    out: npt.NDArray[np.bool_] = chosen & usable
+    return out
+
+
 # Values of TraceModel.step_source
 STEP_SOURCE_PROFILER = "profiler_step"  # ProfilerStep#N annotations
 STEP_SOURCE_OPTIMIZER = "optimizer_step"  # Optimizer.step#... annotations

@@ -34,6 +34,8 @@ launches, copies or memsets lost its GPU activity.
 Outliers: the first recorded step often pays one-time costs (allocator growth, cudnn autotuning,
 profiler start). With 3 or more steps it is marked `outlier` and window medians exclude it; with 1
 or 2 steps nothing is excluded (there would be nothing left to compare).
+
+Which steps are analyzed is defined once, next to the steps table: `trace.model.analyzed_mask`.
 """
 
 from __future__ import annotations

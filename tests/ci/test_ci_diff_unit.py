@@ -37,6 +37,7 @@ def result_with_steps(
         {
             "step": list(range(1, len(step_ms) + 1)),
             "outlier": [i in outliers for i in range(len(step_ms))],
+            "analyzed": [i not in outliers for i in range(len(step_ms))],
             "step_time_us": [v * 1000 for v in step_ms],
             "compute_us": [(v - copy_ms) * 1000 for v in step_ms],
             "copy_us": [copy_ms * 1000] * len(step_ms),

@@ -11,7 +11,6 @@ function-level imports of the package's own modules.
 from __future__ import annotations
 
 import ast
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +145,6 @@ def cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for v in sorted(graph):
         if v not in index:
             visit(v)

@@ -17,6 +17,7 @@ def _per_step() -> pd.DataFrame:
         {
             "step": [1, 2, 3],
             "outlier": [True, False, False],
+            "analyzed": [False, True, True],
             "step_time_us": [12000.0, 10000.0, 10000.0],
             "gpu_busy_us": [5000.0, 4000.0, 4000.0],
             "copy_us": [900.0, 900.0, 6000.0],  # step 3: more copy than busy (overlap) -> clipped
@@ -105,6 +106,7 @@ def _steps(n: int, outlier_first: bool = True) -> pd.DataFrame:
             "start": [i * 100.0 for i in range(n)],
             "end": [(i + 1) * 100.0 for i in range(n)],
             "outlier": [outlier_first and i == 0 for i in range(n)],
+            "analyzed": [not (outlier_first and i == 0) for i in range(n)],
         }
     )
 
@@ -144,8 +146,16 @@ def test_timeline_events_lanes_and_idle_gaps() -> None:
         on_gpu=[False, False, True, False],
     )
     runtime = _table([(45.0, 10.0, "cudaStreamSynchronize"), (5.0, 2.0, "cudaLaunchKernel")])
+    # the step model's idle (Metrics.gaps), one interval running past the window and one outside it
+    idle = pd.DataFrame(
+        {
+            "start": [0.0, 35.0, 70.0, 90.0, 200.0],
+            "end": [10.0, 60.0, 80.0, 120.0, 210.0],
+            "cause": ["data_loading", "host_sync", "launch_overhead", "other", "other"],
+        }
+    )
     events = figures.timeline_events(
-        window=window, kernels=kernels, copies=copies, annotations=annotations, runtime=runtime
+        window=window, kernels=kernels, copies=copies, annotations=annotations, runtime=runtime, idle=idle
     )
     by_lane: dict[str, list[tuple[float, float, str]]] = {}
     for e in events:
@@ -155,13 +165,16 @@ def test_timeline_events_lanes_and_idle_gaps() -> None:
     assert next(x[2] for x in by_lane["CPU · data loading"]).startswith("enumerate(DataLoader)")
     assert by_lane["CPU · annotations"] == [(40.0, 45.0, "Optimizer.step#AdamW.step")]
     assert by_lane["CPU · syncs"] == [(45.0, 55.0, "cudaStreamSynchronize")]
-    # GPU busy: [10,35) [60,70) [80,90) -> idle [0,10) [35,60) [70,80) [90,100)
-    assert [(s, e) for s, e, _ in by_lane["GPU · idle"]] == [
-        (0.0, 10.0),
-        (35.0, 60.0),
-        (70.0, 80.0),
-        (90.0, 100.0),
+    # the model's idle, clipped to the window and named by its cause
+    assert by_lane["GPU · idle"] == [
+        (0.0, 10.0, "GPU idle (data loading)"),
+        (35.0, 60.0, "GPU idle (host sync)"),
+        (70.0, 80.0, "GPU idle (launch overhead)"),
+        (90.0, 100.0, "GPU idle (other)"),
     ]
+    # without the model's idle there is no idle lane: the report never derives it from the raw tables
+    bare = figures.timeline_events(window=window, kernels=kernels, copies=copies)
+    assert not [e for e in bare if e.lane == "GPU · idle"]
 
 
 def test_merge_small_events_keeps_wide_and_counts_merged() -> None:
@@ -189,7 +202,8 @@ def _busy_run(n_kernels: int, kernel_us: float, gap_us: float) -> tuple[list[fig
     window = figures.TimelineWindow(0.0, end, ((1, 0.0, third), (2, third, 2 * third), (3, 2 * third, end)))
     n = n_kernels
     kernels = _table([(i * period, kernel_us, "gemm_kernel") for i in range(n)], family=["gemm"] * n)
-    return figures.timeline_events(window=window, kernels=kernels), window
+    idle = pd.DataFrame({"start": [i * period + kernel_us for i in range(n)], "end": [(i + 1) * period for i in range(n)]})
+    return figures.timeline_events(window=window, kernels=kernels, idle=idle), window
 
 
 def _as_plotly_draws(trace: dict[str, object], span_ms: float, plot_px: float = 1200.0) -> float:
@@ -237,7 +251,8 @@ def test_timeline_legend_colours_are_distinct() -> None:
     families = list(figures.FAMILY_COLORS)
     kernels = _table([(i * 50.0, 40.0, f"k{i}") for i in range(len(families))], family=families)
     copies = _table([(500.0 + i * 50.0, 40.0, f"c{i}") for i in range(4)], direction=["HtoD", "DtoH", "DtoD", "PtoP"])
-    events = figures.timeline_events(window=window, kernels=kernels, copies=copies)
+    idle = pd.DataFrame({"start": [40.0], "end": [50.0], "cause": ["other"]})
+    events = figures.timeline_events(window=window, kernels=kernels, copies=copies, idle=idle)
     fig = figures.timeline_figure(events, window)
     by_name = {t["name"]: t["marker"]["color"] for t in fig["data"]}
     assert len(by_name) >= len(families) + 4 + 1  # + GPU idle
