@@ -14,6 +14,11 @@ from typing import Any
 import pytest
 from capture_helpers import SCRIPTS, manifest, run_profile_cli
 
+# Each test runs `gpuadvisor profile` on a real script in a subprocess (10-40 s each): the slow tier,
+# like the other CLI runs (the quick tier stays a few minutes; tests/stepmodel/test_periodic.py and
+# tests/rules/cases/ga3_periodic.py cover the same pricing on synthetic records there).
+pytestmark = pytest.mark.slow
+
 # The observation after the window ends by steps here, never by time: a loaded CI machine must see
 # the same steps (the 20 s default cut a nanoGPT-shaped run before its last evaluation under load).
 SMALL = ["--skip-steps", "4", "--warmup-steps", "1", "--active-steps", "3", "--observe-seconds", "600"]
