@@ -169,6 +169,10 @@ def _kernels(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
     ops = model.trace.cpu_ops
     o = model.ops
     k = o[(o["kind"] == "kernel") & (o["seg"] >= 0)] if len(o) else o
+    if len(k) and "launch_ts" in k and k["launch_ts"].notna().any():
+        # Kernels whose launch the trace lost (a truncated trace keeps GPU activities whose runtime call
+        # was cut) would count in the step they *ran* in; where launches are known, count those only.
+        k = k[k["launch_ts"].notna()]
     seg = k["seg"].to_numpy(dtype=np.int64) if len(k) else np.zeros(0, dtype=np.int64)
     kmed = np.full(len(starts), np.nan)
     if len(seg):
