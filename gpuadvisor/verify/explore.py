@@ -5,7 +5,11 @@ them. The search:
 
 1. **Singles.** The baseline and each applicable lever alone, `trials` times, interleaved
    (B L1 L2 ... B L1 L2 ...). A lever whose trial fails is dropped with its reason; the rest go on.
-   Slow levers (compilation: minutes of warm-up) are not measured alone unless no other lever is faster.
+   The levers a finding of the run predicts go first, the largest predicted gain first (a budget
+   that ends during the singles then has measured them most). Slow levers (compilation: minutes of
+   warm-up) are not measured alone unless a finding predicts them or no other lever is faster.
+   A budget that ends during the singles still gives a best configuration: the fastest single with a
+   `faster` verdict on the trials it has (at least 2 a side).
 2. **Growth.** The best configuration starts as the single lever that measured fastest with a
    `faster` verdict. Each round measures the current best again and the best plus each candidate
    (interleaved, `trials` times; at most MAX_CANDIDATES, the levers fastest alone first), and keeps the
@@ -124,8 +128,11 @@ class Explorer:
         remaining: Callable[[], float | None],
         say: Callable[[str], None],
         trial_timeout_s: float,
+        predicted: Mapping[str, float] | None = None,
     ) -> None:
         self.levers = {lv.name: lv for lv in levers}
+        # lever name -> the largest speed-up a finding of the run predicts for its remedy
+        self.predicted = dict(predicted or {})
         self.trials = trials
         self._run_trial = run_trial
         self.remaining = remaining
@@ -226,10 +233,15 @@ class Explorer:
             if lv.skip_reason is not None:
                 self.say(f"{lv.name}: not measured alone ({lv.skip_reason})")
         applicable = [lv for lv in self.levers.values() if lv.skip_reason is None]
-        fast = [lv for lv in applicable if not lv.lever.slow]
-        slow = [lv for lv in applicable if lv.lever.slow]
-        # 1. singles (slow levers wait: they join on top of the best configuration of the others)
+        # predicted levers first, largest predicted gain first; the rest in the registry's order
+        applicable.sort(key=lambda lv: -self.predicted.get(lv.name, 0.0))
+        fast = [lv for lv in applicable if not lv.lever.slow or self.predicted.get(lv.name, 0.0) > 1.0]
+        slow = [lv for lv in applicable if lv not in fast]
+        # 1. singles (unpredicted slow levers wait: they join on top of the best configuration of the others)
         if not self._singles(fast, "singles"):
+            # the trials measured so far still count: a 'faster' verdict needs 2 trials a side
+            ranked = self._ranked([self.config((lv.name,)) for lv in fast])
+            self.best = ranked[0] if ranked else None
             return
         ranked = self._ranked([self.config((lv.name,)) for lv in fast])
         if not ranked and slow:

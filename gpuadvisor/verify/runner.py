@@ -418,6 +418,17 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
     return entry
 
 
+def _predicted_by_lever(levers: Sequence[ex.ExploreLever], findings: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Lever name -> the largest speed-up a finding of the run predicts for the lever's remedy (levers
+    no finding names are left out)."""
+    out: dict[str, float] = {}
+    for lv in levers:
+        preds = [p for p in (predicted_speedup(f) for f in findings if lv.remedy in finding_remedies(f)) if p is not None]
+        if preds:
+            out[lv.name] = max(preds)
+    return out
+
+
 def verify_run(
     run_dir: str | os.PathLike[str],
     options: VerifyOptions | None = None,
@@ -816,15 +827,25 @@ def explore_run(
     )
     multiplier = DEFAULT_BATCH_MULTIPLIER
     budget = options.budget_s if options.budget_s is not None else EXPLORE_BUDGET_S
-    singles = [lv for lv in levers if lv.skip_reason is None and not lv.lever.slow]
+    predicted = _predicted_by_lever(levers, findings)
+    singles = [
+        lv for lv in levers if lv.skip_reason is None and (not lv.lever.slow or predicted.get(lv.name, 0.0) > 1.0)
+    ]
+    singles.sort(key=lambda lv: -predicted.get(lv.name, 0.0))
     n_single_trials = (1 + len(singles)) * options.trials
     guess, why = ex.estimate_text(manifest, options.warmup_steps, options.steps)
     say(
         f"explore {run}: {len(singles)} levers to measure alone ({', '.join(lv.name for lv in singles) or 'none'}), "
         f"{len(levers) - len(singles)} not applicable alone or slow; baseline + {len(singles)} levers x {options.trials} trials "
         f"= {n_single_trials} trial processes, then the best combination grows (the best and up to "
-        f"{ex.MAX_CANDIDATES} candidates per round; compile levers last); budget {budget:.0f} s"
+        f"{ex.MAX_CANDIDATES} candidates per round; compile levers last unless a finding predicts them); "
+        f"budget {budget:.0f} s"
     )
+    ahead = ""
+    if predicted:
+        ahead = ", ".join(f"{lv.name} {predicted[lv.name]:.2f}x" for lv in singles if lv.name in predicted)
+    if predicted and ahead:
+        say(f"first the levers the findings predict (predicted speed-up): {ahead}")
     if guess is not None:
         total = guess * n_single_trials
         fits = "" if total <= budget else "; more than the budget: the search stops when the budget ends"
@@ -875,6 +896,7 @@ def explore_run(
         remaining=remaining,
         say=say,
         trial_timeout_s=TRIAL_TIMEOUT_S,
+        predicted=predicted,
     )
     notes: list[str] = []
     interrupted = False
@@ -899,11 +921,6 @@ def explore_run(
     trials: list[dict[str, Any]] = []
     for lv in levers:
         rules = tuple(dict.fromkeys(str(f.get("rule")) for f in findings if lv.remedy in finding_remedies(f)))
-        preds = [
-            p
-            for p in (predicted_speedup(f) for f in findings if lv.remedy in finding_remedies(f))
-            if p is not None
-        ]
         planned = PlannedTrial(
             remedy=lv.remedy,
             applies=(lv.remedy,),
@@ -911,7 +928,7 @@ def explore_run(
             category=lv.spec.category,
             skip_reason=lv.skip_reason,
             batch_multiplier=multiplier if lv.spec.changes_batch else None,
-            predicted_speedup=max(preds) if preds else None,
+            predicted_speedup=predicted.get(lv.name),
         )
         single = explorer.configs.get((lv.name,))
         c = _Config(lv.name, (lv.remedy.value,), planned)

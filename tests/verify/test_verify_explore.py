@@ -258,3 +258,39 @@ def test_a_lever_that_changes_how_steps_are_counted_is_failed() -> None:
     failed = e.levers["fused_optimizer"].failed
     assert failed is not None and "steps were counted differently" in failed
     assert e.best is not None and e.best.levers == ("bf16_autocast",)
+
+
+def test_a_budget_that_ends_during_the_singles_keeps_the_best_single_with_two_trials_a_side() -> None:
+    lvs = levers(("bf16_autocast", "channels_last", "num_workers"))  # measured as num_workers, CL, bf16
+    # round 1: B NW CL bf16; round 2 cut after B NW CL: bf16 (fastest) has one trial, no verdict
+    e = explorer(lvs, FakeTrials({"num_workers": 0.9, "channels_last": 0.6, "bf16_autocast": 0.5}), budget=7.5)
+    e.run(applies())
+    assert e.stopped == "the budget ended during the singles" and e.done == 7
+    assert e.best is not None and e.best.levers == ("channels_last",) and len(e.best.ok()) == 2
+
+
+def test_levers_a_finding_predicts_go_first_and_a_predicted_slow_lever_is_measured_alone() -> None:
+    lvs = levers(("bf16_autocast", "fused_optimizer", "torch_compile", "torch_compile_reduce_overhead"))
+    fake = FakeTrials({"bf16_autocast": 1.0, "fused_optimizer": 0.5, "torch_compile_reduce_overhead": 0.2})
+    predicted = {"torch_compile": 3.0, "torch_compile_reduce_overhead": 3.0, "fused_optimizer": 1.5}
+    clock = {"t": 0.0}
+
+    def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        clock["t"] += 1.0
+        return fake(names, timeout_s)
+
+    e = ex.Explorer(
+        lvs, trials=3, run_trial=run_trial, remaining=lambda: None, say=lambda m: None, trial_timeout_s=60, predicted=predicted
+    )
+    e.run(applies())
+    # first round of singles: the baseline, then the predicted levers by predicted gain, then the rest
+    assert fake.calls[:5] == [(), ("torch_compile",), ("torch_compile_reduce_overhead",), ("fused_optimizer",), ("bf16_autocast",)]
+    assert e.best is not None and set(e.best.levers) == {"torch_compile_reduce_overhead", "fused_optimizer"}
+
+
+def test_without_predictions_slow_levers_still_wait() -> None:
+    lvs = levers(("fused_optimizer", "torch_compile"))
+    fake = FakeTrials({"fused_optimizer": 0.5, "torch_compile": 0.5})
+    e = explorer(lvs, fake)
+    e.run(applies())
+    assert ("torch_compile",) not in fake.calls
