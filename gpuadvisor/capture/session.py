@@ -3,6 +3,11 @@
 Used by the child process (`gpuadvisor.capture.child`) and by the in-process `Capture` context
 manager. torch is imported only when a session starts.
 
+`CaptureSession` coordinates four parts, one job each (docs/capture.md, "How it runs"): step
+detection (`capture.steps`), the profiler window (`capture.window`), the trace export
+(`capture.export`) and the settings snapshot (`capture.settings`); what they say goes through one
+`capture.journal.CaptureJournal`, the costs between steps into `capture.between.StepEventLog`.
+
 Step detection (decided at run time, highest priority first; `manifest.StepDetection`):
   1. `optimizer_step_hook`: every `optimizer.step()` of the first optimizer that steps is a boundary.
   2. `module_forward`: every call of the top module (the outermost `nn.Module` with parameters,
