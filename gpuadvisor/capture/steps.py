@@ -12,6 +12,7 @@ signal came, or that the method is about to change. No torch import at module le
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
 import threading
@@ -313,8 +314,6 @@ class TimeSteps:
         self._timer.start()
 
     def _timer_loop(self) -> None:
-        import _thread
-
         if self._timer_stop.wait(self.cfg.time_fallback_after):
             return
         while not self._timer_stop.is_set():
