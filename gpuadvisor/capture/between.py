@@ -97,3 +97,13 @@ class StepEventLog:
         """The run ended: an open evaluation pass ends now (held ones are dropped: no training)."""
         if self._eval_open is not None:
             self.close_evaluation(time.perf_counter())
+
+    def merge_worker_starts(self, starts: dict[tuple[int, int], float]) -> None:
+        """When each epoch's first new DataLoader worker was ready (noted by the workers themselves:
+        `hooks.WorkerStartProbe`, `hooks.read_worker_starts`), into its `epoch_start` event as
+        `worker_ready_s`."""
+        for ev in self.events:
+            if ev.get("kind") == "epoch_start" and "worker_ready_s" not in ev:
+                ready = starts.get((int(ev.get("dataloader", -1)), int(ev.get("epoch", -1))))
+                if ready is not None:
+                    ev["worker_ready_s"] = round(ready, 6)

@@ -12,7 +12,7 @@ import torch
 
 from gpuadvisor.capture import Capture
 from gpuadvisor.capture import hooks as hooks_mod
-from gpuadvisor.capture import session as session_mod
+from gpuadvisor.capture.export import TraceExport
 
 
 def _is_fake_device(t: Any) -> bool:
@@ -127,7 +127,7 @@ def test_disk_full_during_export_keeps_the_rest(tmp_path: Path, monkeypatch: pyt
     def no_space(self: Any, src: Path, dst: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(session_mod.CaptureSession, "_gzip_with_dist_info", no_space)
+    monkeypatch.setattr(TraceExport, "gzip_with_dist_info", no_space)
     with Capture(tmp_path / "run", skip_steps=0, warmup_steps=0, active_steps=1, nvml=False) as cap:
         cap.step()
         cap.step()
