@@ -33,6 +33,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -239,8 +240,6 @@ def _load_folder(folder: Path, origin: str, pattern: str) -> list[LoadedRule]:
 
 
 def _load_entry_points() -> list[LoadedRule]:
-    from importlib.metadata import entry_points
-
     loaded: list[LoadedRule] = []
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         source = f"entry point {ep.name} ({ep.value})"

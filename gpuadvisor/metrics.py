@@ -17,6 +17,7 @@ Everything is vectorized with numpy/pandas (an 80k-event trace takes well under 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -182,8 +183,6 @@ covered = _intervals.covered
 
 def _f(x: Any) -> float | None:
     """JSON-safe float (None for NaN/inf/None)."""
-    import math
-
     if x is None:
         return None
     try:

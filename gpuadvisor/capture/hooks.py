@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
+import hashlib
 import linecache
 import os
 import sys
@@ -64,8 +66,6 @@ SNIPPET_MAX_CHARS = 400  # per line: a minified line must not bloat the run dire
 
 def file_sha256(path: str) -> str | None:
     """sha256 (hex) of a source file's bytes; None when it cannot be read (or is over 16 MB)."""
-    import hashlib
-
     try:
         if os.path.getsize(path) > 16 * 1024 * 1024:
             return None
@@ -692,8 +692,6 @@ class Recorder:
 
         self._patch(torch, "save", make_save, Suspect.PERIODIC_HOOKS)
         if Suspect.PERIODIC_HOOKS not in self.off:
-            import gc
-
             gc.callbacks.append(self._gc_callback)
             self._gc_installed = True
 
@@ -740,8 +738,6 @@ class Recorder:
 
     def remove_gc_callback(self) -> None:
         if self._gc_installed:
-            import gc
-
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(self._gc_callback)
             self._gc_installed = False

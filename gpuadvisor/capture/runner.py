@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -350,7 +351,6 @@ class _SignalRelay:
         up to RECEIPT_WAIT_S)."""
         if self.receipts is None:
             return False
-        import select
 
         deadline = since + self.RECEIPT_WAIT_S
         while True:

@@ -14,15 +14,19 @@ No environment variable is read into the page.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import inspect
 import json
 import math
+import os
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from gpuadvisor import __version__
 from gpuadvisor._atomic import why_not_written, write_text_atomic
@@ -325,10 +329,6 @@ def build_context(
 def trace_files(result: AnalysisResult, report_dir: Path | None = None) -> list[dict[str, str]]:
     """The Kineto trace file(s) of the analysis, for "open it in Perfetto": rank, absolute path, a link
     (relative to `report_dir` when given, so the link survives moving the run directory), size."""
-    import contextlib
-    import os
-    from urllib.parse import quote
-
     out: list[dict[str, str]] = []
     for model in result.traces or ((result.trace,) if result.trace is not None else ()):
         path = Path(model.path)
@@ -787,8 +787,6 @@ def inline_code(text: str) -> list[tuple[bool, str]]:
 
 
 def _dedent(text: str) -> str:
-    import textwrap
-
     return textwrap.dedent(text).strip("\n")
 
 

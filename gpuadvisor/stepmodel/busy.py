@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -301,7 +302,6 @@ def layout_transposes(model: StepModel) -> Any:
     t = model.kernel_table
     if len(t) == 0:
         return np.zeros(0, dtype=bool)
-    import re
 
     cached = model._derived.get("layout_transposes")
     if cached is not None:

@@ -14,6 +14,7 @@ SystemExit at that step boundary, as `gpuadvisor profile` stops a script after i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -259,8 +260,6 @@ def _synchronize() -> None:
 
 def _install_step_hooks(clock: StepClock, injections: Any) -> None:
     """Optimizer step hook, DataLoader iterator hook, and the top-module finder."""
-    import functools
-
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils.data import dataloader as dlmod
