@@ -223,6 +223,7 @@ def merge_ranks(
 @contextlib.contextmanager
 def manifest_lock(run_dir: Path) -> Iterator[None]:
     """An exclusive lock on RUN/.manifest.lock (ranks of one node merging the manifest one at a time)."""
+    # lazy: fcntl is POSIX-only, and `import gpuadvisor.api` loads this module on any OS
     import fcntl
 
     with open(run_dir / LOCK_FILE, "a+b") as fh:

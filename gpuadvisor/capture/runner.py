@@ -194,6 +194,7 @@ _LOCKS: dict[Path, Any] = {}
 def _lock_out_dir(out: Path) -> None:
     """An exclusive lock on `out` for this run (flock on OUT/.gpuadvisor.lock, held until the run ends):
     a second `gpuadvisor profile` into the same folder is refused instead of interleaving its files."""
+    # lazy: fcntl is POSIX-only, and `import gpuadvisor.api` loads this module on any OS
     import fcntl
 
     try:

@@ -145,6 +145,7 @@ def render_html(
 def shared_plotly_name() -> str:
     """The file name of the shared copy of plotly.js (versioned: reports of two plotly versions can share
     a folder)."""
+    # lazy: plotly loads when a page is rendered, not for `gpuadvisor report --help`
     from plotly.offline import get_plotlyjs_version
 
     return f"plotly-{get_plotlyjs_version()}.min.js"
@@ -153,6 +154,7 @@ def shared_plotly_name() -> str:
 def write_shared_plotly(folder: Path) -> Path:
     """Write the installed plotly.js into `folder` as `shared_plotly_name()` unless it is already there
     (same name, same size): one copy for a folder of reports."""
+    # lazy: plotly loads when a page is rendered, not for `gpuadvisor report --help`
     from plotly.offline import get_plotlyjs
 
     target = folder / shared_plotly_name()
@@ -1020,6 +1022,7 @@ def _rules_view(result: AnalysisResult) -> dict[str, Any]:
 
 
 def _environment() -> Any:
+    # lazy: jinja2 loads when a page is rendered, not for `gpuadvisor report --help`
     import jinja2
 
     env = jinja2.Environment(
@@ -1034,6 +1037,7 @@ def _environment() -> Any:
 
 
 def _render(context: Mapping[str, Any], *, cdn: bool, plotly_file: str | None = None) -> str:
+    # lazy: markupsafe and plotly load when a page is rendered, not for `gpuadvisor report --help`
     import markupsafe
     from plotly.offline import get_plotlyjs, get_plotlyjs_version
 

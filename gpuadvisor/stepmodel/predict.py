@@ -87,6 +87,7 @@ def _prefetch_copies(model: StepModel, program: Program, p: dict[str, Any]) -> P
 
 @transform(RemedyId.UINT8_INPUTS)
 def _uint8_inputs(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     rows = set(p.get("rows", ()))

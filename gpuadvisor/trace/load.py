@@ -567,6 +567,7 @@ class _Columns:
 
     def frame(self) -> pd.DataFrame:
         """The table sorted by `ts`, with an `end` column after `dur`; the buffers are released."""
+        # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
         import numpy as np
         import pandas as pd
 
@@ -982,6 +983,7 @@ def _collect_streaming(
 
 def _import_table_libraries() -> None:
     """Import pandas (~0.3 s), which the tables need next: done while the split's worker finishes."""
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas  # noqa: F401
 
 
@@ -1123,6 +1125,7 @@ def _drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
 
 
 def _cat(values: Any) -> Any:
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
     return pd.Series(values, dtype=object).astype(str).astype("category")
@@ -1138,6 +1141,7 @@ def _build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The typed tables of docs (gpuadvisor/trace/model.py) from the collector's columns (each
     released once its table is built)."""
+    # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
     import pandas as pd
 
@@ -1184,6 +1188,7 @@ def _drop_zero_ts(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
     Kineto timestamps are microseconds since an epoch far from 0; a `ts: 0` event in such a trace is
     a placeholder (seen for events whose start was never recorded) and would stretch every span.
     """
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     positive = [df["ts"].to_numpy() for df in tables.values() if len(df)]
@@ -1226,6 +1231,7 @@ def _check_time_resolution(path: Path, tables: dict[str, pd.DataFrame], warnings
     """Timestamps so large that float64 cannot place events to the microsecond (`ts` + 9e18 is
     resolved to 1-2 ms): a note with the uncertainty, or InputError when it exceeds a tenth of the
     trace's median GPU event (then busy time, gaps and overlaps are noise, and no analysis is true)."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     largest = 0.0
@@ -1257,6 +1263,7 @@ def _drop_colliding_correlations(tables: dict[str, pd.DataFrame], warnings: list
     Kineto trace (the kernels of one CUDA graph launch share that launch's id, which is fine); an id
     on several calls links launches to the wrong kernels (and joins on it multiply). Those ids are
     dropped from the calls and the GPU events: their launch-to-kernel links become unknown."""
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
     rt = tables["runtime"]
