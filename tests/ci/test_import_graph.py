@@ -4,10 +4,10 @@ them imports fine and still ties the layers together). import-linter (`.importli
 checks the layers; this test reads every import of the source itself (the AST, function bodies
 included, `if TYPE_CHECKING:` blocks left out because they never run) and looks for any cycle.
 
-An import inside a function (any module: the package's own, third-party, standard library) is there
-only to keep a heavy module out of a light entry point, and says why on its line or in the comment
-right above it (`# lazy: why`); a standard-library import or one that keeps nothing light belongs at
-module level. The light entry points are checked by running them: `gpuadvisor --help`, each command's
+An import inside a function (any module: the package's own, third-party, standard library) says why
+it is there, on its line or in the comment right above it (`# lazy: why`): it keeps a heavy module out
+of a light entry point, or imports an optional extra (torch) or a module that exists on some systems
+only (fcntl). Any other import belongs at module level. The light entry points are checked by running them: `gpuadvisor --help`, each command's
 `--help` and `gpuadvisor rules` import none of torch, pandas, numpy, plotly.
 
 Run it as a script (`python tests/ci/test_import_graph.py`) to print the cycles and the function-level
@@ -50,7 +50,7 @@ class Import:
     target: str  # the imported module of the package
     line: int
     in_function: bool
-    reason: str = ""  # a `# lazy: why` comment on the import's line or the line above it
+    reason: str = ""  # a `# lazy: why` comment on the import's line or right above its run of imports
 
 
 _IMPORT_LINE = re.compile(r"\s*(import|from)\s")
@@ -254,13 +254,13 @@ def all_inner_imports() -> list[InnerImport]:
 
 
 def test_function_level_imports_say_why() -> None:
-    """Every import inside a function (the package's own modules, third-party, standard library) is
-    there to keep a heavy module out of a light entry point, and says so (`# lazy: why`)."""
+    """Every import inside a function (the package's own modules, third-party, standard library) says
+    why it is not at module level (`# lazy: why`)."""
     silent = [f"{i.path}:{i.line}: import {i.module}" for i in all_inner_imports() if not i.reason]
     silent = [s for s in silent if s.split(":", 1)[0] not in EXEMPT]
     assert not silent, (
         "function-level imports without a `# lazy: why` comment (move them to module level, or say which "
-        "light entry point they keep a heavy module out of):\n" + "\n".join(silent)
+        "light entry point they keep a heavy module out of, or why else they cannot be there):\n" + "\n".join(silent)
     )
 
 
