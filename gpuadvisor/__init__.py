@@ -16,6 +16,7 @@ use by the module `__getattr__`, so `import gpuadvisor` stays light.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -40,6 +41,5 @@ def __getattr__(name: str) -> Any:
     spec = _LAZY.get(name)
     if spec is None:
         raise AttributeError(f"module 'gpuadvisor' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(spec[0]), spec[1])

@@ -123,6 +123,7 @@ def _load_traces(paths: list[Path], *, progress: bool) -> list[TraceModel]:
 
 def _empty_trace(path: Path) -> TraceModel:
     """A trace with every table empty: a run whose trace was never exported still gets a report."""
+    # lazy: pandas stays out of `import gpuadvisor.api`
     import pandas as pd
 
     def table(columns: tuple[str, ...]) -> pd.DataFrame:

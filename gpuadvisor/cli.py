@@ -14,6 +14,7 @@ import difflib
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -114,8 +115,6 @@ class LazyGroup(click.Group):
             _exit(EXIT_INTERRUPTED)
         except Exception as err:  # a bug in gpuadvisor, not in the user's input
             if _debug():
-                import traceback
-
                 traceback.print_exc()
                 hint = "please report it with the traceback above"
             else:

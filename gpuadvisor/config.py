@@ -36,6 +36,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
 from gpuadvisor import engine
 from gpuadvisor.errors import ConfigError
 
@@ -102,10 +107,6 @@ class AnalysisConfig:
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on Python 3.10 only
-        import tomli as tomllib
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)

@@ -23,6 +23,7 @@ import contextlib
 import difflib
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import math
@@ -239,10 +240,8 @@ def _load_folder(folder: Path, origin: str, pattern: str) -> list[LoadedRule]:
 
 
 def _load_entry_points() -> list[LoadedRule]:
-    from importlib.metadata import entry_points
-
     loaded: list[LoadedRule] = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         source = f"entry point {ep.name} ({ep.value})"
         try:
             obj = ep.load()

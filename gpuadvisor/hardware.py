@@ -308,6 +308,7 @@ def classify_tensor_core(
     (3) achieved FLOP/s: a kernel whose op FLOPs over its time beat 1.1x the FP32 non-tensor peak must
     use tensor cores, whatever (1) said.
     """
+    # lazy: numpy and pandas stay out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import numpy as np
     import pandas as pd
 

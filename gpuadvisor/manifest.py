@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import os
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -785,9 +787,6 @@ class Manifest:
     ) -> Manifest:
         """The manifest written before the script starts (a parent killed outright still leaves it).
         With `redact`, credentials in the command line are masked (gpuadvisor.redact)."""
-        import os
-        import sys
-
         masked: tuple[int, ...] = ()
         if redact:
             command, _ = redact_argv(command)

@@ -17,6 +17,7 @@ Everything is vectorized with numpy/pandas (an 80k-event trace takes well under 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -182,8 +183,6 @@ covered = _intervals.covered
 
 def _f(x: Any) -> float | None:
     """JSON-safe float (None for NaN/inf/None)."""
-    import math
-
     if x is None:
         return None
     try:
@@ -202,6 +201,7 @@ def _i(x: Any) -> int | None:
 
 
 def _empty(cols: tuple[str, ...]) -> pd.DataFrame:
+    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import pandas as pd
 
     df: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in cols})
@@ -216,6 +216,7 @@ def _op_self_times(ops: pd.DataFrame) -> Any:
     started before it minus those ended by its start (exact when the thread's ops nest, as the
     profiler's do), and its parent is the latest op one level up. Threads whose ops do not nest that
     way (a count that would go negative) take the stack walk of `_op_self_times_walk`."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     n = len(ops)
@@ -248,6 +249,7 @@ def _parents_nested(ts: Any, en: Any) -> Any:
     An op's ancestors are the earlier ops still open at its start: depth = earlier ops - earlier ops
     ended by its start. Ops ended by a start are counted over all ops, less the zero-length ops at that
     same start that sort at or after it (the only later ops that can have ended by then)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     m = len(ts)
@@ -279,6 +281,7 @@ def _parents_nested(ts: Any, en: Any) -> Any:
 
 def _op_self_times_walk(ops: pd.DataFrame, order: Any, self_t: Any) -> Any:
     """The stack walk `_op_self_times` falls back to (ops that do not nest)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     n = len(ops)
@@ -304,6 +307,7 @@ def _op_self_times_walk(ops: pd.DataFrame, order: Any, self_t: Any) -> Any:
 def _group_modes(keys: Any, values: Any) -> dict[Any, Any]:
     """Per key, its most common non-missing value (ties: the one seen first). One grouped count over
     (key, value) pairs instead of a Python call per group (a 100 MB trace has thousands of op names)."""
+    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import pandas as pd
 
     df = pd.DataFrame({"k": pd.Series(keys).to_numpy(), "v": pd.Series(values).to_numpy()})
@@ -321,6 +325,7 @@ def compute_metrics(
     """Every metric of docs/metrics.md, a projection of the step model (built here unless given): its
     per-step table and window kernels, with the run's memory, NVML samples and host-timed steps.
     Never raises for missing inputs: values become None."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     if model is None:
@@ -409,6 +414,7 @@ _FRACTIONS: tuple[tuple[str, str], ...] = (
 
 def _step_metrics(A: pd.DataFrame, total_t: float, gpu_activity: bool) -> dict[str, WindowValue]:
     """The window's step time and its split, over the analyzed rows `A` of the per-step table."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     st = A["step_time_us"].to_numpy()
@@ -432,6 +438,7 @@ def _step_metrics(A: pd.DataFrame, total_t: float, gpu_activity: bool) -> dict[s
 
 def _kernel_metrics(kw: pd.DataFrame, tc_map: Mapping[str, Any], num_sms: int | None) -> dict[str, WindowValue]:
     """SM use, occupancy, matmul and tensor-core shares and the median duration of the window's kernels."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     w: dict[str, WindowValue] = {}
@@ -512,6 +519,7 @@ def _gaps(idle: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -554,6 +562,7 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
 
 def _dim_text(col: pd.Series) -> pd.Series:
     """Launch dimensions as text ("<NA>" when the kernel carries none: graph replays, ROCm kernels)."""
+    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import pandas as pd
 
     v = col.astype("float64")
@@ -565,6 +574,7 @@ def _dim_text(col: pd.Series) -> pd.Series:
 
 def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:
     """The matmul dtype that carried most FLOPs: bf16, fp16, fp8, tf32 (fp32 inputs, TF32 allowed) or fp32."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     if len(ops) == 0:
@@ -594,6 +604,7 @@ def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:
 
 
 def _ops_agg(ops: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import pandas as pd
 
     if len(ops) == 0:
@@ -643,6 +654,7 @@ def throttle_reason_names(mask: int) -> list[str]:
 
 
 def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     df = run.nvml
@@ -706,6 +718,7 @@ def _profiler_overhead(run: RunInfo, w: dict[str, WindowValue]) -> None:
     torch.profiler with record_shapes adds CPU time to every op; in a run whose pace is set by the
     CPU (launch-bound, small batch), that shows up in the trace as extra GPU idle time that does not
     exist without the profiler. Rules that estimate host-side idle subtract this overhead."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     unprofiled, profiled = host_step_durations(run.record.capture)

@@ -218,6 +218,7 @@ def micro_batches(trace: TraceModel) -> tuple[npt.NDArray[np.float64], npt.NDArr
     """(start, end) of each DDP micro-batch's forward: the outermost `DistributedDataParallel.forward`
     CPU spans, sorted by start. A DDP module inside another one's forward (nested wrappers, as in
     DLRM's sharded embeddings) records a span inside its parent's: it is not another micro-batch."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -283,6 +284,7 @@ class RankSummary:
         return tuple(s for s in self.steps if s.analyzed)
 
     def median(self, attr: str) -> float | None:
+        # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
         import numpy as np
 
         values = [getattr(s, attr) for s in self.analyzed]
@@ -314,6 +316,7 @@ class RankSummary:
 
 def rank_summary(trace: TraceModel, metrics: Metrics | None = None) -> RankSummary:
     """Reduce one rank's trace (and its metrics, computed when not given) to per-step numbers."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     if metrics is None:
@@ -457,6 +460,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 def cross_rank(traces: Sequence[TraceModel], metrics: Sequence[Metrics | None] | None = None) -> CrossRank:
     """Compare the ranks. `metrics[i]` (optional) are `traces[i]`'s metrics; computed when None."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     ms = list(metrics) if metrics is not None else [None] * len(traces)
@@ -492,6 +496,7 @@ def cross_rank(traces: Sequence[TraceModel], metrics: Sequence[Metrics | None] |
 def _straggler(ranks: tuple[RankSummary, ...], common: tuple[int, ...]) -> Straggler | None:
     """Per common step, the rank with the least collective time arrived last (the others waited for
     it, inside the collective). The straggler is the rank that is last most often."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     if not common or any(r.comm_source == "none" for r in ranks):

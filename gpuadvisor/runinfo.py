@@ -97,6 +97,7 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
 
 
 def _read_nvml(path: Path) -> tuple[pd.DataFrame | None, str | None]:
+    # lazy: pandas stays out of `import gpuadvisor.api`
     import pandas as pd
 
     if not path.is_file():

@@ -69,6 +69,7 @@ class ExposedCommunication(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        # lazy: numpy stays out of `gpuadvisor rules`
         import numpy as np
 
         multi = len(ctx.traces) > 1

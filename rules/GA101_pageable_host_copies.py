@@ -8,6 +8,7 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rulekit import transfers as tr
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.transforms import pinned_gbps
 
 
 class PageableHostCopies(Rule):
@@ -61,8 +62,6 @@ class PageableHostCopies(Rule):
     references = ("https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.transforms import pinned_gbps
-
         model = ctx.model
         win = model.window
         copies = tr.window_copies(model, ctx.threshold("min_copy_bytes"), ("HtoD",))

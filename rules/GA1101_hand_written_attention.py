@@ -9,6 +9,7 @@ from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.busy import attention_patterns
 
 
 class HandWrittenAttention(Rule):
@@ -73,8 +74,6 @@ class HandWrittenAttention(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.busy import attention_patterns
-
         model = ctx.model
         win = model.window
         if win.count == 0 or win.total_us <= 0:

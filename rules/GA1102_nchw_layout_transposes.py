@@ -11,6 +11,8 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.busy import layout_transposes
+from gpuadvisor.stepmodel.predict import predict_combined
 
 
 class NchwLayoutTransposes(Rule):
@@ -68,9 +70,6 @@ class NchwLayoutTransposes(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.busy import layout_transposes
-        from gpuadvisor.stepmodel.predict import predict_combined
-
         model = ctx.model
         win = model.window
         if win.count == 0 or win.total_us <= 0 or len(model.kernel_table) == 0:

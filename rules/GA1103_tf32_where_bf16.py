@@ -12,6 +12,7 @@ from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.busy import layout_transposes
 
 _MATH = (*kb.CONV_CLASSES, "gemm")
 
@@ -81,8 +82,6 @@ class Tf32WhereBf16(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.busy import layout_transposes
-
         cc = gw.compute_capability(ctx)
         if cc is None or cc < ctx.threshold("min_compute_capability"):
             return

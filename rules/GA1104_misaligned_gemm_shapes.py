@@ -9,6 +9,7 @@ from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.busy import odd_gemms
 
 
 class MisalignedGemmShapes(Rule):
@@ -53,8 +54,6 @@ class MisalignedGemmShapes(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.busy import odd_gemms
-
         model = ctx.model
         win = model.window
         if win.count == 0:

@@ -9,6 +9,7 @@ from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.busy import vocab_loss
 
 
 class Fp32VocabLoss(Rule):
@@ -63,8 +64,6 @@ class Fp32VocabLoss(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.busy import vocab_loss
-
         model = ctx.model
         win = model.window
         if win.count == 0:

@@ -9,6 +9,7 @@ from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel.busy import memory_chains
 
 
 class UnfusedElementwiseChains(Rule):
@@ -68,8 +69,6 @@ class UnfusedElementwiseChains(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        from gpuadvisor.stepmodel.busy import memory_chains
-
         model = ctx.model
         win = model.window
         if win.count == 0:

@@ -101,6 +101,7 @@ class DataloaderStall(Rule):
         steady = share
         if restart is not None:
             # the steps that carry an epoch's worker restart are GA303's: the facts here are the others'
+            # lazy: numpy stays out of `gpuadvisor rules`
             import numpy as np
 
             keep = ~np.isin(win.step_ids, [s for s in restart.steps if s is not None])

@@ -6,6 +6,7 @@ notebooks and tests) are imported lazily: importing this package imports neither
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import types
@@ -31,7 +32,6 @@ def __getattr__(name: str) -> Any:
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'gpuadvisor.capture' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(mod), name)
 

@@ -8,6 +8,7 @@ child (`gpuadvisor.capture.child`), before anything of the run can start as an o
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -26,8 +27,6 @@ def die_with_parent() -> None:
     expected = os.environ.pop(ENV_PARENT_PID, "")
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     if expected.isdigit() and os.getppid() != int(expected):
         os._exit(128 + int(signal.SIGTERM))  # as if the SIGTERM had come: the script never ran

@@ -17,11 +17,15 @@ if __name__ == "__main__":
 
 import atexit
 import contextlib
+import gc
+import io
 import json
 import os
 import signal
 import sys
+import threading
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -67,8 +71,6 @@ def _print_user_traceback(exc: BaseException) -> None:
     try:
         sys.excepthook(type(exc), exc, tb)
     except Exception:
-        import traceback
-
         traceback.print_exception(type(exc), exc, tb)
 
 
@@ -91,9 +93,6 @@ def _close_open_files() -> None:
     """Close the files the script left open, as python's shutdown does when it frees them (buffered
     writes reach the disk, a gzip file gets its trailer); not stdin/stdout/stderr. Wrappers first:
     text, then buffered (gzip too), then raw files."""
-    import gc
-    import io
-
     base = getattr(__import__("_io"), "_IOBase", io.IOBase)
     std = {id(s) for s in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
     found: list[tuple[int, Any]] = []
@@ -115,8 +114,6 @@ def _exit_now(status: int, origin: bool = False) -> None:
     destructors, where libkineto can crash once a profiler has run in the process (pytorch #195837:
     SIGSEGV at exit; seen on the H200 in 3 of 6 profiled HF Trainer runs)."""
     if origin:
-        import threading
-
         with contextlib.suppress(BaseException):
             shutdown = getattr(threading, "_shutdown", None)
             if shutdown is not None:

@@ -67,6 +67,7 @@ class RunModeCounts:
 
 def _is_compiling() -> bool:
     try:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         return bool(torch.compiler.is_compiling())
@@ -98,6 +99,7 @@ class ForwardTracker:
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         self._torch = torch
@@ -133,6 +135,7 @@ class ForwardTracker:
 
         `inside_top_call`: called from the wrapper around a call of the top module, whose pre-hooks
         run next: the new hook must not count that call a second time."""
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         if self.phase is not Phase.DISCOVER:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
+import hashlib
 import linecache
 import os
 import sys
@@ -64,8 +66,6 @@ SNIPPET_MAX_CHARS = 400  # per line: a minified line must not bloat the run dire
 
 def file_sha256(path: str) -> str | None:
     """sha256 (hex) of a source file's bytes; None when it cannot be read (or is over 16 MB)."""
-    import hashlib
-
     try:
         if os.path.getsize(path) > 16 * 1024 * 1024:
             return None
@@ -78,6 +78,7 @@ def file_sha256(path: str) -> str | None:
 def _profiler_recording() -> bool:
     """Is a torch profiler recording in this process now (gpuadvisor's window or the script's own)?"""
     try:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         return bool(getattr(torch.autograd, "_profiler_enabled")())  # noqa: B009 (not in the stubs)
@@ -142,6 +143,7 @@ def read_worker_starts(path: str) -> dict[tuple[int, int], float]:
 
 def _internal_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(torch and gpuadvisor folders, stdlib folders): code under them is not user code."""
+    # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
     always = (
@@ -394,6 +396,7 @@ class Recorder:
 
     def install(self) -> None:
         """Patch torch once. Call before the user's code runs."""
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         self.install_tensor_hooks()
@@ -408,6 +411,7 @@ class Recorder:
         """The per-call Tensor wrappers (host-sync and host-to-device call sites). The session removes
         them for the steps it uses as the unprofiled reference and installs them again before the
         window: each call costs microseconds, which the unprofiled step time must not include."""
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         if any(group is Suspect.TENSOR_HOOKS for *_, group, _w in self._patches):
@@ -533,6 +537,7 @@ class Recorder:
 
     # ---------------------------------------------------------------- DataLoader
     def _install_dataloader_hooks(self) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         from torch.utils.data import dataloader as dlmod
 
         def make_init(orig: Any) -> Any:
@@ -692,8 +697,6 @@ class Recorder:
 
         self._patch(torch, "save", make_save, Suspect.PERIODIC_HOOKS)
         if Suspect.PERIODIC_HOOKS not in self.off:
-            import gc
-
             gc.callbacks.append(self._gc_callback)
             self._gc_installed = True
 
@@ -740,8 +743,6 @@ class Recorder:
 
     def remove_gc_callback(self) -> None:
         if self._gc_installed:
-            import gc
-
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(self._gc_callback)
             self._gc_installed = False
@@ -798,6 +799,7 @@ class Recorder:
 
     # ---------------------------------------------------------------- optimizers
     def _install_optimizer_hooks(self) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook
 
         def make_init(orig: Any) -> Any:
@@ -847,6 +849,7 @@ class Recorder:
         # The step post-hook counts steps: it is installed even when the __init__ wrapper is not.
         self.add_hook_handle(register_optimizer_step_post_hook(post_hook), Suspect.STEP_TIMER)
         with contextlib.suppress(Exception):  # builds without torch.amp.GradScaler
+            # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
             import torch
 
             self._patch(torch.amp.GradScaler, "step", make_scaler_step, Suspect.STEP_TIMER)
@@ -929,12 +932,14 @@ class Recorder:
             enabled = kwargs.get("enabled", True)
             s.grad_scaler_enabled = bool(enabled) or bool(s.grad_scaler_enabled)
 
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         from torch.amp import autocast_mode
 
         g = Suspect.SETTINGS_HOOKS
         self._patch(autocast_mode.autocast, "__enter__", lambda o: counting("autocast", o, note_autocast), g)
         self._patch(torch, "compile", lambda o: counting("torch.compile", o, note_compile), g)
         try:
+            # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
             from torch.cuda import graphs
 
             self._patch(graphs.graph, "__enter__", lambda o: counting("cuda graph", o, note_graph), g)
@@ -976,6 +981,7 @@ class Recorder:
 
     # ---------------------------------------------------------------- other profilers
     def _install_profiler_guard(self) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         from torch.autograd import profiler as aprof
 
         def make(orig: Any) -> Any:

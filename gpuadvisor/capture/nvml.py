@@ -182,6 +182,7 @@ class NvmlSampler:
         try:
             nvml = self._nvml
             if nvml is None:
+                # lazy: nvidia-ml-py is the optional `profile` extra, absent where only the analysis is installed
                 import pynvml
 
                 nvml = pynvml

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,8 +300,6 @@ def _stop_nvml_process(proc: subprocess.Popen[bytes], run_dir: Path, node_rank: 
 
 def nvml_sampler_main(run_dir: str, interval: str, node_rank: str, watch_pid: str) -> None:
     """Sample NVML until SIGTERM or until the process `watch_pid` is gone; write the sampler's state."""
-    import threading
-
     out = Path(run_dir)
     node = int(node_rank)
     stop = threading.Event()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -94,8 +95,6 @@ def rank_entry(
 
 def _step_medians(state: ChildState) -> tuple[float | None, float | None]:
     """The rank's own unprofiled and profiled step medians (ms), from its step boundary times."""
-    import statistics
-
     outside, inside = host_step_durations(state.capture)
     return (
         round(statistics.median(outside), 4) if outside else None,
@@ -224,6 +223,7 @@ def merge_ranks(
 @contextlib.contextmanager
 def manifest_lock(run_dir: Path) -> Iterator[None]:
     """An exclusive lock on RUN/.manifest.lock (ranks of one node merging the manifest one at a time)."""
+    # lazy: fcntl is POSIX-only, and `import gpuadvisor.api` loads this module on any OS
     import fcntl
 
     with open(run_dir / LOCK_FILE, "a+b") as fh:

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -193,6 +194,7 @@ _LOCKS: dict[Path, Any] = {}
 def _lock_out_dir(out: Path) -> None:
     """An exclusive lock on `out` for this run (flock on OUT/.gpuadvisor.lock, held until the run ends):
     a second `gpuadvisor profile` into the same folder is refused instead of interleaving its files."""
+    # lazy: fcntl is POSIX-only, and `import gpuadvisor.api` loads this module on any OS
     import fcntl
 
     try:
@@ -350,7 +352,6 @@ class _SignalRelay:
         up to RECEIPT_WAIT_S)."""
         if self.receipts is None:
             return False
-        import select
 
         deadline = since + self.RECEIPT_WAIT_S
         while True:

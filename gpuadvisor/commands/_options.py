@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
@@ -48,8 +50,6 @@ def verbose_option(f: F) -> F:
 
 def stdout_color(output: Path | None) -> bool:
     """Colour for text written to stdout (never into a file given with -o)."""
-    import sys
-
     return output is None and color_enabled(sys.stdout)
 
 
@@ -197,7 +197,6 @@ def resolve_options(
 
 def _check_step_time(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     del ctx, param
-    import math
 
     if value is not None and (not math.isfinite(value) or value <= 0):
         raise click.BadParameter(f"{value} is not a step time: give the milliseconds per step, > 0")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+import webbrowser
 from collections.abc import Sequence
 from typing import IO
 
@@ -229,8 +231,6 @@ def profile(
     (one trace per rank, trace/rank{RANK}.json.gz); the exit status is the failing rank's own status
     (else torchrun's).
     """
-    import importlib.util
-
     if importlib.util.find_spec("torch") is None:
         raise UsageError(
             "profile needs PyTorch, which is not installed in this environment: "
@@ -305,11 +305,8 @@ def profile(
     elif analyze:
         outcome = analyze_profiled(outcome, quiet=quiet)
     report = outcome.run_dir / "report.html"
-    if open_report and report.is_file():
-        import webbrowser
-
-        if not webbrowser.open(report.resolve().as_uri()):
-            click.echo(f"gpuadvisor: could not open a web browser; the report is {report}", err=True)
+    if open_report and report.is_file() and not webbrowser.open(report.resolve().as_uri()):
+        click.echo(f"gpuadvisor: could not open a web browser; the report is {report}", err=True)
     sys.exit(outcome.exit_status)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import webbrowser
 from pathlib import Path
 
 import click
@@ -94,8 +95,5 @@ def report(
     target = output if output is not None else default_output(path)
     written = write_report(result, target, cdn=cdn, shared_plotly=shared_plotly)
     click.echo(str(written))
-    if open_browser:
-        import webbrowser
-
-        if not webbrowser.open(written.resolve().as_uri()):
-            click.echo("gpuadvisor: could not open a web browser; open the file yourself.", err=True)
+    if open_browser and not webbrowser.open(written.resolve().as_uri()):
+        click.echo("gpuadvisor: could not open a web browser; open the file yourself.", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 
 import click
@@ -136,7 +137,6 @@ def verify(
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as err:  # a bug in gpuadvisor: one line plus the traceback for the bug report
-        import traceback
 
         traceback.print_exc()
         click.echo(f"gpuadvisor: internal error: {type(err).__name__}: {strip_controls(str(err))}", err=True)

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
+import click
+
 from gpuadvisor.words import num
 
 __all__ = [
@@ -177,7 +179,6 @@ class Style:
     def _s(self, text: str, **kw: Any) -> str:
         if not self.enabled or not text:
             return text
-        import click
 
         return click.style(text, **kw)
 

@@ -14,15 +14,19 @@ No environment variable is read into the page.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import inspect
 import json
 import math
+import os
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from gpuadvisor import __version__
 from gpuadvisor._atomic import why_not_written, write_text_atomic
@@ -141,6 +145,7 @@ def render_html(
 def shared_plotly_name() -> str:
     """The file name of the shared copy of plotly.js (versioned: reports of two plotly versions can share
     a folder)."""
+    # lazy: plotly loads when a page is rendered, not for `gpuadvisor report --help`
     from plotly.offline import get_plotlyjs_version
 
     return f"plotly-{get_plotlyjs_version()}.min.js"
@@ -149,6 +154,7 @@ def shared_plotly_name() -> str:
 def write_shared_plotly(folder: Path) -> Path:
     """Write the installed plotly.js into `folder` as `shared_plotly_name()` unless it is already there
     (same name, same size): one copy for a folder of reports."""
+    # lazy: plotly loads when a page is rendered, not for `gpuadvisor report --help`
     from plotly.offline import get_plotlyjs
 
     target = folder / shared_plotly_name()
@@ -325,10 +331,6 @@ def build_context(
 def trace_files(result: AnalysisResult, report_dir: Path | None = None) -> list[dict[str, str]]:
     """The Kineto trace file(s) of the analysis, for "open it in Perfetto": rank, absolute path, a link
     (relative to `report_dir` when given, so the link survives moving the run directory), size."""
-    import contextlib
-    import os
-    from urllib.parse import quote
-
     out: list[dict[str, str]] = []
     for model in result.traces or ((result.trace,) if result.trace is not None else ()):
         path = Path(model.path)
@@ -787,8 +789,6 @@ def inline_code(text: str) -> list[tuple[bool, str]]:
 
 
 def _dedent(text: str) -> str:
-    import textwrap
-
     return textwrap.dedent(text).strip("\n")
 
 
@@ -1022,6 +1022,7 @@ def _rules_view(result: AnalysisResult) -> dict[str, Any]:
 
 
 def _environment() -> Any:
+    # lazy: jinja2 loads when a page is rendered, not for `gpuadvisor report --help`
     import jinja2
 
     env = jinja2.Environment(
@@ -1036,6 +1037,7 @@ def _environment() -> Any:
 
 
 def _render(context: Mapping[str, Any], *, cdn: bool, plotly_file: str | None = None) -> str:
+    # lazy: markupsafe and plotly load when a page is rendered, not for `gpuadvisor report --help`
     import markupsafe
     from plotly.offline import get_plotlyjs, get_plotlyjs_version
 

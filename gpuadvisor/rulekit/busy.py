@@ -72,6 +72,7 @@ def plain_fp32_matmul_us(ctx: RuleContext) -> float:
         low_precision_data(n, t if isinstance(t, str) else None)
         for n, t in zip(sub["name"].astype(str), types, strict=True)
     ]
+    # lazy: numpy stays out of `gpuadvisor rules`
     import numpy as np
 
     dur = sub["dur"].to_numpy(dtype=np.float64)[~np.asarray(low, dtype=bool)] if len(sub) else np.zeros(0)

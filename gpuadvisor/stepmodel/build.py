@@ -208,6 +208,7 @@ def kernel_origin(name: str, family: str) -> str:
 def union_intervals(starts: Any, ends: Any) -> tuple[Any, Any]:
     """Merge intervals: sort by start, running max of ends, cut where a start exceeds it.
     Returns (merged_starts, merged_ends) as float64 numpy arrays, sorted and disjoint (NaN dropped)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     s = np.asarray(starts, dtype=np.float64)
@@ -229,6 +230,7 @@ def union_intervals(starts: Any, ends: Any) -> tuple[Any, Any]:
 
 def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
     """Length of [a, b) covered by the disjoint sorted intervals (ms, me); vectorized over a, b."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     a = np.asarray(a, dtype=np.float64)
@@ -249,6 +251,7 @@ def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
 def complement_in(ms: Any, me: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
     """The parts of each [starts[i], ends[i]) NOT covered by the disjoint sorted intervals (ms, me).
     Returns (gap_starts, gap_ends, interval_index), sorted."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     gs_all = np.r_[-np.inf, me]
@@ -305,6 +308,7 @@ class Facts:
 
 
 def _empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
+    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import pandas as pd
 
     frame: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype=object) for c in columns})
@@ -313,6 +317,7 @@ def _empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:
 
 def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optimizer: Spans) -> pd.DataFrame:
     """The GPU activities of the segmented steps (see OP_COLUMNS), sorted by start time."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -443,6 +448,7 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
 
 def host_spans(trace: TraceModel, pattern: re.Pattern[str]) -> Spans:
     """CPU-side annotation spans whose name matches `pattern` (union of them)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     ann = trace.annotations
@@ -461,6 +467,7 @@ def scalar_read_spans(trace: TraceModel) -> Spans:
     """Spans of the cpu ops that read a device value to the host (`aten::item`,
     `aten::_local_scalar_dense`) and hold a CUDA copy or synchronize: a `.item()` of a CPU tensor
     (AdamW's step counter) is not a read of the device."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     ops = trace.cpu_ops
@@ -505,6 +512,7 @@ def optimizer_own_spans(optimizer: Spans, model: Spans | None) -> Spans:
     backward run in the closure), as do LBFGS-style loops. That work is the model's, not the
     optimizer's: a fused optimizer does not remove it. An optimizer span that holds model spans
     (`model_spans`) starts after the last of them; the others are kept whole."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     if not optimizer.count or model is None or not model.count:
@@ -547,6 +555,7 @@ def data_handoff_fraction(data: Spans, window: StepWindow, environment: Mapping[
     runs workers (`_MultiProcessingDataLoaderIter`): the shortest wait in the window (at most
     HANDOFF_CAP_US) is the hand-off, the rest of every wait is waiting for the workers. A
     single-process loader: 0."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     main = main_loader(environment)
@@ -586,6 +595,7 @@ def model_spans(trace: TraceModel, segments: StepWindow) -> Spans:
     work outside them (building the batch, logging, reading values, the optimizer) is not the model's:
     compiling the model does not remove it. Empty when the trace has no backward (inference, or a
     trace without autograd sequence numbers): callers then cannot tell the model's host work apart."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -655,6 +665,7 @@ BACKPRESSURE_MIN_IN_FLIGHT = 64
 
 def _in_flight(ops: pd.DataFrame, at: Any) -> Any:
     """Number of GPU operations launched before and still running at each time of `at` (int64)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     k = ops[ops["launch_ts"].notna()] if len(ops) else ops
@@ -676,6 +687,7 @@ def build_host(
     reads: Spans,
 ) -> pd.DataFrame:
     """Host calls of the launching threads in the segmented steps (see HOST_COLUMNS), sorted by start."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     rt = trace.runtime
@@ -839,6 +851,7 @@ WORK_CLASSES: tuple[str, ...] = (WORK_COMPUTE, WORK_COLLECTIVE, WORK_COPY)  # pr
 def work_classes(ops: pd.DataFrame) -> Any:
     """The `work` column of the ops table: WORK_COPY for copies, WORK_COLLECTIVE for collective
     kernels, WORK_COMPUTE for every other kernel and memset."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     kind = ops["kind"].astype(str).to_numpy()
@@ -852,6 +865,7 @@ def work_time_by_class(ops: pd.DataFrame, starts: Any, ends: Any) -> dict[str, A
     the time a collective runs with no compute beside it (communication not hidden, a rank's wait for
     the others); WORK_COPY the time a copy runs with neither beside it (copies on the critical path).
     Only GPU work (`busy`) counts."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     sel = ops[ops["busy"].astype(bool)] if len(ops) else ops
@@ -900,6 +914,7 @@ def attribute_idle(
     Pieces of one gap are laid out in that order from g0 (their lengths are exact; their placement
     inside the gap is a presentation choice).
     """
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -992,6 +1007,7 @@ def attribute_idle(
 
 def estimate_facts(trace: TraceModel, ops: pd.DataFrame, host: pd.DataFrame, run: RunInfo | None) -> Facts:
     """Launch latency, launch cost, launch queue depth and copy bandwidths, from the trace."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     lag = 6.0

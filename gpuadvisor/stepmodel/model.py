@@ -141,6 +141,7 @@ class StepModel:
         iterator's creation (no DataLoader span: the workers start), the new epoch's first batch
         (made from scratch, with persistent workers too). The share is (shut-down + creation) / all
         three, the median over the steps; None when no recorded step shows the pattern."""
+        # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
         import numpy as np
 
         seg, data = self.segments, self.data_spans
@@ -197,6 +198,7 @@ class StepModel:
         """FLOPs of each cpu op of the trace (numpy float64, aligned with `trace.cpu_ops`; 0 where
         unknown): the trace's `flops` arg, else 2*M*K*N of a matmul's input shapes (trace/flops.py)."""
         if self._op_flops is None:
+            # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
             import numpy as np
 
             ops = self.trace.cpu_ops
@@ -272,6 +274,7 @@ class StepModel:
 
     def busy_us(self) -> float:
         """GPU busy time inside the analyzed steps."""
+        # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
         import numpy as np
 
         if self.window.count == 0:
@@ -503,6 +506,7 @@ def _profiler_times(run: RunInfo | None) -> tuple[float | None, float | None]:
     capture = run.manifest.get("capture")
     if not isinstance(capture, dict):
         return None, None
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     unprofiled, profiled = host_step_durations(capture)

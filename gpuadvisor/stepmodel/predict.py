@@ -11,6 +11,7 @@ Parameters are plain values (hashable after `_freeze`) so predictions are cached
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
@@ -86,6 +87,7 @@ def _prefetch_copies(model: StepModel, program: Program, p: dict[str, Any]) -> P
 
 @transform(RemedyId.UINT8_INPUTS)
 def _uint8_inputs(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     rows = set(p.get("rows", ()))
@@ -407,8 +409,6 @@ def group_findings(model: StepModel, findings: list[Any]) -> list[Any]:
     `group_recovered_fraction` and `group_predicted_step_ms` beside it (as the copy rules do), and a
     sentence saying that the impacts do not add up. Findings rank by their group's combined impact
     (gpuadvisor.model.sort_findings): fixing the problem means applying its remedies together."""
-    from dataclasses import replace
-
     by_group: dict[str, list[int]] = {}
     for i, f in enumerate(findings):
         pred = getattr(f, "prediction", None)

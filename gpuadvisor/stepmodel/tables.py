@@ -58,6 +58,7 @@ PER_STEP_COLUMNS: tuple[str, ...] = (
 
 def _union_in(df: pd.DataFrame, mask: Any, starts: Any, ends: Any) -> Any:
     """Per step: the time covered by the union of the intervals of `df[mask]`."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     if len(df) == 0:
@@ -68,6 +69,7 @@ def _union_in(df: pd.DataFrame, mask: Any, starts: Any, ends: Any) -> Any:
 
 
 def _count_in(ts: Any, starts: Any, ends: Any) -> Any:
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     ts = np.sort(np.asarray(ts, dtype=np.float64))
@@ -75,6 +77,7 @@ def _count_in(ts: Any, starts: Any, ends: Any) -> Any:
 
 
 def _sum_in(ts: Any, values: Any, starts: Any, ends: Any) -> Any:
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     ts = np.asarray(ts, dtype=np.float64)
@@ -86,6 +89,7 @@ def _sum_in(ts: Any, values: Any, starts: Any, ends: Any) -> Any:
 
 def _gpu_work(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
     """Per step: busy time and the union of each kind of GPU work."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     o = model.ops
@@ -120,6 +124,7 @@ def _gpu_work(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
 
 def _idle_by_cause(model: StepModel, count: int) -> dict[str, Any]:
     """Per step: the idle time of each cause (the model's attribution)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     idle = model.idle
@@ -140,6 +145,7 @@ def _idle_by_cause(model: StepModel, count: int) -> dict[str, Any]:
 
 def _host_waits(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
     """Per step: the host waiting for data, blocked on the device, and its scalar reads."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     host = model.host
@@ -163,6 +169,7 @@ def _host_waits(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
 def _kernels(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
     """Per step: the kernels it launched and their median duration (a kernel belongs to the step whose
     host code launched it, as every op of the model: `ops.seg`), and the cpu ops' FLOPs."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -187,6 +194,7 @@ def _kernels(model: StepModel, starts: Any, ends: Any) -> dict[str, Any]:
 
 def per_step_table(model: StepModel) -> pd.DataFrame:
     """The per-step table of `model` (columns PER_STEP_COLUMNS), one row per segmented step."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
     import pandas as pd
 
@@ -213,6 +221,7 @@ def per_step_table(model: StepModel) -> pd.DataFrame:
 def blocks_per_sm(kernels: pd.DataFrame, sms: int | None) -> pd.Series:
     """Blocks per SM for each kernel: the trace's `blocks per SM` arg (what the profiler recorded),
     else blocks / SM count."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     bps = kernels["blocks_per_sm"].astype("float64")

@@ -41,6 +41,7 @@ class StepWindow:
 
     @property
     def median_step_us(self) -> float:
+        # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
         import numpy as np
 
         return float(np.median(self.durations)) if self.count else 0.0
@@ -63,6 +64,7 @@ class StepWindow:
 
     def step_index(self, ts: Any) -> Any:
         """Index (0..count-1) of the analyzed step holding each time, -1 outside (NaN -> -1)."""
+        # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
         import numpy as np
 
         t = np.asarray(ts, dtype=np.float64)
@@ -79,6 +81,7 @@ class StepWindow:
 
     def mask(self, ts: pd.Series) -> pd.Series:
         """`contains` for a pandas Series, keeping its index."""
+        # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
         import numpy as np
         import pandas as pd
 
@@ -89,6 +92,7 @@ class StepWindow:
 
 def segmented_steps(trace: TraceModel) -> StepWindow:
     """Every segmented step (the outlier first step included), as a StepWindow."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     steps = trace.steps
@@ -102,6 +106,7 @@ def segmented_steps(trace: TraceModel) -> StepWindow:
 
 def analyzed_window(trace: TraceModel) -> StepWindow:
     """The analyzed steps of `trace` (see the module docstring)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
     steps = trace.steps

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
+import orjson
+
 from gpuadvisor.errors import InputError
 from gpuadvisor.trace.limits import TraceLimits, too_many_bytes
 
@@ -120,8 +122,6 @@ class EventStream:
         self.top: dict[str, Any] = {}
 
     def chunks(self) -> Iterator[list[Any]]:
-        import orjson
-
         decode = self.decode or orjson.loads
         try:
             raw = self.path.open("rb")
@@ -171,8 +171,6 @@ class EventStream:
         return block
 
     def _chunks(self, reader: IO[bytes], raw: IO[bytes], total: int, decode: Any) -> Iterator[list[Any]]:
-        import orjson
-
         buf = self._read(reader, raw, total)
         base = 0  # offset of buf[0] in the decompressed text
         eof = not buf
@@ -303,8 +301,7 @@ class EventStream:
         buf = b"".join(pieces)
         if handover is not None:
             handover.abandon()  # the file ended before the boundary: everything was read here
-        import orjson  # the keys after the array: any JSON
-
+        # the keys after the array: any JSON
         tail = orjson.loads(b'{"traceEvents":[' + buf)
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise StreamFallback("malformed end of trace")
@@ -327,7 +324,6 @@ def _handover_cut(buf: bytes, at: int, decode: Any) -> tuple[list[Any] | None, b
     nxt = _NEXT.match(buf, at)
     if at <= 0 or buf[at - 1 : at] != b"}" or nxt is None:
         return None, buf
-    import orjson
 
     try:
         events = decode(b"[" + buf[:at] + b"]")
@@ -340,8 +336,6 @@ def _handover_cut(buf: bytes, at: int, decode: Any) -> tuple[list[Any] | None, b
 
 def _cut(buf: bytes, decode: Any) -> tuple[list[Any] | None, bytes]:
     """Split `buf` after its last complete event: (parsed events, the rest after the comma)."""
-    import orjson
-
     end = len(buf)
     for _ in range(_MAX_TRIES):
         pos = buf.rfind(b"}", 0, end)

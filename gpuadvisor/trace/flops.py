@@ -42,6 +42,7 @@ def matmul_flops(ops: pd.DataFrame) -> Any:
     """FLOPs per cpu op: the trace's `flops` arg when present, else 2*M*K*N from `Input Dims` for
     aten::mm / addmm / bmm / baddbmm (torch 2.11 traces recorded with with_flops=True carry no `flops`
     arg). Other ops: 0. Leaf ops only, so aten::linear / aten::matmul are not counted twice."""
+    # lazy: numpy stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     f = ops["flops"].to_numpy(dtype=np.float64).copy()

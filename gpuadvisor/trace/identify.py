@@ -9,9 +9,13 @@ of trace events (the Chrome trace viewer's "JSON Array Format") is a trace.
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 __all__ = ["BARE_EVENT_SHARE", "describe_document", "is_event_array", "read_head", "sniff_file"]
 
@@ -101,9 +105,6 @@ _WHOLE_CAP = 64 * 1024 * 1024
 
 def read_head(path: Path, limit: int) -> bytes:
     """The first `limit` bytes of a file's content (gunzipped when gzip; empty for a corrupt gzip)."""
-    import gzip
-    import zlib
-
     with path.open("rb") as fh:
         magic = fh.read(2)
         fh.seek(0)
@@ -121,8 +122,6 @@ def sniff_file(path: Path) -> tuple[bool, str]:
 
     A trace is recognized by its head (a `traceEvents` key or a leading trace event); anything else is
     parsed whole (up to 64 MB) and described (`describe_document`)."""
-    import orjson
-
     try:
         head = read_head(path, _HEAD_BYTES)
     except OSError as exc:

@@ -164,6 +164,7 @@ def scan_graph_captures(
     copies and memsets) on that thread inside it, whose correlation id matches no GPU activity, were
     recorded into the graph and did not run. Returns (scan, mask over `runtime` rows of those calls).
     """
+    # lazy: numpy stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     n = len(runtime)

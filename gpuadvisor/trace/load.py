@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import gc
 import gzip
+import json
 import math
 import os
 import re
 import zlib
+from array import array
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import orjson
 
 from gpuadvisor.errors import InputError
 from gpuadvisor.trace import _split
@@ -173,8 +177,6 @@ def _salvage_truncated(data: bytes) -> Any | None:
 
     Tries the last few `}` positions, newest first (an event's args dict also ends with `}`).
     """
-    import orjson
-
     if data.lstrip().startswith(b"["):
         key, closing = data.find(b"["), b"]"  # a truncated bare event array
     else:
@@ -204,8 +206,6 @@ def _parse_lenient(path: Path, data: bytes, warnings: list[str]) -> Any:
     NaN, Infinity, -Infinity, numbers beyond float64 (1e999) and text after the end of the document.
     Each is said in a note; the collector then sets aside the events whose `ts`/`dur` is not finite.
     `_UNPARSED` when this fails too (a truncated file: the salvage decides)."""
-    import json
-
     nonfinite = [0]
 
     def constant(name: str) -> float:
@@ -240,8 +240,6 @@ def _parse_lenient(path: Path, data: bytes, warnings: list[str]) -> Any:
 
 
 def _parse(path: Path, data: bytes, warnings: list[str], damage: _Damage | None = None) -> dict[str, Any]:
-    import orjson
-
     if not data.strip():
         raise InputError(f"{path}: empty file, not a trace")
     obj: Any = None
@@ -490,8 +488,6 @@ def decode_events(data: bytes) -> list[Any]:
     msgspec refuses (an event that is not an object, `args` that is not an object, a number out of
     range) is parsed by orjson and converted; invalid JSON raises orjson.JSONDecodeError, so that
     orjson decides what is valid exactly as before."""
-    import orjson
-
     try:
         return _EVENT_DECODER.decode(data)
     except (msgspec.MsgspecError, ValueError):  # ValueError: invalid UTF-8
@@ -561,8 +557,6 @@ class _Columns:
 
     def empty(self) -> list[Any]:
         """Fresh, empty buffers for the columns."""
-        from array import array
-
         return [array("d") if k == "f" else array("q") if k == "i" else array("b") if k == "b" else [] for _, k in self.spec]
 
     def appenders(self) -> tuple[Callable[[Any], None], ...]:
@@ -573,6 +567,7 @@ class _Columns:
 
     def frame(self) -> pd.DataFrame:
         """The table sorted by `ts`, with an `end` column after `dur`; the buffers are released."""
+        # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
         import numpy as np
         import pandas as pd
 
@@ -662,8 +657,6 @@ class _Collector:
         self._strings: dict[str, str] = {}
         self._lists: dict[bytes, str | None] = {}
         self._cat_of_raw: dict[str, Any] = {}  # raw "cat" -> its canonical category (None: not read)
-        import orjson
-
         self._dumps = orjson.dumps
         self._loads = orjson.loads
 
@@ -990,6 +983,7 @@ def _collect_streaming(
 
 def _import_table_libraries() -> None:
     """Import pandas (~0.3 s), which the tables need next: done while the split's worker finishes."""
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas  # noqa: F401
 
 
@@ -1131,6 +1125,7 @@ def _drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
 
 
 def _cat(values: Any) -> Any:
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
     return pd.Series(values, dtype=object).astype(str).astype("category")
@@ -1146,6 +1141,7 @@ def _build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The typed tables of docs (gpuadvisor/trace/model.py) from the collector's columns (each
     released once its table is built)."""
+    # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
     import pandas as pd
 
@@ -1192,6 +1188,7 @@ def _drop_zero_ts(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
     Kineto timestamps are microseconds since an epoch far from 0; a `ts: 0` event in such a trace is
     a placeholder (seen for events whose start was never recorded) and would stretch every span.
     """
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     positive = [df["ts"].to_numpy() for df in tables.values() if len(df)]
@@ -1234,6 +1231,7 @@ def _check_time_resolution(path: Path, tables: dict[str, pd.DataFrame], warnings
     """Timestamps so large that float64 cannot place events to the microsecond (`ts` + 9e18 is
     resolved to 1-2 ms): a note with the uncertainty, or InputError when it exceeds a tenth of the
     trace's median GPU event (then busy time, gaps and overlaps are noise, and no analysis is true)."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     largest = 0.0
@@ -1265,6 +1263,7 @@ def _drop_colliding_correlations(tables: dict[str, pd.DataFrame], warnings: list
     Kineto trace (the kernels of one CUDA graph launch share that launch's id, which is fine); an id
     on several calls links launches to the wrong kernels (and joins on it multiply). Those ids are
     dropped from the calls and the GPU events: their launch-to-kernel links become unknown."""
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
     rt = tables["runtime"]
@@ -1388,8 +1387,6 @@ def peek_rank_claim(path: Path) -> RankClaim | None:
     """The rank a trace file claims, read from its head (and tail) without parsing its events; None
     when that cannot be told cheaply. Kineto writes `distributedInfo` before `traceEvents`; hand-made
     traces may write it after, so a header without it is confirmed by the file's last 64 KB."""
-    import orjson
-
     name_rank = rank_in_name(path.name)
     try:
         head = read_head(path, _TAIL_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -1445,8 +1442,6 @@ def _load_parallel(
     workers: int,
     on_done: Callable[[Path, int, int], None] | None,
 ) -> list[TraceModel]:
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     results: dict[int, TraceModel] = {}
     # Each worker parses one file at a time and sends the finished tables back (pickled DataFrames:
     # a few MB even for a large trace, since python_function and args are already dropped).

@@ -142,6 +142,7 @@ def analyzed_mask(steps: pd.DataFrame) -> npt.NDArray[np.bool_]:
     The one definition: the step model's window (`stepmodel.window.analyzed_window`), the metrics'
     `per_step.analyzed` column (which the cross-rank summaries, diff and the report read) and the
     trace kind all use it."""
+    # lazy: numpy stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     if len(steps) == 0:
@@ -290,6 +291,7 @@ class TraceModel:
         Adds `op_name`, `op_input_types`, `op_input_dims`, `op_flops`. When several cpu ops share an
         external id (rare; nested ops), the innermost (latest-starting) one wins.
         """
+        # lazy: pandas stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
         import pandas as pd
 
         k = self.kernels
@@ -300,6 +302,7 @@ class TraceModel:
             out["op_input_dims"] = pd.Series([None] * len(k), index=k.index, dtype=object)
             out["op_flops"] = pd.Series(float("nan"), index=k.index, dtype="float64")
             return out
+        # lazy: numpy stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
         import numpy as np
 
         ops = self.cpu_ops[self.cpu_ops["external_id"].notna()].sort_values("ts")
@@ -320,6 +323,7 @@ class TraceModel:
 
 
 def _join_launch(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+    # lazy: pandas stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
     out: pd.DataFrame = gpu.copy()
@@ -343,6 +347,7 @@ def name_mask(names: pd.Series, test: Callable[[pd.Series], Any]) -> npt.NDArray
     """`test` (a vectorized string predicate, e.g. `lambda s: s.str.startswith("c10d::")`) over a name
     column, as a bool array. The tables' name columns are categorical: the test runs once per distinct
     name (a few thousand) instead of once per event (millions in a large trace), then maps back."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import numpy as np
     import pandas as pd
 

@@ -70,6 +70,7 @@ MIN_STEPS_FOR_OUTLIER = 3
 
 
 def empty_steps() -> pd.DataFrame:
+    # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
     df: pd.DataFrame = pd.DataFrame({c: pd.Series([], dtype="float64") for c in STEP_COLUMNS})
@@ -82,6 +83,7 @@ def _gpu_events(
     model: TraceModel,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(launch_ts, gpu_start, gpu_end) of every GPU activity with a known launch call, sorted by launch_ts."""
+    # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
     import pandas as pd
 
@@ -108,6 +110,7 @@ def _derive_gpu_spans(
     model: TraceModel, cpu_start: npt.NDArray[np.float64], cpu_end: npt.NDArray[np.float64]
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """GPU span of the activities launched inside each CPU span (NaN when none)."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     lts, gs, ge = _gpu_events(model)
@@ -134,6 +137,7 @@ def _finish(
     gpu_end: npt.NDArray[np.float64],
     last_end: float | None = None,
 ) -> pd.DataFrame:
+    # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
     import pandas as pd
 
@@ -186,6 +190,7 @@ def _trace_bounds(model: TraceModel) -> tuple[float, float] | None:
 
 def _cut_frontier(model: TraceModel) -> tuple[float, npt.NDArray[np.float64]]:
     """(the time after which a truncated trace may have lost events, launch times whose GPU work was lost)."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     lasts = [float(df["ts"].max()) for df in (model.cpu_ops, model.runtime, model.kernels) if len(df)]
@@ -208,6 +213,7 @@ def _cut_frontier(model: TraceModel) -> tuple[float, npt.NDArray[np.float64]]:
 
 def _leave_out_cut_steps(model: TraceModel, steps: pd.DataFrame) -> pd.DataFrame:
     """Drop the steps of a truncated trace whose events the cut lost (see the module docstring)."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     if not model.truncated or len(steps) == 0:
@@ -255,6 +261,7 @@ def segment_steps(model: TraceModel) -> tuple[pd.DataFrame, str]:
 
 
 def _segment(model: TraceModel) -> tuple[pd.DataFrame, str]:
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
 
     ann = model.annotations

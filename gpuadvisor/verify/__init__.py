@@ -7,6 +7,7 @@ the measurements on the findings (`Finding.verified`). Importing this package im
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,6 +30,5 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'gpuadvisor.verify' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(module), name)

@@ -158,6 +158,7 @@ class Injections:
         return levers[0].param_dict() if levers else {}
 
     def install(self) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         for remedy in sorted(self.remedies, key=apply_order):
@@ -178,6 +179,7 @@ class Injections:
 
     # ------------------------------------------------------------------ DataLoader
     def _install_dataloader(self, torch: Any) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         from torch.utils.data import DataLoader, IterableDataset
 
         orig = DataLoader.__init__
@@ -370,6 +372,7 @@ class Injections:
 
     # ------------------------------------------------------------------ precision
     def _install_autocast_watch(self, torch: Any) -> None:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         from torch.amp import autocast_mode
 
         orig_enter = autocast_mode.autocast.__enter__
@@ -530,6 +533,7 @@ class Injections:
         r = self.remedies
 
         def cuda_available() -> bool:  # TrainingArguments(tf32=True) refuses to run without a GPU
+            # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
             import torch
 
             return bool(torch.cuda.is_available())

@@ -22,6 +22,7 @@ PROBE_TIMEOUT_S = 120.0
 
 
 def _probe_here() -> dict[str, Any]:
+    # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
     out: dict[str, Any] = {

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -328,8 +329,6 @@ def _values(results: Sequence[Mapping[str, Any]], key: str) -> list[float]:
 
 
 def _median(values: Sequence[float]) -> float | None:
-    import statistics
-
     return statistics.median(values) if values else None
 
 

@@ -14,6 +14,7 @@ SystemExit at that step boundary, as `gpuadvisor profile` stops a script after i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -83,6 +84,7 @@ _PRIORITY = {"optimizer_step_hook": 3, "dataloader": 2, "forward": 1}
 
 def _batch_size(batch: Any, depth: int = 0) -> int | None:
     """Samples in a DataLoader batch: the first dimension of its first tensor."""
+    # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
     if isinstance(batch, torch.Tensor):
@@ -239,6 +241,7 @@ class StepClock:
         return list(params.values())
 
     def _check_params(self) -> tuple[int, int]:
+        # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
         import torch
 
         bad = 0
@@ -251,6 +254,7 @@ class StepClock:
 
 
 def _synchronize() -> None:
+    # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
@@ -259,8 +263,7 @@ def _synchronize() -> None:
 
 def _install_step_hooks(clock: StepClock, injections: Any) -> None:
     """Optimizer step hook, DataLoader iterator hook, and the top-module finder."""
-    import functools
-
+    # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils.data import dataloader as dlmod
@@ -347,6 +350,7 @@ def _exception_text(exc: BaseException) -> str:
 
 def run_trial(cfg: TrialConfig) -> dict[str, Any]:
     """Install, run the target, and return the result object (never raises for the script's faults)."""
+    # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
     injections = Injections(
