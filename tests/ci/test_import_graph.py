@@ -33,10 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "gpuadvisor"
 # rules/ ships inside the wheel as gpuadvisor.builtin_rules (pyproject.toml): its imports count too
 BUILTIN_RULES = "rules"
-# Files whose function-level imports are not checked yet, each with why. session.py is being split
-# along its four jobs (issue 26, engineer h26b), whose parts give their imports reasons: remove the
-# entry when that lands (test_the_exemptions_are_still_needed says when).
-EXEMPT: dict[str, str] = {"gpuadvisor/capture/session.py": "being split (issue 26); its parts say why"}
 HEAVY = ("torch", "pandas", "numpy", "plotly")
 
 # Imports against the direction, kept until their names move (the same exceptions as .importlinter).
@@ -257,16 +253,10 @@ def test_function_level_imports_say_why() -> None:
     """Every import inside a function (the package's own modules, third-party, standard library) says
     why it is not at module level (`# lazy: why`)."""
     silent = [f"{i.path}:{i.line}: import {i.module}" for i in all_inner_imports() if not i.reason]
-    silent = [s for s in silent if s.split(":", 1)[0] not in EXEMPT]
     assert not silent, (
         "function-level imports without a `# lazy: why` comment (move them to module level, or say which "
         "light entry point they keep a heavy module out of, or why else they cannot be there):\n" + "\n".join(silent)
     )
-
-
-def test_the_exemptions_are_still_needed() -> None:
-    silent = {i.path for i in all_inner_imports() if not i.reason}
-    assert set(EXEMPT) <= silent, f"remove from EXEMPT: {sorted(set(EXEMPT) - silent)}"
 
 
 def test_the_reason_is_read_where_it_is_written() -> None:
