@@ -323,12 +323,16 @@ class Explorer:
         members = [self.levers[n] for n in self.best.levers]
         scored: list[tuple[float, Configuration]] = []
         for lv in self.levers.values():
-            if not self._untried(lv) or lv.spec.changes_batch or lv.lever.slow != only_slow:
-                continue
-            if any(conflicts(lv, m) for m in members):
+            if not self._untried(lv) or lv.spec.changes_batch:
                 continue
             single = self.configs.get((lv.name,))
             measured = single is not None and bool(single.results)
+            # a slow lever measured alone (a finding predicted it) is a candidate like any other; one
+            # not measured waits for the slow phase
+            if (lv.lever.slow and not measured) != only_slow:
+                continue
+            if any(conflicts(lv, m) for m in members):
+                continue
             if measured:
                 assert single is not None
                 cmp = self.comparison(single)

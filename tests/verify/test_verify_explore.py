@@ -294,3 +294,23 @@ def test_without_predictions_slow_levers_still_wait() -> None:
     e = explorer(lvs, fake)
     e.run(applies())
     assert ("torch_compile",) not in fake.calls
+
+
+def test_a_predicted_slow_lever_measured_alone_joins_the_growth_like_any_other() -> None:
+    # launch_bound on the H200: fused_optimizer alone 2.02x, compile (reduce-overhead) alone 1.69x,
+    # both together several times faster; the measured compile lever must be a growth candidate
+    lvs = levers(("fused_optimizer", "tf32", "torch_compile", "torch_compile_reduce_overhead"))
+    fake = FakeTrials({"fused_optimizer": 0.5, "torch_compile_reduce_overhead": 0.6, "torch_compile": 0.9})
+    predicted = {"fused_optimizer": 2.0, "torch_compile": 1.7, "torch_compile_reduce_overhead": 1.7}
+
+    def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        return fake(names, timeout_s)
+
+    e = ex.Explorer(
+        lvs, trials=3, run_trial=run_trial, remaining=lambda: None, say=lambda m: None, trial_timeout_s=60, predicted=predicted
+    )
+    e.run(applies())
+    assert e.steps[0]["from"] == ["fused_optimizer"]
+    assert ["fused_optimizer", "torch_compile_reduce_overhead"] in [c["levers"] for c in e.steps[0]["candidates"]]
+    assert e.best is not None and set(e.best.levers) == {"fused_optimizer", "torch_compile_reduce_overhead"}
+    assert not any({"torch_compile", "torch_compile_reduce_overhead"} <= set(c) for c in fake.calls)
