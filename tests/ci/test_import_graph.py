@@ -11,6 +11,7 @@ function-level imports of the package's own modules.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,7 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> list[Import]:
     return found
 
 
+@functools.cache  # parsing every module takes ~1 s; the six tests read one graph (the files do not change)
 def all_imports() -> list[Import]:
     known = modules()
     return [imp for name, path in known.items() for imp in imports_of(name, path, known)]
