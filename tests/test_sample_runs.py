@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from gpuadvisor.analysis import analyze
 from gpuadvisor.result import AnalysisResult
+from tests.sample_results import analyzed
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_runs"
@@ -59,15 +59,14 @@ def _measurements() -> dict[tuple[str, str], dict[str, Any]]:
     return calibrate.load_measurements(MEASUREMENTS)
 
 
-@functools.cache
 def _result(name: str) -> AnalysisResult:
-    return analyze(SAMPLES / name)
+    return analyzed(name)
 
 
 @functools.cache
 def _check(name: str) -> calibrate.WorkloadCheck:
     w = next(w for w in CATALOG if w.name == name)
-    _, check = calibrate.analyze_workload(w, SAMPLES, _measurements(), reference="capture")
+    _, check = calibrate.analyze_workload(w, SAMPLES, _measurements(), reference="capture", analyzed=analyzed)
     assert check is not None, f"{name}: no planted recording"
     return check
 
