@@ -52,20 +52,21 @@ def plural(n: float | int, noun: str, plural_form: str | None = None) -> str:
     return f"{num(n)} {noun if float(n) == 1 else many}"
 
 
-def apart(a: float, b: float, decimals: int = 2, *, most: int = 6) -> tuple[str, str]:
+def apart(a: float, b: float, decimals: int = 2, *, extra: int = 2) -> tuple[str, str]:
     """Two numbers a sentence compares ("0.016 ms instead of 0.021 ms", "9.74 -> 9.69 ms per step"):
-    both to `decimals` places, or to the fewest more places (up to `most`) at which they read
-    differently, since "0.02 ms instead of 0.02 ms" says nothing. Numbers equal to `most` places read
-    the same; the caller says so in other words."""
-    digits = max(0, decimals)
-    while True:
+    both to `decimals` places, or to the fewest more places (at most `extra` more) at which they read
+    differently, since "0.02 ms instead of 0.02 ms" says nothing. Numbers that still read the same are
+    given at `decimals` places, equal: the caller says so in other words (`change`: "still 4.05 ms")."""
+    places = max(0, decimals)
+    for digits in range(places, places + max(0, extra) + 1):
         first, second = f"{a:.{digits}f}", f"{b:.{digits}f}"
-        if first != second or digits >= most:
+        if first != second:
             return first, second
-        digits += 1
+    return f"{a:.{places}f}", f"{b:.{places}f}"
 
 
 def change(before: float, after: float, unit: str, decimals: int = 2) -> str:
-    """"14.60 -> 4.50 ms": a number and what it becomes, never "0.50 -> 0.50 ms" (`apart`)."""
+    """"14.60 -> 4.50 ms": a number and what it becomes (`apart`); "still 4.05 ms" when it stays the
+    same to `decimals` + 2 places, never "4.05 -> 4.05 ms"."""
     first, second = apart(before, after, decimals)
-    return f"{first} -> {second} {unit}"
+    return f"still {first} {unit}" if first == second else f"{first} -> {second} {unit}"

@@ -7,37 +7,15 @@ The traces here are SYNTHETIC (tests/synth.py)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.stepmodel import Prediction
 from gpuadvisor.stepmodel.predict import group_sentence
 from gpuadvisor.words import apart, change
+from tests.compared import same_number_comparisons
 from tests.rules.cases.ga1_transfers import BATCH, STEP, _trace
 from tests.rules.harness import RuleHarness
-
-_NUMBER = r"(\d[\d,]*(?:\.\d+)?)"
-_UNIT = r"\s*(%|ms|s|GB/s|MiB|x)?"
-# "A instead of B", "A -> B", "A → B", "from A to B", each number with an optional unit
-_COMPARED = re.compile(
-    rf"(?:{_NUMBER}{_UNIT}\s+(?:instead of|->|→)\s+{_NUMBER}{_UNIT})|(?:from {_NUMBER}{_UNIT} to {_NUMBER}{_UNIT})"
-)
-
-
-def same_number_comparisons(text: str) -> list[str]:
-    """The places in `text` that compare a number with one that reads the same ("0.02 ms instead of
-    0.02 ms", "2 GB/s instead of 2.0 GB/s", "0.50 -> 0.50 ms")."""
-    found = []
-    for m in _COMPARED.finditer(text):
-        groups = m.groups()
-        a, ua, b, ub = groups[:4] if groups[0] is not None else groups[4:]
-        if ua and ub and ua != ub:
-            continue  # different units: not the same quantity
-        if float(a.replace(",", "")) == float(b.replace(",", "")):
-            found.append(m.group(0))
-    return found
 
 
 def test_the_check_sees_the_sentences_of_the_issue() -> None:
@@ -56,7 +34,8 @@ def test_the_check_sees_the_sentences_of_the_issue() -> None:
         (0.5, 0.4951, 2, ("0.500", "0.495")),
         (14.6, 4.5, 2, ("14.60", "4.50")),  # already apart: the places asked for
         (2.2, 2.0, 0, ("2.2", "2.0")),  # "2" and "2"
-        (3.0, 3.0, 2, ("3.000000", "3.000000")),  # equal numbers stay equal (up to `most` places)
+        (3.0, 3.0, 2, ("3.00", "3.00")),  # equal numbers stay equal, at the places asked for
+        (4.0509, 4.05091, 2, ("4.05", "4.05")),  # equal to 2 more places: equal
     ],
 )
 def test_apart_adds_the_digits_that_tell_two_numbers_apart(
@@ -74,6 +53,23 @@ def test_durations_and_step_changes_read_apart() -> None:
     pred = Prediction("pinned_async_copies", 0.500, 0.4951, 1.0099, 0.0098)
     assert "0.500 -> 0.495 ms per step" in cm.prediction_sentence(pred, "pinned copies")
     assert "0.500 -> 0.495 ms per step" in group_sentence("GA101 and GA102", "copies", pred)
+
+
+def test_a_prediction_of_no_change_says_so() -> None:
+    """Real sample runs (tutorial_cnn-planted GA301, launch_bound-planted GA401) read "2.61 -> 2.61 ms per
+    step (1.00x)" and "32.02 ms per step now, 32.02 ms per step at 8x the batch": the replay predicts the
+    same step time, which is what the sentence must say."""
+    assert change(2.614657, 2.614657, "ms") == "still 2.61 ms"
+    same = Prediction("more_workers", 2.614657, 2.614657, 1.0, 0.0)
+    assert cm.prediction_sentence(same, "8 loader workers") == (
+        "Replaying the steps with 8 loader workers: still 2.61 ms per step (1.00x)."
+    )
+    bigger = Prediction("larger_batch", 32.024679, 32.024679, 8.0, 0.875, batch_multiplier=8.0)
+    assert cm.prediction_sentence(bigger, "8x the batch") == (
+        "Replaying the steps with 8x the batch: the step stays at 32.02 ms with 8x the batch: 8.00x the samples/s."
+    )
+    grown = Prediction("larger_batch", 2.5, 12.0, 1.67, 0.4, batch_multiplier=8.0)
+    assert "2.50 ms per step now, 12.00 ms per step at 8x the batch" in cm.prediction_sentence(grown, "a batch")
 
 
 def test_ga101_on_a_slow_link_says_two_bandwidths(rule_harness: RuleHarness) -> None:
