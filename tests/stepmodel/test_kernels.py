@@ -196,8 +196,9 @@ def test_kernel_table_on_a_bf16_channels_last_control() -> None:
     assert set(t[t["class"].str.startswith("conv_")]["dtype"]) == {"bf16"}
 
 
-# slow: a ratio of two timings, which another process on the same cores can upset (it failed so in the
-# quick tier on 2 loaded cores, issue 30); timed in CPU seconds of this process to lessen that
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because it compares
+# two timings, which another process on the same cores can upset (it failed so in the quick tier on 2
+# loaded cores, issue 30); timed in CPU seconds of this process to lessen that
 @pytest.mark.slow
 def test_kernel_table_adds_little_to_analyze() -> None:
     """The table and its summary stay under 10% of the analysis of a real recording (the 100 MB
