@@ -86,12 +86,12 @@ def prediction_sentence(pred: Prediction, what: str) -> str:
     if pred.batch_multiplier != 1.0:
         m = pred.batch_multiplier
         now, then = apart(pred.baseline_step_ms, pred.predicted_step_ms, 2)
-        steps = (
-            f"the step stays at {now} ms with {m:g}x the batch"
-            if now == then
-            else f"{now} ms per step now, {then} ms per step at {m:g}x the batch"
+        if now == then:
+            return f"Replaying the steps with {what}: still {now} ms per step, so {times(pred.speedup)} the samples/s."
+        return (
+            f"Replaying the steps with {what}: {now} ms per step now, "
+            f"{then} ms per step at {m:g}x the batch: {times(pred.speedup)} the samples/s."
         )
-        return f"Replaying the steps with {what}: {steps}: {times(pred.speedup)} the samples/s."
     return (
         f"Replaying the steps with {what}: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} "
         f"per step ({times(pred.speedup)})."

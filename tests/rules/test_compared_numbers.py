@@ -66,7 +66,7 @@ def test_a_prediction_of_no_change_says_so() -> None:
     )
     bigger = Prediction("larger_batch", 32.024679, 32.024679, 8.0, 0.875, batch_multiplier=8.0)
     assert cm.prediction_sentence(bigger, "8x the batch") == (
-        "Replaying the steps with 8x the batch: the step stays at 32.02 ms with 8x the batch: 8.00x the samples/s."
+        "Replaying the steps with 8x the batch: still 32.02 ms per step, so 8.00x the samples/s."
     )
     grown = Prediction("larger_batch", 2.5, 12.0, 1.67, 0.4, batch_multiplier=8.0)
     assert "2.50 ms per step now, 12.00 ms per step at 8x the batch" in cm.prediction_sentence(grown, "a batch")
