@@ -31,10 +31,13 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuadvisor.result import AnalysisResult
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -220,11 +223,16 @@ def finding_impact(result: Any, remedies: Sequence[str], model: Any) -> tuple[fl
 
 
 def analyze_workload(
-    w: Workload, runs: Path, meas: dict[tuple[str, str], dict[str, Any]], reference: str = "measured"
+    w: Workload,
+    runs: Path,
+    meas: dict[tuple[str, str], dict[str, Any]],
+    reference: str = "measured",
+    analyzed: Callable[[str], AnalysisResult] | None = None,
 ) -> tuple[list[Row], WorkloadCheck | None]:
     """The rows of one workload and the check of its top finding. `reference`: `measured` gives the
     analysis the plain-python step time measure.py measured; `capture` uses the capture's own
-    reference steps, as a user's analysis does."""
+    reference steps, as a user's analysis does. `analyzed(run name)`: the caller's analysis of a run of
+    `runs` with the capture's reference steps, when it keeps one (the tests do), for `capture`."""
     from gpuadvisor.analysis import analyze
     from gpuadvisor.model import rank_impact
     from gpuadvisor.stepmodel.predict import predict_combined
@@ -234,7 +242,10 @@ def analyze_workload(
         return [], None
     planted = meas.get((w.name, "planted"))
     step_ms = planted.get("step_ms_median") if planted and reference == "measured" else None
-    result = analyze(run, step_time_ms=float(step_ms) if step_ms else None)
+    if step_ms is None and analyzed is not None:
+        result = analyzed(run.name)
+    else:
+        result = analyze(run, step_time_ms=float(step_ms) if step_ms else None)
     model = result.metrics_detail.model if result.metrics_detail is not None else None
     real = [f for f in result.findings if f.category.value not in ("capture", "internal") and f.severity.value != "info"]
     top = real[0] if real else None

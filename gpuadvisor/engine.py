@@ -558,10 +558,14 @@ class _ContainedExit(Exception):
 @contextlib.contextmanager
 def _real_interrupts() -> Iterator[Callable[[], bool]]:
     """Tell the user's Ctrl-C (SIGINT delivered) from a KeyboardInterrupt a rule raises itself. Only
-    in the main thread with Python's default SIGINT handler; elsewhere every KeyboardInterrupt counts
-    as the user's."""
+    in the main thread with Python's default SIGINT handler; where SIGINT is ignored (a process started
+    in the background by a shell without job control, or under nohup) no Ctrl-C can arrive, so every
+    KeyboardInterrupt is the rule's; elsewhere every KeyboardInterrupt counts as the user's."""
     seen = {"sigint": False}
     swapped = False
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield lambda: False
+        return
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
 
         def on_sigint(signum: int, frame: Any) -> None:

@@ -1,5 +1,6 @@
 """Counts and numbers in the sentences gpuadvisor prints: the one helper every rule and renderer uses,
-so that a count never reads "549.0 blocking reads", "1 loader workers" or "1 trials".
+so that a count never reads "549.0 blocking reads", "1 loader workers" or "1 trials", and two numbers a
+sentence compares never read the same ("0.02 ms instead of 0.02 ms").
 
 Pure functions, no imports beyond the standard library (rules, renderers and the capture all use it).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["num", "plural", "plural_noun"]
+__all__ = ["apart", "change", "num", "plural", "plural_noun"]
 
 _ES = ("s", "x", "z", "ch", "sh")
 
@@ -49,3 +50,23 @@ def plural(n: float | int, noun: str, plural_form: str | None = None) -> str:
     noun, singular only for exactly 1. `plural_form` for irregular nouns."""
     many = plural_form if plural_form is not None else plural_noun(noun)
     return f"{num(n)} {noun if float(n) == 1 else many}"
+
+
+def apart(a: float, b: float, decimals: int = 2, *, extra: int = 2) -> tuple[str, str]:
+    """Two numbers a sentence compares ("0.016 ms instead of 0.021 ms", "9.74 -> 9.69 ms per step"):
+    both to `decimals` places, or to the fewest more places (at most `extra` more) at which they read
+    differently, since "0.02 ms instead of 0.02 ms" says nothing. Numbers that still read the same are
+    given at `decimals` places, equal: the caller says so in other words (`change`: "still 4.05 ms")."""
+    places = max(0, decimals)
+    for digits in range(places, places + max(0, extra) + 1):
+        first, second = f"{a:.{digits}f}", f"{b:.{digits}f}"
+        if first != second:
+            return first, second
+    return f"{a:.{places}f}", f"{b:.{places}f}"
+
+
+def change(before: float, after: float, unit: str, decimals: int = 2) -> str:
+    """"14.60 -> 4.50 ms": a number and what it becomes (`apart`); "still 4.05 ms" when it stays the
+    same to `decimals` + 2 places, never "4.05 -> 4.05 ms"."""
+    first, second = apart(before, after, decimals)
+    return f"still {first} {unit}" if first == second else f"{first} -> {second} {unit}"

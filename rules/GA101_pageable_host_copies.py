@@ -9,6 +9,7 @@ from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rulekit import transfers as tr
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel.transforms import pinned_gbps
+from gpuadvisor.words import apart
 
 
 class PageableHostCopies(Rule):
@@ -110,13 +111,14 @@ class PageableHostCopies(Rule):
             for loc in locations
             if "non_blocking" in loc.detail and not loc.detail.get("non_blocking")
         )
-        now, pinned = cm.ms(1000 * per_step_ms), cm.ms(1000 * per_step_ms * bw_pageable / bw_pinned)
+        # two numbers compared: with the digits that tell them apart ("0.02 ms instead of 0.02 ms" and
+        # "2 GB/s instead of 2.0 GB/s" say nothing)
+        pinned, now = cm.ms_pair(1000 * per_step_ms * bw_pageable / bw_pinned, 1000 * per_step_ms)
+        fast, slow = apart(bw_pinned, bw_pageable, 1)
         faster = (
-            f"At {bw_pinned:.0f} GB/s instead of {bw_pageable:.1f} GB/s the copies take {pinned} instead of "
-            f"{now} per step. "
-            if pinned != now  # "0.02 ms instead of 0.02 ms" says nothing
-            else f"At {bw_pinned:.0f} GB/s instead of {bw_pageable:.1f} GB/s the copies take less than the "
-            f"{now} per step they take now. "
+            f"At {fast} GB/s instead of {slow} GB/s the copies take {pinned} instead of {now} per step. "
+            if pinned != now
+            else f"At {fast} GB/s instead of {slow} GB/s the copies take less than the {now} per step they take now. "
         )
         rec = " ".join(
             x

@@ -13,6 +13,7 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel.busy import layout_transposes
 from gpuadvisor.stepmodel.predict import predict_combined
+from gpuadvisor.words import change
 
 
 class NchwLayoutTransposes(Rule):
@@ -120,7 +121,7 @@ class NchwLayoutTransposes(Rule):
             message += (
                 f" The convolutions are in FP32/TF32 ({cm.pct(fp32_conv_us / conv_us)} of their time): bf16 autocast "
                 f"alone is replayed at {cm.times(bf16.speedup)}, channels_last with bf16 at "
-                f"{cm.times(pair.speedup)} ({pair.baseline_step_ms:.2f} -> {pair.predicted_step_ms:.2f} ms)."
+                f"{cm.times(pair.speedup)} ({change(pair.baseline_step_ms, pair.predicted_step_ms, 'ms')})."
             )
             evidence.update(
                 predicted_speedup_bf16=bf16.speedup,

@@ -7,6 +7,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import periodic as pc
+from gpuadvisor.words import change
 
 
 class EpochWorkerRestarts(Rule):
@@ -116,7 +117,7 @@ class EpochWorkerRestarts(Rule):
             f"again at every epoch and stopped at its end. That costs {cm.ms(cost.each_ms * 1000)} per epoch, "
             f"{period}; measured from {measured}. Over the {timing.steps_observed} steps the capture timed "
             f"(typical step {cm.ms(timing.typical_step_ms * 1000)}), the restarts take {cm.pct(cost.share)} of "
-            f"the run. Keeping the workers alive: {pred.baseline_step_ms:.2f} -> {pred.predicted_step_ms:.2f} ms "
+            f"the run. Keeping the workers alive: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} "
             f"per step on average ({cm.times(pred.speedup)})."
         )
         for note in timing.window_notes:

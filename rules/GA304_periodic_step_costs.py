@@ -7,6 +7,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import periodic as pc
+from gpuadvisor.words import change
 
 # cause -> (remedy id or None, what to change)
 _REMEDIES: Mapping[str, tuple[RemedyId | None, str]] = {
@@ -150,7 +151,7 @@ class PeriodicStepCosts(Rule):
                 impact=pred.recovered_fraction,
                 title=f"{pc.CAUSE_LABELS[cost.cause].capitalize()} every {cost.period_steps} steps: {cm.pct(cost.share)} of the run",
                 message=message
-                + f" Without it: {pred.baseline_step_ms:.2f} -> {pred.predicted_step_ms:.2f} ms per step on average "
+                + f" Without it: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per step on average "
                 f"({cm.times(pred.speedup)}); doing it half as often recovers half of that.",
                 evidence={**evidence, "gain_modeled": True},
                 recommendation=fix + f" Removing it entirely gains {cm.pct(pred.recovered_fraction)} of the run.",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: sets up .venv (gpuadvisor[profile,test]) on a fresh machine, then runs pytest.
 #   bash scripts/test.sh                 every test (CI runs this; GPU-marked tests skip without a GPU)
-#   bash scripts/test.sh -m "not slow"   the quick tier (under 2 minutes on 2 cores)
+#   bash scripts/test.sh -m "not slow" -n 2   the quick tier, in two processes (pytest-xdist; meant to take
+#                                             under 2 minutes on 2 idle cores)
 #   bash scripts/test.sh -m gpu          only the GPU tests (on a GPU machine)
 # Browser tests need Chromium: installed with apt-get when running as root, else skipped with the reason.
 set -euo pipefail

@@ -19,14 +19,16 @@ up on a well-tuned run.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuadvisor.analysis import analyze
 from gpuadvisor.result import AnalysisResult
+from tests.compared import same_number_comparisons
+from tests.sample_results import analyzed
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_runs"
@@ -59,15 +61,14 @@ def _measurements() -> dict[tuple[str, str], dict[str, Any]]:
     return calibrate.load_measurements(MEASUREMENTS)
 
 
-@functools.cache
 def _result(name: str) -> AnalysisResult:
-    return analyze(SAMPLES / name)
+    return analyzed(name)
 
 
 @functools.cache
 def _check(name: str) -> calibrate.WorkloadCheck:
     w = next(w for w in CATALOG if w.name == name)
-    _, check = calibrate.analyze_workload(w, SAMPLES, _measurements(), reference="capture")
+    _, check = calibrate.analyze_workload(w, SAMPLES, _measurements(), reference="capture", analyzed=analyzed)
     assert check is not None, f"{name}: no planted recording"
     return check
 
@@ -390,3 +391,19 @@ def test_the_report_highlights_the_line_the_terminal_prints(run: str) -> None:
             view = _location_view(loc, result)
             targets = [ln["text"].strip() for ln in view["lines"] if ln["target"]]
             assert targets == [loc.code.strip()], (f.rule, loc.label(), targets, view["source_note"])
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(n, marks=() if n in {f"{q}-planted" for q in QUICK} else pytest.mark.slow)
+        for n in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+    ],
+)
+def test_no_finding_compares_a_number_with_itself(run: str) -> None:
+    """No title, message or recommendation reads "0.02 ms instead of 0.02 ms" or "2.61 -> 2.61 ms" (issue 30
+    item 7: GA101 on lightning_autoencoder-fixed, GA301 on tutorial_cnn, GA401 on launch_bound)."""
+    for f in _result(run).findings:
+        for text in (f.title, f.message, f.recommendation, f.impact_explanation or ""):
+            assert not same_number_comparisons(text), (f.rule, text)
+        assert not re.search(r"(\d+\.\d+) ms per step now, \1 ms per step at", f.message), (f.rule, f.message)

@@ -23,7 +23,7 @@ from gpuadvisor.render._format import (
     wrap_clipped,
 )
 from gpuadvisor.terminal import terminal_safe
-from gpuadvisor.words import plural
+from gpuadvisor.words import change, plural
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -178,7 +178,7 @@ def _together_lines(result: AnalysisResult) -> list[str]:
     try:
         text = (
             f"With the fixes of {rules} together (predicted by replaying the steps): "
-            f"{float(p['baseline_step_ms']):.2f} -> {float(p['predicted_step_ms']):.2f} ms per step "
+            f"{change(float(p['baseline_step_ms']), float(p['predicted_step_ms']), 'ms')} per step "
             f"({float(p['speedup']):.2f}x). The findings' impacts overlap: they do not add up."
         )
     except (KeyError, TypeError, ValueError):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.model import Location
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.build import main_loader
-from gpuadvisor.words import num
+from gpuadvisor.words import apart, change, num
 
 if TYPE_CHECKING:
     from gpuadvisor.rules_api import RuleContext
@@ -33,6 +33,18 @@ def ms(us: float | None) -> str:
     if us >= 1e4:
         return f"{us / 1e3:.1f} ms"
     return f"{us / 1e3:.2f} ms"
+
+
+def ms_pair(a_us: float | None, b_us: float | None) -> tuple[str, str]:
+    """Two durations a sentence compares, as `ms` says them, with more digits where they would read
+    the same: "0.016 ms instead of 0.021 ms", not "0.02 ms instead of 0.02 ms"."""
+    first, second = ms(a_us), ms(b_us)
+    if first != second or a_us is None or b_us is None or not math.isfinite(a_us) or a_us == b_us:
+        return first, second
+    # the same text: both in the same unit and number of places
+    scale, unit, places = (1e6, "s", 2) if a_us >= 1e6 else (1e3, "ms", 1) if a_us >= 1e4 else (1e3, "ms", 2)
+    x, y = apart(a_us / scale, b_us / scale, places)
+    return f"{x} {unit}", f"{y} {unit}"
 
 
 def pct(fraction: float | None) -> str:
@@ -73,12 +85,15 @@ def prediction_sentence(pred: Prediction, what: str) -> str:
     """ "Replaying the steps with <what>: 14.6 -> 4.5 ms per step (3.26x)." (per sample for a batch change)."""
     if pred.batch_multiplier != 1.0:
         m = pred.batch_multiplier
+        now, then = apart(pred.baseline_step_ms, pred.predicted_step_ms, 2)
+        if now == then:
+            return f"Replaying the steps with {what}: still {now} ms per step, so {times(pred.speedup)} the samples/s."
         return (
-            f"Replaying the steps with {what}: {pred.baseline_step_ms:.2f} ms per step now, "
-            f"{pred.predicted_step_ms:.2f} ms per step at {m:g}x the batch: {times(pred.speedup)} the samples/s."
+            f"Replaying the steps with {what}: {now} ms per step now, "
+            f"{then} ms per step at {m:g}x the batch: {times(pred.speedup)} the samples/s."
         )
     return (
-        f"Replaying the steps with {what}: {pred.baseline_step_ms:.2f} -> {pred.predicted_step_ms:.2f} ms "
+        f"Replaying the steps with {what}: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} "
         f"per step ({times(pred.speedup)})."
     )
 

@@ -18,6 +18,7 @@ from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
 from gpuadvisor.stepmodel.model import Prediction
+from gpuadvisor.words import change
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -396,7 +397,7 @@ def group_sentence(members: str, time: str, combined: Prediction) -> str:
     their fixes together are predicted at ..., their impacts do not add up."""
     return (
         f" {members} act on the same {time}: their fixes together are predicted at "
-        f"{combined.baseline_step_ms:.2f} -> {combined.predicted_step_ms:.2f} ms per step "
+        f"{change(combined.baseline_step_ms, combined.predicted_step_ms, 'ms')} per step "
         f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
         "do not add up."
     )

@@ -1,4 +1,5 @@
-"""End-to-end CPU tests of `gpuadvisor profile` (real child processes, small windows)."""
+"""End-to-end CPU tests of `gpuadvisor profile` (real child processes, small windows); the usage errors
+refused before any work run the same command in this process (`refused_profile_cli`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from capture_helpers import FAST, SCRIPTS, manifest, profile_cmd, run_profile_cli, trace
+from capture_helpers import FAST, SCRIPTS, manifest, profile_cmd, refused_profile_cli, run_profile_cli, trace
 
 import gpuadvisor
 
@@ -79,7 +80,7 @@ def test_full_runs_to_the_end(tmp_path: Path) -> None:
 )
 def test_bad_script_is_usage_error_before_work(tmp_path: Path, make, msg: str) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
-    r = run_profile_cli("-o", str(out), str(make(tmp_path)))
+    r = refused_profile_cli("-o", str(out), str(make(tmp_path)))
     assert r.returncode == 2
     assert msg in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
@@ -100,7 +101,7 @@ def test_existing_run_refused_without_force(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
     (out / "manifest.json").write_text("{}")
-    r = run_profile_cli("-o", str(out), str(SCRIPTS / "parity.py"))
+    r = refused_profile_cli("-o", str(out), str(SCRIPTS / "parity.py"))
     assert r.returncode == 2 and "--force" in r.stderr
     assert (out / "manifest.json").read_text() == "{}"
 
@@ -110,14 +111,14 @@ def test_unwritable_out_dir(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
-    r = run_profile_cli("-o", str(ro / "run"), str(SCRIPTS / "parity.py"))
+    r = refused_profile_cli("-o", str(ro / "run"), str(SCRIPTS / "parity.py"))
     assert r.returncode == 2 and "not writable" in r.stderr
 
 
 def test_out_path_is_a_file(tmp_path: Path) -> None:
     f = tmp_path / "file"
     f.write_text("x")
-    r = run_profile_cli("-o", str(f), str(SCRIPTS / "parity.py"))
+    r = refused_profile_cli("-o", str(f), str(SCRIPTS / "parity.py"))
     assert r.returncode == 2 and "not a directory" in r.stderr
 
 
@@ -182,7 +183,7 @@ def test_module_mode_relative_import(tmp_path: Path) -> None:
 
 
 def test_module_not_found_is_usage_error(tmp_path: Path) -> None:
-    r = run_profile_cli("-o", str(tmp_path / "run"), "-m", "no_such_module_xyz")
+    r = refused_profile_cli("-o", str(tmp_path / "run"), "-m", "no_such_module_xyz")
     assert r.returncode == 2 and "module not found" in r.stderr
 
 

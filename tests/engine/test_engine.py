@@ -4,6 +4,7 @@ the contexts are built without any trace (the engine never looks inside ctx.trac
 
 from __future__ import annotations
 
+import signal
 import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -274,6 +275,26 @@ def test_run_rules_statuses_not_applicable_and_error_containment(tmp_path: Path)
     assert {f.rule for f in internal} == {"XR003", "XR004"}
     assert all(f.severity is Severity.INFO and f.impact is None for f in internal)
     assert "XR003" in internal[0].message and "step_time_ms" in internal[0].message
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_rule_that_raises_keyboardinterrupt_is_contained(tmp_path: Path, sigint: str) -> None:
+    """A rule's own KeyboardInterrupt is its internal error, also where SIGINT is ignored (a test run or
+    job started in the background by a shell without job control, or under nohup): there no Ctrl-C can
+    arrive, and the analysis ended with "interrupted" (exit 130) instead (issue 30: the quick tier failed
+    so when started with `(pytest ... &)`)."""
+    write_rule(tmp_path, "kbd.py", rule_source("XK001", "kbd", body="raise KeyboardInterrupt"))
+    write_rule(tmp_path, "ok.py", rule_source("XK002", "ok-rule"))
+    rules = load_user(tmp_path)
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler if sigint == "default" else signal.SIG_IGN)
+    try:
+        findings, statuses = engine.run_rules(ctx_factory(), rules)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    by_rule = {s.rule: s for s in statuses}
+    assert by_rule["XK001"].status == "error" and "KeyboardInterrupt" in by_rule["XK001"].detail
+    assert by_rule["XK002"].status == "ran" and [f.rule for f in findings if f.rule == "XK002"]
 
 
 def test_missing_nvml_in_a_run_explains_the_reason() -> None:

@@ -8,7 +8,6 @@ real recordings of sample_runs/ (each README says where it was recorded).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,14 @@ from gpuadvisor.stepmodel.predict import group_fields
 from gpuadvisor.stepmodel.tables import sm_use
 from gpuadvisor.trace.load import load_trace
 from gpuadvisor.trace.model import analyzed_mask
+from tests.sample_results import analyzed
 from tests.synth import K_ELEMENTWISE, SyntheticTrace
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
 
 
-@functools.cache
 def sample(name: str) -> AnalysisResult:
-    return analysis.analyze(SAMPLES / name)
+    return analyzed(name)
 
 
 # ---- which steps are analyzed ------------------------------------------------------------------------

@@ -207,19 +207,23 @@ def test_kernel_table_on_a_bf16_channels_last_control() -> None:
     assert set(t[t["class"].str.startswith("conv_")]["dtype"]) == {"bf16"}
 
 
+# The quick tier (`-m "not slow"`) must run in under 2 minutes on 2 idle cores: slow because it compares
+# two timings, which another process on the same cores can upset (it failed so in the quick tier on 2
+# loaded cores, issue 30); timed in CPU seconds of this process to lessen that
+@pytest.mark.slow
 def test_kernel_table_adds_little_to_analyze() -> None:
     """The table and its summary stay under 10% of the analysis of a real recording (the 100 MB
     benchmark: 5.9%, docs/model.md)."""
     import gpuadvisor
 
-    started = time.perf_counter()
+    started = time.process_time()
     result = gpuadvisor.analyze(RUNS / "control_transformer-planted")
-    total = time.perf_counter() - started
+    total = time.process_time() - started
     m = result.metrics_detail.model  # type: ignore[union-attr]
     assert m is not None
     m._frames.pop("kernel_table", None)
     m._frames.pop("busy_by_class", None)
-    started = time.perf_counter()
+    started = time.process_time()
     table, by_class = m.kernel_table, m.busy_by_class
     assert len(table) and len(by_class)
-    assert time.perf_counter() - started < 0.10 * total
+    assert time.process_time() - started < 0.10 * total
