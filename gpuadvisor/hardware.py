@@ -12,6 +12,7 @@ is judged against a number we do not have.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -249,6 +250,7 @@ _LOW_PRECISION = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=8192)  # a step repeats a few hundred (name, types) pairs thousands of times
 def low_precision_data(name: str, input_types: str | None = None) -> bool:
     """The kernel works on bf16/fp16 data (its name's template arguments, else its op's input types)."""
     return bool(_LOW_PRECISION.search(name) or (input_types and _LOW_PRECISION.search(input_types)))
