@@ -472,8 +472,17 @@ _SPECS: tuple[RemedySpec, ...] = (
         Injection(
             how="every DataLoader: `batch_size` x M (the finding's `recommended_batch_multiplier`, else 4); "
             "compared in samples/s; the result says the learning rate needs scaling",
-            skipped_when="batch not from a DataLoader (sliced in the script's own code); `batch_sampler`",
-            levers=(Lever("larger_batch", "DataLoader batch_size x M", (("multiplier", "auto"),)),),
+            skipped_when="batch not from a DataLoader (sliced in the script's own code); `batch_sampler`; "
+            "explore: with the script's own `--batch-size` argument, that argument x M instead (the "
+            "batch measured at the model's input in the baseline trials)",
+            levers=(
+                Lever("larger_batch", "DataLoader batch_size x M", (("multiplier", "auto"),)),
+                Lever(
+                    "script_batch_size",
+                    "the script's own --batch-size argument x M",
+                    (("script_flag", "--batch-size"), ("multiplier", "auto")),
+                ),
+            ),
             for_rules=("GA401",),
         ),
     ),

@@ -52,11 +52,23 @@ def script_flags(script: Path | None, args: Sequence[str]) -> set[str]:
     except OSError:
         return set()
     out: set[str] = set()
+
+    def declares(flag: str) -> bool:
+        pattern = r"add_argument\(\s*(?:['\"][^'\"]*['\"]\s*,\s*)*['\"]" + re.escape(flag) + r"['\"]"
+        return re.search(pattern, text) is not None
+
     for flag in ("--amp", "--channels-last"):
-        declared = r"add_argument\(\s*(?:['\"][^'\"]*['\"]\s*,\s*)*['\"]" + re.escape(flag) + r"['\"]"
-        if flag not in args and re.search(declared, text):
+        if flag not in args and declares(flag):
             out.add(flag)
+    # an option with a value: measured whether or not the command passes it (the last one given wins)
+    for flag in BATCH_SIZE_FLAGS:
+        if declares(flag):
+            out.add(flag)
+            break
     return out
+
+
+BATCH_SIZE_FLAGS = ("--batch-size", "--batch_size")  # the spellings of the script_batch_size lever's option
 
 
 @dataclass
@@ -65,6 +77,7 @@ class ExploreLever:
     lever: Lever
     skip_reason: str | None = None  # as a single (it may still join a combination that enables it)
     failed: str | None = None  # failed in a trial: dropped from the search
+    declared: str | None = None  # the spelling the script declares (`--batch_size` for `--batch-size`)
 
     @property
     def name(self) -> str:
@@ -77,7 +90,14 @@ class ExploreLever:
     @property
     def script_flag(self) -> str | None:
         flag = self.lever.param_dict().get("script_flag")
+        if flag and self.declared:
+            return self.declared
         return str(flag) if flag else None
+
+    @property
+    def takes_value(self) -> bool:
+        """A script option with a value (`--batch-size N`), not a switch."""
+        return bool(self.script_flag) and self.lever.param_dict().get("multiplier") == "auto"
 
 
 @dataclass
@@ -403,13 +423,17 @@ def build_levers(
             continue
         params = lv.param_dict()
         flag = params.get("script_flag")
-        if flag:
+        declared = None
+        if flag == BATCH_SIZE_FLAGS[0]:
+            declared = next((f for f in BATCH_SIZE_FLAGS if f in flags), None)
+            reason = None if declared else f"the script takes no {flag} argument"
+        elif flag:
             reason = None if flag in flags else f"the script takes no {flag} argument (or the command passes it)"
         else:
             reason = skip_reason(
                 spec.id, environment, num_workers=num_workers, env=env, params=params, bf16_supported=bf16_supported
             )
-        out.append(ExploreLever(spec, lv, reason))
+        out.append(ExploreLever(spec, lv, reason, declared=declared))
     return out
 
 

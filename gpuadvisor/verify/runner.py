@@ -417,6 +417,19 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
     return entry
 
 
+def _baseline_batch(results: Sequence[Mapping[str, Any]]) -> int | None:
+    """Samples per step of the baseline trials (their median), as counted at the model's input or the
+    DataLoader; None when no trial counted them."""
+    per_step = sorted(
+        float(r["samples"]) / float(r["steps_timed"])
+        for r in results
+        if isinstance(r.get("samples"), (int, float)) and r.get("samples") and r.get("steps_timed")
+    )
+    if not per_step:
+        return None
+    return max(1, round(per_step[len(per_step) // 2]))
+
+
 def _predicted_by_lever(levers: Sequence[ex.ExploreLever], findings: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Lever name -> the largest speed-up a finding of the run predicts for the lever's remedy (levers
     no finding names are left out)."""
@@ -771,6 +784,8 @@ EXPLORE_BUDGET_S = 1800.0  # without --budget: at most 30 minutes of trials
 
 def _lever_label(lv: ex.ExploreLever, num_workers: int, multiplier: int) -> str:
     params = lv.lever.param_dict()
+    if lv.takes_value:
+        return f"script {lv.script_flag} x{multiplier}"
     if lv.script_flag:
         return f"script {lv.script_flag}"
     if params.get("num_workers") == "auto":
@@ -861,20 +876,40 @@ def explore_run(
 
     def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
         lvs = [by_name[n] for n in names]
-        remedies, params, extra = ex.trial_setup(lvs)
+        remedies, params, flags = ex.trial_setup(lvs)
+        extra: list[str] = []
+        texts: list[tuple[ex.ExploreLever, str, str]] = []
+        for flag in flags:
+            lv = next(x for x in lvs if x.script_flag == flag)
+            if not lv.takes_value:
+                extra.append(flag)
+                texts.append((lv, f"+ {flag}", f"the script's own {flag} argument added to the command"))
+                continue
+            per_step = _baseline_batch(explorer.baseline.ok())
+            if per_step is None:
+                return {
+                    "status": "skipped",
+                    "reason": f"the baseline trials counted no samples at the model's input: {flag} x "
+                    f"{multiplier} has nothing to multiply",
+                    "wall_s": 0.0,
+                }
+            value = per_step * multiplier
+            extra += [flag, str(value)]
+            texts.append(
+                (lv, f"+ {flag} {value}", f"the script's own {flag} argument set to {value} ({per_step} x {multiplier})")
+            )
         batch = multiplier if RemedyId.LARGER_BATCH.value in remedies else None
-        config = _Config("+".join(names) or BASELINE, remedies, None, params=params, extra_args=extra)
+        config = _Config("+".join(names) or BASELINE, remedies, None, params=params, extra_args=tuple(extra))
         config.batch_multiplier = batch
         result = runner.run(config, timeout_s)
-        for flag in extra:
-            lv = next(x for x in lvs if x.script_flag == flag)
+        for lv, after, text in reversed(texts):
             change = {
                 "remedy": lv.remedy.value,
                 "what": "command line",
                 "before": " ".join(cmd.args) or "(no arguments)",
-                "after": f"+ {flag}",
+                "after": after,
                 "where": None,
-                "text": f"the script's own {flag} argument added to the command",
+                "text": text,
             }
             result.setdefault("changes", []).insert(0, change)
         if not first:

@@ -121,6 +121,9 @@ class StepClock:
         self.optimizers: list[Any] = []
         self.region_start: float | None = None
         self.samples: int | None = None
+        # samples at the top module's input (first dimension of its first tensor argument), for scripts
+        # whose batches do not come from a DataLoader
+        self.model_samples: int | None = None
         self.stop_pending = False
         self.done = False
         self.measure: dict[str, Any] = {}
@@ -165,10 +168,13 @@ class StepClock:
             n = _batch_size(batch)
             self.samples = None if n is None else self.samples + n
 
-    def on_forward(self) -> None:
+    def on_forward(self, inputs: Any = None) -> None:
         if not self._ours():
             return
         self.forward_calls += 1
+        if self.region_start is not None and self.model_samples is not None and inputs is not None:
+            n = _batch_size(inputs)
+            self.model_samples = None if n is None else self.model_samples + n
         if (
             self.method is None
             and self.forward_calls >= self.cfg.forward_fallback_calls
@@ -199,6 +205,7 @@ class StepClock:
             if c == warmup:
                 _synchronize()
                 self.samples = 0
+                self.model_samples = 0
                 self.region_start = time.perf_counter()
             elif c == warmup + steps and self.region_start is not None:
                 _synchronize()
@@ -217,12 +224,14 @@ class StepClock:
     def _finish(self, elapsed: float) -> None:
         steps = self.cfg.steps
         nonfinite, checked = self._check_params()
+        samples, counted_at = (self.samples, "dataloader") if self.dl_calls else (self.model_samples, "model input")
         self.measure = {
             "elapsed_s": round(elapsed, 6),
             "steps_timed": steps,
             "step_time_ms": round(1000.0 * elapsed / steps, 6),
-            "samples": self.samples,
-            "samples_per_s": round(self.samples / elapsed, 3) if self.samples and elapsed > 0 else None,
+            "samples": samples,
+            "samples_counted_at": counted_at if samples else None,
+            "samples_per_s": round(samples / elapsed, 3) if samples and elapsed > 0 else None,
             "params_checked": checked,
             "nonfinite_params": nonfinite,
         }
@@ -287,8 +296,8 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
     pid = os.getpid()
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
 
-    def count_forward(module: Any, args: Any) -> None:
-        clock.on_forward()
+    def count_forward(module: Any, args: Any, kwargs: Any) -> None:
+        clock.on_forward((args, kwargs) if args else kwargs)
 
     pre_hook = disable(count_forward) if disable is not None else count_forward
 
@@ -299,7 +308,7 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
             and any(p.requires_grad for p in module.parameters())
         ):
             module_cls.__call__ = orig_call  # found: remove this wrapper before anything else runs
-            module.register_forward_pre_hook(pre_hook)
+            module.register_forward_pre_hook(pre_hook, with_kwargs=True)
             injections.on_top_module(module)
         return orig_call(module, *args, **kwargs)
 

@@ -173,6 +173,20 @@ def test_script_flags_are_found_in_the_scripts_arguments(tmp_path: Path) -> None
     assert remedies == () and flags == ("--amp",)
 
 
+def test_the_scripts_batch_size_option_is_a_lever_with_a_value(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('-b', '--batch_size', type=int)\n")
+    # an option with a value is measured even when the command passes it (the last value given wins)
+    assert ex.script_flags(script, []) == {"--batch_size"} == ex.script_flags(script, ["--batch_size", "8"])
+    (lv,) = levers(("script_batch_size",), flags={"--batch_size"})
+    assert lv.skip_reason is None and lv.script_flag == "--batch_size" and lv.takes_value
+    assert lv.spec.changes_batch  # compared in samples/s, measured alone, never joined
+    (none,) = levers(("script_batch_size",), flags=set())
+    assert none.skip_reason == "the script takes no --batch-size argument"
+    (amp,) = levers(("script_amp",), flags={"--amp"})
+    assert not amp.takes_value
+
+
 def test_machine_comparison() -> None:
     recorded = {"platform": "Linux-a", "cpu_count": 64, "torch": "2.11.0+cu130", "cuda_available": True,
                 "gpus": ["NVIDIA H200"], "cwd": "/work/main"}  # fmt: skip

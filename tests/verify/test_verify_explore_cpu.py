@@ -205,3 +205,26 @@ def test_profile_explore_is_one_command(tmp_path: Path) -> None:
     # analyzed once, after the search: findings.json carries the explore note
     assert r.stderr.count("gpuadvisor: report: ") == 1
     assert any(n.startswith("verify --explore: ") for n in json.loads((run / "findings.json").read_text())["notes"])
+
+
+@pytest.mark.slow  # profiles a script and runs 4 trial processes (about 40 s on 2 cores)
+def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argument(tmp_path: Path) -> None:
+    from verify_helpers import SCRIPTS
+
+    script = SCRIPTS / "sliced_batch.py"
+    run = profile(tmp_path / "run", script, "--steps", "400")
+    r = gpuadvisor(
+        "verify", str(run), "--explore", *SHORT, "--only", "script_batch_size", "--only", "larger_batch"
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    by = {t["lever"]: t for t in doc["trials"]}
+    # the DataLoader lever cannot apply; the script's own argument can
+    assert by["larger_batch"]["status"] == "skipped" and "DataLoader" in by["larger_batch"]["reason"]
+    lever = by["script_batch_size"]
+    assert lever["status"] == "ok", lever
+    assert lever["compared_in"] == "samples_per_s" and "learning rate" in lever["note"]
+    # the baseline's batch was counted at the model's input: 4 samples a step, so --batch-size 16
+    assert doc["baseline"]["samples_per_s"] and lever["change"] == "the script's own --batch-size argument set to 16 (4 x 4)"
+    # a fixed 4 ms per step: 4x the batch is well over 2x the samples/s
+    assert lever["speedup"] > 2.0 and lever["verdict"] == "faster", lever

@@ -1,0 +1,32 @@
+"""Test fixture (synthetic workload, CPU): batches sliced from a tensor in the script's own code (no
+DataLoader), the batch size from the script's own `--batch-size` argument, and a fixed per-step cost
+(a sleep standing in for per-step host work) so that a larger batch raises samples/s."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=4)
+parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--step-ms", type=float, default=4.0)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+data = torch.randn(4096, 16)
+target = torch.randn(4096, 1)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+b = args.batch_size
+for step in range(args.steps):
+    start = (step * b) % (len(data) - b)
+    x, y = data[start : start + b], target[start : start + b]
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(args.step_ms / 1000.0)
+print("done", b)
