@@ -618,12 +618,9 @@ def _ops_agg(ops: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
     codes = df["name"].cat.codes.to_numpy() if isinstance(df["name"].dtype, pd.CategoricalDtype) else None
     key = pd.Series(codes, index=df.index) if codes is not None else df["name"].astype(str)
     g = df.assign(_key=key).groupby("_key", sort=False)
-    out = g.agg(
-        count=("dur", "size"),
-        total_us=("dur", "sum"),
-        self_us=("_self", "sum"),
-        flops=("flops", lambda s: s.sum(min_count=1)),
-    ).reset_index()
+    out = g.agg(count=("dur", "size"), total_us=("dur", "sum"), self_us=("_self", "sum"))
+    out["flops"] = g["flops"].sum(min_count=1)  # NaN for a name none of whose ops carries FLOPs
+    out = out.reset_index()
     cats = df["name"].cat.categories if codes is not None else None
     out["name"] = [str(cats[c]) for c in out["_key"]] if cats is not None else out["_key"].astype(str)
     dims = _group_modes(key, df["input_dims"])

@@ -246,6 +246,10 @@ class TraceModel:
     kind: TraceKind | None = None  # what the trace is (gpuadvisor.trace.kind); set by the loader
     truncated: bool = False  # the file ended early (salvaged): the steps the cut ran through are left out
     all_steps_cut: bool = False  # truncated through every step: no step is complete
+    # joins computed once per pair of tables (kernel_ops), keyed by the tables' identity: read-only
+    _joins: dict[str, tuple[int, int, pd.DataFrame]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     # ---- facts --------------------------------------------------------------------------------
 
@@ -289,8 +293,17 @@ class TraceModel:
         """Kernels joined with the cpu op that launched them (by external id).
 
         Adds `op_name`, `op_input_types`, `op_input_dims`, `op_flops`. When several cpu ops share an
-        external id (rare; nested ops), the innermost (latest-starting) one wins.
+        external id (rare; nested ops), the innermost (latest-starting) one wins. Computed once for
+        these two tables (the step model and the metrics both read it): read-only.
         """
+        hit = self._joins.get("kernel_ops")
+        if hit is not None and hit[0] == id(self.kernels) and hit[1] == id(self.cpu_ops):
+            return hit[2]
+        out = self._kernel_ops()
+        self._joins["kernel_ops"] = (id(self.kernels), id(self.cpu_ops), out)
+        return out
+
+    def _kernel_ops(self) -> pd.DataFrame:
         # lazy: pandas stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
         import pandas as pd
 
