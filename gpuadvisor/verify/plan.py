@@ -114,7 +114,7 @@ def predicted_speedup(finding: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _batch_multiplier(findings: Sequence[Mapping[str, Any]]) -> int:
+def batch_multiplier(findings: Sequence[Mapping[str, Any]]) -> int:
     for f in findings:
         evidence = f.get("evidence")
         if isinstance(evidence, Mapping):
@@ -425,7 +425,7 @@ def plan_trials(
                 category=str(fs[0].get("category")) if fs else REMEDY_CATEGORY.get(remedy),
                 forced=remedy in forced,
                 skip_reason=reason,
-                batch_multiplier=_batch_multiplier(fs) if RemedyId.LARGER_BATCH in applies else None,
+                batch_multiplier=batch_multiplier(fs) if RemedyId.LARGER_BATCH in applies else None,
                 predicted_speedup=max(predictions) if predictions else None,
             )
         )

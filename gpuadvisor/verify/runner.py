@@ -32,9 +32,9 @@ from gpuadvisor.verify import explore as ex
 from gpuadvisor.verify.explore import estimate_text
 from gpuadvisor.verify.plan import (
     ALLOC_CONF,
-    DEFAULT_BATCH_MULTIPLIER,
     EXPANDABLE,
     PlannedTrial,
+    batch_multiplier,
     default_num_workers,
     finding_remedies,
     plan_trials,
@@ -839,7 +839,7 @@ def explore_run(
         flags=flags,
         only=options.only,
     )
-    multiplier = DEFAULT_BATCH_MULTIPLIER
+    multiplier = batch_multiplier(findings)  # the small-batch finding's own multiplier, else 4
     budget = options.budget_s if options.budget_s is not None else EXPLORE_BUDGET_S
     predicted = _predicted_by_lever(levers, findings)
     singles = [

@@ -213,6 +213,10 @@ def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argum
 
     script = SCRIPTS / "sliced_batch.py"
     run = profile(tmp_path / "run", script, "--steps", "400")
+    # the small-batch finding a GPU run would carry (GA401 does not fire on the CPU): its multiplier is used
+    ga401 = {"rule": "GA401", "title": "Small batch", "impact": 0.8, "remedy": "larger_batch",
+             "evidence": {"recommended_batch_multiplier": 8}}  # fmt: skip
+    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": [ga401]}))
     r = gpuadvisor(
         "verify", str(run), "--explore", *SHORT, "--only", "script_batch_size", "--only", "larger_batch"
     )
@@ -224,7 +228,7 @@ def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argum
     lever = by["script_batch_size"]
     assert lever["status"] == "ok", lever
     assert lever["compared_in"] == "samples_per_s" and "learning rate" in lever["note"]
-    # the baseline's batch was counted at the model's input: 4 samples a step, so --batch-size 16
-    assert doc["baseline"]["samples_per_s"] and lever["change"] == "the script's own --batch-size argument set to 16 (4 x 4)"
-    # a fixed 4 ms per step: 4x the batch is well over 2x the samples/s
+    # the baseline's batch was counted at the model's input: 4 samples a step, times the finding's 8
+    assert doc["baseline"]["samples_per_s"] and lever["change"] == "the script's own --batch-size argument set to 32 (4 x 8)"
+    # a fixed 4 ms per step: 8x the batch is well over 2x the samples/s
     assert lever["speedup"] > 2.0 and lever["verdict"] == "faster", lever
