@@ -71,6 +71,28 @@ def script_flags(script: Path | None, args: Sequence[str]) -> set[str]:
 BATCH_SIZE_FLAGS = ("--batch-size", "--batch_size")  # the spellings of the script_batch_size lever's option
 
 
+def declared_at_run_time(
+    levers: Sequence[ExploreLever], declared: set[str], args: Sequence[str]
+) -> list[tuple[ExploreLever, str]]:
+    """Make applicable the script levers whose option the script's argument parsers declared at run
+    time (`declared`: their long option strings, from a trial) though its own source does not (a
+    parser built in a helper module); returns the levers changed with the option each will pass."""
+    changed: list[tuple[ExploreLever, str]] = []
+    for lv in levers:
+        flag = lv.lever.param_dict().get("script_flag")
+        if not flag or lv.skip_reason is None or not lv.skip_reason.startswith("the script takes no "):
+            continue
+        if flag == BATCH_SIZE_FLAGS[0]:
+            spelling = next((f for f in BATCH_SIZE_FLAGS if f in declared), None)
+        else:
+            spelling = flag if flag in declared and flag not in args else None
+        if spelling is None:
+            continue
+        lv.skip_reason, lv.declared = None, spelling
+        changed.append((lv, spelling))
+    return changed
+
+
 @dataclass
 class ExploreLever:
     spec: RemedySpec
@@ -149,6 +171,7 @@ class Explorer:
         say: Callable[[str], None],
         trial_timeout_s: float,
         predicted: Mapping[str, float] | None = None,
+        on_baseline: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.levers = {lv.name: lv for lv in levers}
         # lever name -> the largest speed-up a finding of the run predicts for its remedy
@@ -158,6 +181,9 @@ class Explorer:
         self.remaining = remaining
         self.say = say
         self.trial_timeout_s = trial_timeout_s
+        # called with the first baseline trial's result before the levers are chosen (it may clear a
+        # script lever's skip reason: the options the script's parsers declared)
+        self.on_baseline = on_baseline
         self.configs: dict[tuple[str, ...], Configuration] = {}
         self.baseline = self.config(())
         self.steps: list[dict[str, Any]] = []
@@ -199,8 +225,16 @@ class Explorer:
         self.done += 1
         result = self._run_trial(config.levers, self._timeout())
         base_ok = self.baseline.ok()
-        method, base_method = result.get("step_detection"), base_ok[0].get("step_detection") if base_ok else None
-        if result.get("status") == "ok" and config is not self.baseline and base_method and method != base_method:
+        method, base_method = (
+            result.get("step_detection"),
+            base_ok[0].get("step_detection") if base_ok else None,
+        )
+        if (
+            result.get("status") == "ok"
+            and config is not self.baseline
+            and base_method
+            and method != base_method
+        ):
             result = {
                 **result,
                 "status": "failed",
@@ -249,6 +283,14 @@ class Explorer:
         return True
 
     def run(self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None]) -> None:
+        if self.on_baseline is not None:
+            # the first baseline trial runs before the levers are chosen: what it saw of the script
+            # (its parsers' options) can make a script lever applicable
+            self.measure(self.baseline, f"singles 1/{self.trials}")
+            if self.baseline.final is not None:
+                self.stopped = f"the baseline failed: {self.baseline.reason}"
+                return
+            self.on_baseline(self.baseline.results[0])
         for lv in self.levers.values():
             if lv.skip_reason is not None:
                 self.say(f"{lv.name}: not measured alone ({lv.skip_reason})")
@@ -428,10 +470,17 @@ def build_levers(
             declared = next((f for f in BATCH_SIZE_FLAGS if f in flags), None)
             reason = None if declared else f"the script takes no {flag} argument"
         elif flag:
-            reason = None if flag in flags else f"the script takes no {flag} argument (or the command passes it)"
+            reason = (
+                None if flag in flags else f"the script takes no {flag} argument (or the command passes it)"
+            )
         else:
             reason = skip_reason(
-                spec.id, environment, num_workers=num_workers, env=env, params=params, bf16_supported=bf16_supported
+                spec.id,
+                environment,
+                num_workers=num_workers,
+                env=env,
+                params=params,
+                bf16_supported=bf16_supported,
             )
         out.append(ExploreLever(spec, lv, reason, declared=declared))
     return out
@@ -464,7 +513,9 @@ def applies_with(
     return check
 
 
-def trial_setup(levers: Sequence[ExploreLever]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]], tuple[str, ...]]:
+def trial_setup(
+    levers: Sequence[ExploreLever],
+) -> tuple[tuple[str, ...], dict[str, dict[str, Any]], tuple[str, ...]]:
     """(remedies to inject, their merged lever parameters, script flags) for a configuration."""
     remedies: list[str] = []
     params: dict[str, dict[str, Any]] = {}
@@ -483,10 +534,19 @@ def trial_setup(levers: Sequence[ExploreLever]) -> tuple[tuple[str, ...], dict[s
 def estimate_text(manifest: Mapping[str, Any], warmup: int, steps: int) -> tuple[float | None, str]:
     """A first guess of one trial's wall time from the recording (profile's own run: start-up, its
     steps and the profiler), before any trial ran."""
-    start, end, seen = manifest.get("started_unix_s"), manifest.get("ended_unix_s"), manifest.get("steps_seen")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, seen)) or not seen:
+    start, end, seen = (
+        manifest.get("started_unix_s"),
+        manifest.get("ended_unix_s"),
+        manifest.get("steps_seen"),
+    )
+    if (
+        not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, seen))
+        or not seen
+    ):
         return None, "no estimate from the recording (it does not say how long it ran)"
-    assert isinstance(start, (int, float)) and isinstance(end, (int, float)) and isinstance(seen, (int, float))
+    assert (
+        isinstance(start, (int, float)) and isinstance(end, (int, float)) and isinstance(seen, (int, float))
+    )
     wall = max(0.0, float(end) - float(start))
     guess = wall * max(1.0, (warmup + steps) / float(seen))
     return guess, f"the recording ran {int(seen)} steps in {wall:.0f} s"

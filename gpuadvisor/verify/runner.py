@@ -126,7 +126,9 @@ def _findings_of(run_dir: Path, analyze: Analyzer | None) -> list[dict[str, Any]
     if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
         return [f for f in doc["findings"] if isinstance(f, dict)]
     if analyze is None:
-        raise UsageError(f"{run_dir} has no {rundir.FINDINGS}: analyze it first (gpuadvisor report {run_dir})")
+        raise UsageError(
+            f"{run_dir} has no {rundir.FINDINGS}: analyze it first (gpuadvisor report {run_dir})"
+        )
     return [dict(f) for f in analyze(run_dir)]
 
 
@@ -430,12 +432,18 @@ def _baseline_batch(results: Sequence[Mapping[str, Any]]) -> int | None:
     return max(1, round(per_step[len(per_step) // 2]))
 
 
-def _predicted_by_lever(levers: Sequence[ex.ExploreLever], findings: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _predicted_by_lever(
+    levers: Sequence[ex.ExploreLever], findings: Sequence[Mapping[str, Any]]
+) -> dict[str, float]:
     """Lever name -> the largest speed-up a finding of the run predicts for the lever's remedy (levers
     no finding names are left out)."""
     out: dict[str, float] = {}
     for lv in levers:
-        preds = [p for p in (predicted_speedup(f) for f in findings if lv.remedy in finding_remedies(f)) if p is not None]
+        preds = [
+            p
+            for p in (predicted_speedup(f) for f in findings if lv.remedy in finding_remedies(f))
+            if p is not None
+        ]
         if preds:
             out[lv.name] = max(preds)
     return out
@@ -473,7 +481,16 @@ def verify_run(
     num_workers = options.num_workers or default_num_workers()
     if options.explore:
         return explore_run(
-            run, path, cmd, manifest, environment, options, out, num_workers, machine, _findings_of(run, analyze)
+            run,
+            path,
+            cmd,
+            manifest,
+            environment,
+            options,
+            out,
+            num_workers,
+            machine,
+            _findings_of(run, analyze),
         )
     planned = plan_trials(_findings_of(run, analyze), environment, only=options.only, num_workers=num_workers)
 
@@ -767,7 +784,10 @@ def stamp_machine(document: dict[str, Any], machine: Mapping[str, Any]) -> None:
     explore = document.get("explore")
     if isinstance(explore, dict) and isinstance(explore.get("best"), dict):
         explore["best"]["measured_on"] = where
-    document["notes"] = [*document.get("notes", []), f"not measured on the recording's machine: {where_text(machine)}"]
+    document["notes"] = [
+        *document.get("notes", []),
+        f"not measured on the recording's machine: {where_text(machine)}",
+    ]
 
 
 def write_document(path: Path, document: Mapping[str, Any]) -> None:
@@ -821,7 +841,9 @@ def explore_run(
     bad = ex.unknown_only(options.only)
     if bad:
         names = sorted({lv.name for _, lv in explore_levers()})
-        raise UsageError(f"--only {', '.join(bad)}: not an explore lever or remedy (levers: {', '.join(names)})")
+        raise UsageError(
+            f"--only {', '.join(bad)}: not an explore lever or remedy (levers: {', '.join(names)})"
+        )
     quiet = options.quiet
 
     def say(msg: str) -> None:
@@ -843,7 +865,9 @@ def explore_run(
     budget = options.budget_s if options.budget_s is not None else EXPLORE_BUDGET_S
     predicted = _predicted_by_lever(levers, findings)
     singles = [
-        lv for lv in levers if lv.skip_reason is None and (not lv.lever.slow or predicted.get(lv.name, 0.0) > 1.0)
+        lv
+        for lv in levers
+        if lv.skip_reason is None and (not lv.lever.slow or predicted.get(lv.name, 0.0) > 1.0)
     ]
     singles.sort(key=lambda lv: -predicted.get(lv.name, 0.0))
     n_single_trials = (1 + len(singles)) * options.trials
@@ -896,7 +920,11 @@ def explore_run(
             value = per_step * multiplier
             extra += [flag, str(value)]
             texts.append(
-                (lv, f"+ {flag} {value}", f"the script's own {flag} argument set to {value} ({per_step} x {multiplier})")
+                (
+                    lv,
+                    f"+ {flag} {value}",
+                    f"the script's own {flag} argument set to {value} ({per_step} x {multiplier})",
+                )
             )
         batch = multiplier if RemedyId.LARGER_BATCH.value in remedies else None
         config = _Config("+".join(names) or BASELINE, remedies, None, params=params, extra_args=tuple(extra))
@@ -923,6 +951,15 @@ def explore_run(
     def remaining() -> float:
         return budget - (time.monotonic() - started)
 
+    def on_baseline(result: Mapping[str, Any]) -> None:
+        declared = result.get("script_options")
+        if not isinstance(declared, list):
+            return
+        for lv, flag in ex.declared_at_run_time(levers, {str(o) for o in declared}, cmd.args):
+            say(
+                f"{lv.name}: the script's argument parser declares {flag} (seen in the baseline trial): measured too"
+            )
+
     explorer = ex.Explorer(
         levers,
         trials=options.trials,
@@ -931,13 +968,17 @@ def explore_run(
         say=say,
         trial_timeout_s=TRIAL_TIMEOUT_S,
         predicted=predicted,
+        on_baseline=on_baseline,
     )
     notes: list[str] = []
     interrupted = False
     try:
         explorer.run(
             ex.applies_with(
-                environment, num_workers=num_workers, env=os.environ, bf16_supported=bf16 if isinstance(bf16, bool) else None
+                environment,
+                num_workers=num_workers,
+                env=os.environ,
+                bf16_supported=bf16 if isinstance(bf16, bool) else None,
             )
         )
     except KeyboardInterrupt:
@@ -982,7 +1023,9 @@ def explore_run(
         if base.final is not None and c.final is None:
             c.final, c.reason = "skipped", f"the baseline failed: {base.reason}"
         entry = _trial_entry(c, base)
-        entry.update(lever=lv.name, lever_title=lv.lever.title, label=_lever_label(lv, num_workers, multiplier))
+        entry.update(
+            lever=lv.name, lever_title=lv.lever.title, label=_lever_label(lv, num_workers, multiplier)
+        )
         if lv.failed and entry.get("status") == "ok":
             entry["dropped"] = lv.failed  # worked alone, failed in a combination
         trials.append(entry)
@@ -996,7 +1039,9 @@ def explore_run(
         labels = [_lever_label(lv, num_workers, multiplier) for lv in members]
         changes = _changes(best.ok())
         if cmp is not None:
-            best_text = f"best measured configuration: {' + '.join(labels)}: {ex.speed_text(cmp, len(best.ok()))}"
+            best_text = (
+                f"best measured configuration: {' + '.join(labels)}: {ex.speed_text(cmp, len(best.ok()))}"
+            )
             best_entry = {
                 "levers": list(best.levers),
                 "labels": labels,

@@ -14,6 +14,7 @@ SystemExit at that step boundary, as `gpuadvisor profile` stops a script after i
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -224,7 +225,9 @@ class StepClock:
     def _finish(self, elapsed: float) -> None:
         steps = self.cfg.steps
         nonfinite, checked = self._check_params()
-        samples, counted_at = (self.samples, "dataloader") if self.dl_calls else (self.model_samples, "model input")
+        samples, counted_at = (
+            (self.samples, "dataloader") if self.dl_calls else (self.model_samples, "model input")
+        )
         self.measure = {
             "elapsed_s": round(elapsed, 6),
             "steps_timed": steps,
@@ -315,8 +318,32 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
     module_cls.__call__ = __call__
 
 
+MAX_SCRIPT_OPTIONS = 2000  # option strings kept from the script's argument parsers
+
+
+def _record_parsers(seen: set[str]) -> None:
+    """Collect the long option strings of every argparse parser the script parses with into `seen`:
+    explore's script levers (`--batch-size`, `--amp`) apply to options the script declares in a helper
+    module too, which reading the script's own source does not see."""
+    cls = argparse.ArgumentParser
+    orig = cls.parse_known_args
+
+    @functools.wraps(orig)
+    def parse_known_args(parser: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            for option in getattr(parser, "_option_string_actions", {}):
+                if isinstance(option, str) and option.startswith("--") and len(seen) < MAX_SCRIPT_OPTIONS:
+                    seen.add(option)
+        except Exception as err:  # a parser we do not understand: no options recorded, the script runs on
+            del err
+        return orig(parser, *args, **kwargs)
+
+    cls.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
 def _locator() -> Any:
     """`file:line` of the user code that is running (torch, gpuadvisor and the stdlib are skipped)."""
+
     def noop(*args: Any) -> None:
         return None
 
@@ -378,7 +405,9 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         "remedies": list(cfg.remedies),
     }
     status, reason = "failed", None
+    options: set[str] = set()
     try:
+        _record_parsers(options)
         injections.install()
         _install_step_hooks(clock, injections)
     except Exception as err:
@@ -438,6 +467,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         steps_counted=clock.count,
         changes=[c.to_dict() for c in injections.changes],
         notes=list(injections.notes),
+        script_options=sorted(options),
     )
     return result
 

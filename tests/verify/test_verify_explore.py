@@ -187,6 +187,33 @@ def test_the_scripts_batch_size_option_is_a_lever_with_a_value(tmp_path: Path) -
     assert not amp.takes_value
 
 
+def test_options_a_parser_declared_at_run_time_make_the_script_levers_apply() -> None:
+    lvs = levers(("script_batch_size", "script_amp", "script_channels_last"), flags=set())
+    assert all(lv.skip_reason and lv.skip_reason.startswith("the script takes no ") for lv in lvs)
+    # the baseline trial saw `--batch_size` and `--amp`; the command passes `--amp` already
+    changed = ex.declared_at_run_time(lvs, {"--batch_size", "--amp", "--lr"}, ["--amp"])
+    assert [(lv.name, flag) for lv, flag in changed] == [("script_batch_size", "--batch_size")]
+    by = {lv.name: lv for lv in lvs}
+    assert by["script_batch_size"].skip_reason is None and by["script_batch_size"].script_flag == "--batch_size"
+    assert by["script_amp"].skip_reason and by["script_channels_last"].skip_reason
+
+
+def test_the_first_baseline_trial_comes_before_the_levers_are_chosen() -> None:
+    lvs = levers(("tf32", "script_batch_size"), flags=set())
+    fake = FakeTrials({"tf32": 0.5, "script_batch_size": 1.0})
+    seen: list[tuple[str, ...]] = []
+
+    def on_baseline(result: dict[str, Any]) -> None:
+        seen.append(tuple(fake.calls[-1]))
+        ex.declared_at_run_time(lvs, {"--batch-size"}, [])
+
+    e = ex.Explorer(lvs, trials=2, run_trial=fake, remaining=lambda: None, say=lambda m: None, trial_timeout_s=60,
+                    on_baseline=on_baseline)  # fmt: skip
+    e.run(applies())
+    assert seen == [()]  # called once, after the baseline's first trial, before any lever's
+    assert fake.calls.count(()) >= 2 and fake.calls.count(("script_batch_size",)) == 2  # measured as a single
+
+
 def test_machine_comparison() -> None:
     recorded = {"platform": "Linux-a", "cpu_count": 64, "torch": "2.11.0+cu130", "cuda_available": True,
                 "gpus": ["NVIDIA H200"], "cwd": "/work/main"}  # fmt: skip

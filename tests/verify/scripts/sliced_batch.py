@@ -1,19 +1,16 @@
 """Test fixture (synthetic workload, CPU): batches sliced from a tensor in the script's own code (no
-DataLoader), the batch size from the script's own `--batch-size` argument, and a fixed per-step cost
-(a sleep standing in for per-step host work) so that a larger batch raises samples/s."""
+DataLoader), the batch size from the script's own `--batch-size` argument (declared in a helper
+module, sliced_args.py), and a fixed per-step cost (a sleep standing in for per-step host work) so that
+a larger batch raises samples/s."""
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
+from sliced_args import parse
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--batch-size", type=int, default=4)
-parser.add_argument("--steps", type=int, default=200)
-parser.add_argument("--step-ms", type=float, default=4.0)
-args = parser.parse_args()
+args = parse()
 
 torch.manual_seed(0)
 data = torch.randn(4096, 16)
