@@ -145,11 +145,15 @@ def explore_note(doc: Mapping[str, Any]) -> str | None:
     best = explore.get("best")
     where = f" [measured on {doc['measured_on']}, not the recording's machine]" if doc.get("measured_on") else ""
     if not isinstance(best, Mapping) or not best.get("text"):
-        return f"verify --explore: no best configuration ({explore.get('stopped') or 'nothing measured'}){where}"
-    text = f"verify --explore: {best['text']}{where}"
-    if best.get("change"):
-        text += f"; changes: {best['change']}"
-    if best.get("note"):
-        text += f"; {best['note']}"
+        text = f"verify --explore: no best configuration ({explore.get('stopped') or 'nothing measured'}){where}"
+    else:
+        text = f"verify --explore: {best['text']}{where}"
+        if best.get("change"):
+            text += f"; changes: {best['change']}"
+        if best.get("note"):
+            text += f"; {best['note']}"
+    batch = explore.get("batch")
+    if isinstance(batch, Mapping) and batch.get("text"):
+        text += f"; also {batch['text']}"
     return text
 

@@ -690,6 +690,29 @@ def document_head(
     }
 
 
+def _batch_entry(trials: Sequence[Mapping[str, Any]], levers: Mapping[str, ex.ExploreLever]) -> dict[str, Any] | None:
+    """The fastest lever that changes the batch with a `faster` verdict in samples/s, reported beside the
+    best configuration (never inside it: a different batch is a different optimization)."""
+    measured = [
+        t
+        for t in trials
+        if t.get("lever") in levers
+        and levers[str(t["lever"])].spec.changes_batch
+        and t.get("status") == "ok"
+        and t.get("verdict") == "faster"
+    ]
+    if not measured:
+        return None
+    t = max(measured, key=lambda x: float(x["speedup"]))
+    text = (
+        f"a larger batch: {t.get('label')}: {t['speedup']:.2f}x in samples/s ({t['low']:.2f}-{t['high']:.2f}, "
+        f"{plural(t['trials'], 'trial')}), measured alone; it changes the optimization: "
+        + (t.get("note") or "scale the learning rate and re-check accuracy")
+    )
+    keys = ("lever", "label", "speedup", "low", "high", "trials", "verdict", "compared_in", "change", "note")
+    return {**{k: t.get(k) for k in keys}, "text": text}
+
+
 def _summary(t: Mapping[str, Any]) -> str:
     if t.get("status") != "ok":
         return f"{t.get('status')} ({t.get('reason')})"
@@ -1061,6 +1084,8 @@ def explore_run(
             if best_entry["changes_numerics"]:
                 best_entry["note"] = "lower-precision math: re-check accuracy (loss curve) before keeping it"
 
+    batch_entry = _batch_entry(trials, by_name)
+
     document = document_head(run, cmd, options, num_workers, started_wall)
     document["settings"].update(
         order="explore: singles interleaved with the baseline, then greedy growth (baseline, best, candidates)",
@@ -1080,6 +1105,7 @@ def explore_run(
                 "script_flags": sorted(flags),
                 "steps": explorer.steps,
                 "best": best_entry,
+                "batch": batch_entry,
                 "stopped": explorer.stopped,
                 "trials_run": explorer.done,
                 "estimate_s_per_trial": None if guess is None else round(guess, 1),
@@ -1100,6 +1126,8 @@ def explore_run(
             say(f"  note: {best_entry['note']}")
     else:
         say(f"no best configuration: {explorer.stopped}{where}")
+    if batch_entry is not None:
+        say(f"{batch_entry['text']}{where}")
     if explorer.stopped:
         say(f"search stopped: {explorer.stopped}")
     say(f"wrote {path}")

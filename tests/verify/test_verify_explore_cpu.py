@@ -234,3 +234,10 @@ def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argum
     assert doc["baseline"]["samples_per_s"] and lever["change"] == "the script's own --batch-size argument set to 32 (4 x 8)"
     # a fixed 4 ms per step: 8x the batch is well over 2x the samples/s
     assert lever["speedup"] > 2.0 and lever["verdict"] == "faster", lever
+    # reported beside the best configuration, never inside it
+    batch = doc["explore"]["batch"]
+    assert batch["lever"] == "script_batch_size" and batch["speedup"] == lever["speedup"]
+    assert "a larger batch: script --batch-size x8: " in r.stderr and "learning rate" in batch["text"]
+    from gpuadvisor.verify.results import explore_note
+
+    assert "; also a larger batch: script --batch-size x8" in str(explore_note(doc))  # the report's note
