@@ -89,7 +89,9 @@ def declared_at_run_time(
         if spelling is None:
             continue
         lv.skip_reason, lv.declared = None, spelling
-        changed.append((lv, spelling))
+        _one_batch_lever(levers)
+        if lv.skip_reason is None:
+            changed.append((lv, spelling))
     return changed
 
 
@@ -483,7 +485,17 @@ def build_levers(
                 bf16_supported=bf16_supported,
             )
         out.append(ExploreLever(spec, lv, reason, declared=declared))
+    _one_batch_lever(out)
     return out
+
+
+def _one_batch_lever(levers: Sequence[ExploreLever]) -> None:
+    """The script's --batch-size is measured only where no DataLoader's batch_size can be raised:
+    both are one experiment (a larger batch), and the DataLoader's is where the batch is drawn."""
+    by = {lv.name: lv for lv in levers}
+    loader, script = by.get("larger_batch"), by.get("script_batch_size")
+    if loader is not None and script is not None and loader.skip_reason is None and script.skip_reason is None:
+        script.skip_reason = "larger_batch raises the DataLoader's batch_size: the same experiment"
 
 
 def unknown_only(only: Sequence[str]) -> list[str]:

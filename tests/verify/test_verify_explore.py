@@ -198,6 +198,20 @@ def test_options_a_parser_declared_at_run_time_make_the_script_levers_apply() ->
     assert by["script_amp"].skip_reason and by["script_channels_last"].skip_reason
 
 
+def test_the_scripts_batch_size_waits_where_a_dataloaders_batch_can_be_raised() -> None:
+    both = levers(("larger_batch", "script_batch_size"), flags={"--batch-size"})
+    by = {lv.name: lv for lv in both}
+    assert by["larger_batch"].skip_reason is None
+    assert by["script_batch_size"].skip_reason == "larger_batch raises the DataLoader's batch_size: the same experiment"
+    # seen at run time: the same rule
+    late = levers(("larger_batch", "script_batch_size"), flags=set())
+    assert ex.declared_at_run_time(late, {"--batch-size"}, []) == []
+    assert "the same experiment" in str({lv.name: lv for lv in late}["script_batch_size"].skip_reason)
+    # no DataLoader: the script's option is the lever
+    no_loader = levers(("larger_batch", "script_batch_size"), env={**CUDA_ENV, "dataloaders": []}, flags={"--batch-size"})
+    assert {lv.name: lv.skip_reason for lv in no_loader}["script_batch_size"] is None
+
+
 def test_the_first_baseline_trial_comes_before_the_levers_are_chosen() -> None:
     lvs = levers(("tf32", "script_batch_size"), flags=set())
     fake = FakeTrials({"tf32": 0.5, "script_batch_size": 1.0})
