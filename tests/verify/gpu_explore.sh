@@ -42,6 +42,10 @@ for name in sys.argv[2:]:
         continue
     doc = json.loads(path.read_text())
     best = (doc.get("explore") or {}).get("best")
+    batch = (doc.get("explore") or {}).get("batch")
+    if batch:
+        gain = f"{batch['speedup']:.2f}x in samples/s ({batch['low']:.2f}-{batch['high']:.2f}, {batch['trials']} trials)"
+        lines.append(f"| `{name}` | {gpu} | a larger batch: {batch['label']} | {gain} | |")
     if best:
         gain = f"{best['speedup']:.2f}x ({best['low']:.2f}-{best['high']:.2f}, {best['trials']} trials)"
         lines.append(f"| `{name}` | {gpu} | {' + '.join(best['labels'])} | {gain} | |")
