@@ -5,8 +5,9 @@ them. The search:
 
 1. **Singles.** The baseline and each applicable lever alone, `trials` times, interleaved
    (B L1 L2 ... B L1 L2 ...). A lever whose trial fails is dropped with its reason; the rest go on.
-   The levers a finding of the run predicts go first, the largest predicted gain first (a budget
-   that ends during the singles then has measured them most). Slow levers (compilation: minutes of
+   The levers a finding of the run predicts (PREDICTED_FIRST_MIN or more) get all their trials
+   first, the largest predicted gain first; the others follow beside a baseline measured again (a
+   budget that ends during the singles then has a verdict on the predicted levers). Slow levers (compilation: minutes of
    warm-up) are not measured alone unless a finding predicts them or no other lever is faster.
    A budget that ends during the singles still gives a best configuration: the fastest single with a
    `faster` verdict on the trials it has (at least 2 a side).
@@ -40,6 +41,9 @@ from gpuadvisor.verify.stats import Verdict, compare
 __all__ = ["MAX_CANDIDATES", "ExploreLever", "Explorer", "script_flags"]
 
 MAX_CANDIDATES = 4  # combinations measured per growth round (the levers fastest alone first)
+# A lever whose predicted speed-up is at least this gets all its single trials before the others: a gain
+# beyond the trial-to-trial noise of a few percent (a prediction of 1.00x orders nothing).
+PREDICTED_FIRST_MIN = 1.05
 
 
 def script_flags(script: Path | None, args: Sequence[str]) -> set[str]:
@@ -269,12 +273,14 @@ class Explorer:
         return any(self.levers[n].spec.changes_batch for n in config.levers if n in self.levers)
 
     # ------------------------------------------------------------------ the search
-    def _singles(self, levers: Sequence[ExploreLever], label: str) -> bool:
-        """Each lever alone, interleaved with the baseline, `trials` times; False when stopped."""
+    def _singles(self, levers: Sequence[ExploreLever], label: str, *, baseline_from: int = 0) -> bool:
+        """Each lever alone, interleaved with the baseline, `trials` times; False when stopped. The
+        baseline trials from index `baseline_from` on count for this group's rounds (a later group
+        measures the baseline again beside its own levers)."""
         configs = [self.config((lv.name,)) for lv in levers]
         for rnd in range(self.trials):
             for c in (self.baseline, *configs):
-                if len(self.baseline.results) > rnd and c is self.baseline:
+                if len(self.baseline.results) - baseline_from > rnd and c is self.baseline:
                     continue  # measured in an earlier pass
                 if not self.measure(c, f"{label} {rnd + 1}/{self.trials}"):
                     self.stopped = "the budget ended during the singles"
@@ -301,15 +307,21 @@ class Explorer:
         applicable.sort(key=lambda lv: -self.predicted.get(lv.name, 0.0))
         fast = [lv for lv in applicable if not lv.lever.slow or self.predicted.get(lv.name, 0.0) > 1.0]
         slow = [lv for lv in applicable if lv not in fast]
-        # 1. singles (unpredicted slow levers wait: they join on top of the best configuration of the others)
-        if not self._singles(fast, "singles"):
-            # the trials measured so far still count: a 'faster' verdict needs 2 trials a side
-            ranked = self._ranked([self.config((lv.name,)) for lv in fast])
-            self.best = ranked[0] if ranked else None
-            return
+        # 1. singles (unpredicted slow levers wait: they join on top of the best configuration of the
+        # others). The levers a finding predicts a clear gain for get all their trials first: a budget
+        # that ends during the singles then has a verdict on them rather than one trial of everything.
+        first = [lv for lv in fast if self.predicted.get(lv.name, 0.0) >= PREDICTED_FIRST_MIN]
+        rest = [lv for lv in fast if lv not in first]
+        groups = [(first, "singles (predicted)"), (rest, "singles")] if first and rest else [(fast, "singles")]
+        for i, (group, label) in enumerate(groups):
+            if not self._singles(group, label, baseline_from=len(self.baseline.results) if i else 0):
+                # the trials measured so far still count: a 'faster' verdict needs 2 trials a side
+                ranked = self._ranked([self.config((lv.name,)) for lv in fast])
+                self.best = ranked[0] if ranked else None
+                return
         ranked = self._ranked([self.config((lv.name,)) for lv in fast])
         if not ranked and slow:
-            if not self._singles(slow, "slow singles"):
+            if not self._singles(slow, "slow singles", baseline_from=len(self.baseline.results)):
                 return
             ranked = self._ranked([self.config((lv.name,)) for lv in applicable])
             slow = []

@@ -338,9 +338,35 @@ def test_levers_a_finding_predicts_go_first_and_a_predicted_slow_lever_is_measur
         lvs, trials=3, run_trial=run_trial, remaining=lambda: None, say=lambda m: None, trial_timeout_s=60, predicted=predicted
     )
     e.run(applies())
-    # first round of singles: the baseline, then the predicted levers by predicted gain, then the rest
-    assert fake.calls[:5] == [(), ("torch_compile",), ("torch_compile_reduce_overhead",), ("fused_optimizer",), ("bf16_autocast",)]
+    # the predicted levers by predicted gain, all their trials interleaved with the baseline's; then the
+    # rest beside a baseline measured again
+    predicted_round = [(), ("torch_compile",), ("torch_compile_reduce_overhead",), ("fused_optimizer",)]
+    assert fake.calls[:12] == predicted_round * 3
+    assert fake.calls[12:18] == [(), ("bf16_autocast",)] * 3
     assert e.best is not None and set(e.best.levers) == {"torch_compile_reduce_overhead", "fused_optimizer"}
+
+
+def test_a_short_budget_still_gives_the_predicted_lever_its_verdict() -> None:
+    # dataloader_bound on the H200 with 180 s: one round of ten singles used the budget and no lever had
+    # two trials; predicted first, the predicted lever is measured three times beside the baseline
+    lvs = levers(("num_workers", "tf32", "bf16_autocast", "fused_optimizer", "expandable_segments"))
+    fake = FakeTrials({"num_workers": 0.2})
+    e = ex.Explorer(lvs, trials=3, run_trial=_clocked(fake, 1.0)[0], remaining=_clocked(fake, 1.0)[1],
+                    say=lambda m: None, trial_timeout_s=60, predicted={"num_workers": 7.75})  # fmt: skip
+    e.run(applies())
+    assert e.stopped == "the budget ended during the singles"
+    assert e.best is not None and e.best.levers == ("num_workers",) and len(e.best.ok()) == 3
+
+
+def _clocked(fake: FakeTrials, budget_trials: float) -> tuple[Any, Any]:
+    """run_trial and remaining() over a shared clock: `budget_trials` x 8 trials of budget."""
+    clock = fake.__dict__.setdefault("_clock", {"t": 0.0})
+
+    def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        clock["t"] += fake.wall
+        return fake(names, timeout_s)
+
+    return run_trial, lambda: 8.0 * budget_trials - clock["t"]
 
 
 def test_without_predictions_slow_levers_still_wait() -> None:
