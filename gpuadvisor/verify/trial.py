@@ -338,7 +338,7 @@ def _record_parsers(seen: set[str]) -> None:
             del err
         return orig(parser, *args, **kwargs)
 
-    cls.parse_known_args = parse_known_args  # type: ignore[method-assign]
+    cls.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
 
 
 def _locator() -> Any:
