@@ -33,6 +33,7 @@ from gpuadvisor._atomic import why_not_written, write_text_atomic
 from gpuadvisor.errors import OutputLostError
 from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable, summary_line
 from gpuadvisor.render import figures
+from gpuadvisor.render._explore import explore_section
 from gpuadvisor.render._format import (
     clip,
     fmt_bytes,
@@ -303,6 +304,12 @@ def build_context(
 
     unavailable.extend(_run_unavailable(run))
     ranks_view = ranks_section(result)
+    notes = list(result.notes)
+    explore = None
+    if run is not None:  # verify --explore's result (RUN/verify.json), read as the analysis reads it
+        explore, explore_problem = explore_section(run.run_dir)
+        if explore_problem and explore_problem not in notes:  # the analysis notes an unreadable file
+            notes.append(explore_problem)
 
     return {
         "tool_version": __version__,
@@ -317,7 +324,8 @@ def build_context(
         "busy_classes": _busy_class_rows(getattr(detail, "busy_classes", None)),
         "ops": _op_rows(getattr(detail, "ops", None)),
         "environment": _environment_view(result),
-        "notes": list(result.notes),
+        "notes": notes,
+        "explore": explore,
         "unavailable": unavailable,
         "rules": _rules_view(result),
         "data_json": script_json(data),

@@ -1,7 +1,9 @@
 """Markdown summary for a CI job summary (`$GITHUB_STEP_SUMMARY`) or a pull-request comment.
 
 Short by design: a verdict line, a findings table (severity, rule, title, impact, location), the top
-recommendation, one metrics line, and how many rules could not run. Every cell that comes from the
+recommendation, one metrics line, verify --explore's measured configurations when the run directory has
+them (RUN/verify.json: the best, the batch line, the levers measured alone), and how many rules could
+not run. Every cell that comes from the
 trace or the user's code (kernel names, file paths, source lines) is escaped: `|` cannot break the
 table and HTML/Markdown in it renders as text.
 """
@@ -13,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.model import Finding, Severity, group_note
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
+from gpuadvisor.render._explore import ExploreView, explore_section
 from gpuadvisor.render._format import clip, headline_step_text, mfu_unknown_reason, rule_sort_key
-from gpuadvisor.terminal import terminal_safe, terminal_safe_diff
+from gpuadvisor.terminal import clean_data, strip_controls, terminal_safe, terminal_safe_diff
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
@@ -139,6 +142,16 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     if metrics:
         lines += ["**Metrics:** " + " · ".join(metrics), ""]
 
+    shown_notes = list(result.notes)
+    if result.run is not None:
+        explore, problem = explore_section(result.run.run_dir)
+        if explore is not None:
+            explore = clean_data(explore)
+            lines += _explore_lines(explore)
+            shown_notes = [n for n in shown_notes if n != explore.analysis_note]  # the block above says it
+        elif problem and strip_controls(problem) not in shown_notes:
+            shown_notes.append(strip_controls(problem))
+
     not_applicable = sorted((s.rule for s in result.rules if s.status == "not_applicable"), key=rule_sort_key)
     errors = sorted((s.rule for s in result.rules if s.status == "error"), key=rule_sort_key)
     tail: list[str] = []
@@ -150,11 +163,52 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
         )
     if tail:
         lines += ["_" + "; ".join(tail) + "._", ""]
-    for note in result.notes:
+    for note in shown_notes:
         lines.append(f"> {escape(note, 300)}")
-    if result.notes:
+    if shown_notes:
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _explore_lines(view: ExploreView) -> list[str]:
+    """verify --explore in short: the best configuration, the batch line, the levers measured alone."""
+    out = ["**Measured configurations (verify --explore)**", ""]
+    if view.measured_on:
+        out += [f"⚠️ Measured on another machine: {escape(view.measured_on, 200)}, not the recording's.", ""]
+    if view.best:
+        best = f"Best: {escape(view.best, 300)}"
+        if view.best_verdict:
+            best += f", {escape(view.best_verdict)}" + (
+                f" in {escape(view.best_unit)}" if view.best_unit else ""
+            )
+        if view.best_changes:
+            best += "; changes: " + escape("; ".join(view.best_changes), 600)
+        out += [best, ""]
+        if view.best_note:
+            out += [f"_{escape(view.best_note, 300)}_", ""]
+    else:
+        out += [f"No best configuration: {escape(view.no_best or '', 300)}", ""]
+    if view.batch:
+        out += [f"Changes the optimization: {escape(view.batch, 400)}", ""]
+    if view.measured:
+        out += [
+            "| Lever alone | Speed-up (band) | Trials | Verdict | Compared in |",
+            "|---|---:|---:|---|---|",
+        ]
+        for r in view.measured[:MAX_ROWS]:
+            label = f"**{escape(r.label)}**" if r.in_best else escape(r.label)
+            trials = "" if r.trials is None else str(r.trials)
+            out.append(
+                f"| {label} | {escape(r.speed or '')} | {trials} | {escape(r.verdict or '')} | "
+                f"{escape(r.unit or '')} |"
+            )
+        out.append("")
+    tail = [f"Not measured alone: {view.not_measured_text()}."] if view.not_measured else []
+    if view.search_text():
+        tail.append(f"{view.search_text()}.")
+    if tail:
+        out += ["_" + escape(" ".join(tail), 600) + "_", ""]
+    return out
 
 
 def _ms(value: float | None, signed: bool = False) -> str:
