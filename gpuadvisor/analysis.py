@@ -36,7 +36,7 @@ from gpuadvisor.terminal import strip_controls
 from gpuadvisor.trace import load
 from gpuadvisor.trace import model as tm
 from gpuadvisor.trace.kind import job_labels, kind_of
-from gpuadvisor.verify.results import attach_from_run
+from gpuadvisor.verify.results import attach_loaded, load_verify
 
 if TYPE_CHECKING:
     from gpuadvisor.runinfo import RunInfo
@@ -308,8 +308,10 @@ def analyze(
         extra_notes.extend(run_timing_notes(step_model))
     if step_model is not None and step_model.program.steps:
         findings = group_findings(step_model, findings)
+    verify_doc = None
     if run is not None:  # measured remedies (gpuadvisor verify) join their findings
-        findings, verify_notes = attach_from_run(findings, run.run_dir)
+        verify_doc, problem = load_verify(run.run_dir)
+        findings, verify_notes = attach_loaded(findings, verify_doc, problem)
         extra_notes.extend(verify_notes)
     prediction = _combined_prediction(metrics, findings)
     if progress and time.monotonic() - started > 2.0:
@@ -332,6 +334,7 @@ def analyze(
         prediction=prediction,
         cross_rank=job_cross_rank(traces, trace, metrics) if len(traces) > 1 else None,
         rule_docs=rule_docs(rule_classes),
+        verify=verify_doc,
     )
 
 

@@ -56,6 +56,9 @@ class AnalysisResult:
     # The documentation of every rule the analysis loaded (built-in, entry-point and --rules folders),
     # by rule id: what the renderers show, so that none of them loads the rules again.
     rule_docs: Mapping[str, RuleMeta] = field(default_factory=dict, repr=False, compare=False)
+    # RUN/verify.json as the analysis read it (gpuadvisor verify; the reports' explore section), None
+    # when the run has none or it is unreadable (then a note says why).
+    verify: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

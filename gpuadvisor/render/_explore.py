@@ -13,10 +13,8 @@ import decimal
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gpuadvisor.verify.results import VERIFY_FILE, explore_note, load_verify
 from gpuadvisor.words import plural
 
 __all__ = [
@@ -25,6 +23,7 @@ __all__ = [
     "GrowthRound",
     "LeverRow",
     "RoundCandidate",
+    "explore_note",
     "explore_section",
     "explore_view",
 ]
@@ -128,20 +127,39 @@ class ExploreView:
         return text[:1].upper() + text[1:]
 
 
-def explore_section(run_dir: str | Path) -> tuple[ExploreView | None, str | None]:
-    """(view, None) when RUN/verify.json holds an explore result; (None, None) when there is no
-    verify.json or it has no `explore` object; (None, why) when it is unreadable (`load_verify`'s
-    note) or its explore result has an unexpected shape."""
-    doc, problem = load_verify(run_dir)
-    if doc is None:
-        return None, problem
-    if doc.get("explore") is None:
+def explore_note(doc: Mapping[str, Any]) -> str | None:
+    """verify --explore's result in one sentence: "verify --explore: best measured configuration:
+    bf16_autocast + channels_last: 1.74x (1.70-1.78, 3 trials); changes: ..."; None without explore."""
+    explore = doc.get("explore")
+    if not isinstance(explore, Mapping):
+        return None
+    best = explore.get("best")
+    where = f" [measured on {doc['measured_on']}, not the recording's machine]" if doc.get("measured_on") else ""
+    if not isinstance(best, Mapping) or not best.get("text"):
+        text = f"verify --explore: no best configuration ({explore.get('stopped') or 'nothing measured'}){where}"
+    else:
+        text = f"verify --explore: {best['text']}{where}"
+        if best.get("change"):
+            text += f"; changes: {best['change']}"
+        if best.get("note"):
+            text += f"; {best['note']}"
+    batch = explore.get("batch")
+    if isinstance(batch, Mapping) and batch.get("text"):
+        text += f"; also {batch['text']}"
+    return text
+
+
+def explore_section(doc: Mapping[str, Any] | None) -> tuple[ExploreView | None, str | None]:
+    """(view, None) when the verify.json document the analysis read (`AnalysisResult.verify`) holds an
+    explore result; (None, None) without one (no verify.json, unreadable: the analysis notes why, or no
+    `explore` object); (None, why) when its explore result has an unexpected shape."""
+    if doc is None or doc.get("explore") is None:
         return None, None
     try:
         return explore_view(doc), None
     except ExploreShapeError as err:
         return None, (
-            f"{VERIFY_FILE} has an explore result of an unexpected shape ({err}); the measured "
+            f"verify.json has an explore result of an unexpected shape ({err}); the measured "
             "configurations are not shown"
         )
 

@@ -305,11 +305,10 @@ def build_context(
     unavailable.extend(_run_unavailable(run))
     ranks_view = ranks_section(result)
     notes = list(result.notes)
-    explore = None
-    if run is not None:  # verify --explore's result (RUN/verify.json), read as the analysis reads it
-        explore, explore_problem = explore_section(run.run_dir)
-        if explore_problem and explore_problem not in notes:  # the analysis notes an unreadable file
-            notes.append(explore_problem)
+    # verify --explore's result (RUN/verify.json as the analysis read it; an unreadable file is noted)
+    explore, explore_problem = explore_section(result.verify)
+    if explore_problem:
+        notes.append(explore_problem)
 
     return {
         "tool_version": __version__,

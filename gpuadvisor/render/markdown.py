@@ -143,14 +143,13 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
         lines += ["**Metrics:** " + " · ".join(metrics), ""]
 
     shown_notes = list(result.notes)
-    if result.run is not None:
-        explore, problem = explore_section(result.run.run_dir)
-        if explore is not None:
-            explore = clean_data(explore)
-            lines += _explore_lines(explore)
-            shown_notes = [n for n in shown_notes if n != explore.analysis_note]  # the block above says it
-        elif problem and strip_controls(problem) not in shown_notes:
-            shown_notes.append(strip_controls(problem))
+    explore, problem = explore_section(result.verify)
+    if explore is not None:
+        explore = clean_data(explore)
+        lines += _explore_lines(explore)
+        shown_notes = [n for n in shown_notes if n != explore.analysis_note]  # the block above says it
+    elif problem:
+        shown_notes.append(strip_controls(problem))
 
     not_applicable = sorted((s.rule for s in result.rules if s.status == "not_applicable"), key=rule_sort_key)
     errors = sorted((s.rule for s in result.rules if s.status == "error"), key=rule_sort_key)

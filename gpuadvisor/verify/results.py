@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuadvisor.model import Finding, predicted_speedup, summary_line
+from gpuadvisor.render._explore import explore_note  # the one-line note is how the reports say it too
 from gpuadvisor.verify.plan import RULE_REMEDIES
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "VERIFY_SCHEMA_VERSION",
     "attach",
     "attach_from_run",
+    "attach_loaded",
     "explore_note",
     "load_verify",
     "noise_band_text",
@@ -126,34 +128,18 @@ def attach(findings: Sequence[Finding], verify_doc: Mapping[str, Any]) -> list[F
     return out
 
 
-def attach_from_run(findings: Sequence[Finding], run_dir: str | Path) -> tuple[list[Finding], list[str]]:
-    """attach() with RUN/verify.json when the run has one; (findings unchanged, [note]) when unreadable.
-    The notes carry verify --explore's best measured configuration (`explore_note`)."""
-    doc, problem = load_verify(run_dir)
+def attach_loaded(
+    findings: Sequence[Finding], doc: Mapping[str, Any] | None, problem: str | None
+) -> tuple[list[Finding], list[str]]:
+    """attach() with a verify.json that `load_verify` read (doc, problem): (findings, notes), the notes
+    carrying the problem or verify --explore's one-line result (`explore_note`)."""
     if doc is None:
         return list(findings), [problem] if problem else []
     note = explore_note(doc)
     return attach(findings, doc), [note] if note else []
 
 
-def explore_note(doc: Mapping[str, Any]) -> str | None:
-    """verify --explore's result in one sentence: "verify --explore: best measured configuration:
-    bf16_autocast + channels_last: 1.74x (1.70-1.78, 3 trials); changes: ..."; None without explore."""
-    explore = doc.get("explore")
-    if not isinstance(explore, Mapping):
-        return None
-    best = explore.get("best")
-    where = f" [measured on {doc['measured_on']}, not the recording's machine]" if doc.get("measured_on") else ""
-    if not isinstance(best, Mapping) or not best.get("text"):
-        text = f"verify --explore: no best configuration ({explore.get('stopped') or 'nothing measured'}){where}"
-    else:
-        text = f"verify --explore: {best['text']}{where}"
-        if best.get("change"):
-            text += f"; changes: {best['change']}"
-        if best.get("note"):
-            text += f"; {best['note']}"
-    batch = explore.get("batch")
-    if isinstance(batch, Mapping) and batch.get("text"):
-        text += f"; also {batch['text']}"
-    return text
-
+def attach_from_run(findings: Sequence[Finding], run_dir: str | Path) -> tuple[list[Finding], list[str]]:
+    """attach() with RUN/verify.json when the run has one; (findings unchanged, [note]) when unreadable.
+    The notes carry verify --explore's best measured configuration (`explore_note`)."""
+    return attach_loaded(findings, *load_verify(run_dir))

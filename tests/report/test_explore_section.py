@@ -2,7 +2,8 @@
 
 The run directory is SYNTHETIC (tests/report/runs.py) and so is every verify.json here: built by this
 file in the schema `gpuadvisor verify --explore` writes (docs/verify.md), not measured. The section is
-read from RUN/verify.json when the page is rendered, so one analyzed run serves every document.
+drawn from `AnalysisResult.verify`, RUN/verify.json as the analysis read it; `_page` writes the file and
+reads it back as the analysis does, so one analyzed run serves every document.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpuadvisor.render._explore import explore_section, explore_view
 from gpuadvisor.render.html import render_html
 from gpuadvisor.render.text import render as render_text
 from gpuadvisor.result import AnalysisResult
+from gpuadvisor.verify.results import load_verify
 from tests.report.runs import HOSTILE, build_run
 
 FIXED = "2025-01-01T00:00:00+00:00"
@@ -122,6 +124,7 @@ def _page(run: Path, result: AnalysisResult, doc: Any) -> str:
         path.unlink(missing_ok=True)
     else:
         path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
+    result.verify = load_verify(run)[0]  # as the analysis reads it
     return render_html(result, generated_at=FIXED, cdn=True)
 
 
@@ -271,13 +274,10 @@ def test_an_unreadable_verify_json_is_one_note(tmp_path: Path) -> None:
     page = render_html(result, generated_at=FIXED, cdn=True)
     assert _section(page) is None
     assert len([n for n in _notes(page) if n.startswith("verify.json is unreadable")]) == 1
-    # the file changed after the analysis: the page says so itself, once
-    (run / "verify.json").write_text("[]", encoding="utf-8")
-    notes = _notes(render_html(result, generated_at=FIXED, cdn=True))
-    assert [n for n in notes if n.startswith("verify.json")] == [
-        next(n for n in result.notes if n.startswith("verify.json is unreadable")),
-        "verify.json has no trials list; measured speed-ups not shown",
-    ]
+    # the page shows what the analysis read: a file changed after it is not read again
+    (run / "verify.json").write_text(json.dumps(EXPLORE_DOC), encoding="utf-8")
+    page = render_html(result, generated_at=FIXED, cdn=True)
+    assert _section(page) is None and len([n for n in _notes(page) if n.startswith("verify.json")]) == 1
 
 
 def test_hostile_strings_in_verify_json_are_escaped(run_result: tuple[Path, AnalysisResult]) -> None:
@@ -303,6 +303,7 @@ def test_hostile_strings_in_verify_json_are_escaped(run_result: tuple[Path, Anal
 def test_markdown_has_the_compact_form_and_text_keeps_one_line(run_result: tuple[Path, AnalysisResult]) -> None:
     run, result = run_result
     (run / "verify.json").write_text(json.dumps(EXPLORE_DOC), encoding="utf-8")
+    result.verify = load_verify(run)[0]
     md = markdown.render(result).replace("\\", "")  # Markdown escapes (_ |) removed to compare the words
     block = md[md.index("**Measured configurations (verify --explore)**") :]
     assert "Best: channels_last + bf16_autocast: 2.39x (2.30-2.45, 3 trials), faster in step time; changes: " in block
@@ -323,5 +324,5 @@ def test_the_explore_note_is_not_repeated_in_markdown(tmp_path: Path) -> None:
     assert "Note: verify --explore: best measured configuration: channels_last" in render_text(result)
     md = markdown.render(result)
     assert md.count("2.39x (2.30-2.45, 3 trials)") == 1
-    view, problem = explore_section(run)
+    view, problem = explore_section(result.verify)
     assert problem is None and view is not None and view.analysis_note == note
