@@ -28,6 +28,7 @@ they set different parameters (`num_workers` + `prefetch_factor`), never two set
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,13 @@ from gpuadvisor.verify.stats import Verdict, compare
 __all__ = ["MAX_CANDIDATES", "ExploreLever", "Explorer", "script_flags"]
 
 MAX_CANDIDATES = 4  # combinations measured per growth round (the levers fastest alone first)
+# The batch ladder: a batch lever that measured at least LADDER_SCALING x its multiplier in samples/s
+# (the per-step cost still dominates: more samples per step are nearly free) is measured again at
+# LADDER_STEP x that multiplier, rung after rung, while each rung is faster than the one below, up to
+# LADDER_MAX_MULTIPLIER x the script's batch (an out-of-memory trial fails the rung and ends the ladder).
+LADDER_SCALING = 0.5
+LADDER_STEP = 4
+LADDER_MAX_MULTIPLIER = 256
 # A lever whose predicted speed-up is at least this gets all its single trials before the others: a gain
 # beyond the trial-to-trial noise of a few percent (a prediction of 1.00x orders nothing).
 PREDICTED_FIRST_MIN = 1.05
@@ -106,10 +114,11 @@ class ExploreLever:
     skip_reason: str | None = None  # as a single (it may still join a combination that enables it)
     failed: str | None = None  # failed in a trial: dropped from the search
     declared: str | None = None  # the spelling the script declares (`--batch_size` for `--batch-size`)
+    multiplier: int | None = None  # a batch lever's rung of the ladder: its own multiplier (None: the run's)
 
     @property
     def name(self) -> str:
-        return self.lever.name
+        return self.lever.name if self.multiplier is None else f"{self.lever.name}@x{self.multiplier}"
 
     @property
     def remedy(self) -> RemedyId:
@@ -172,6 +181,7 @@ class Explorer:
         levers: list[ExploreLever],
         *,
         trials: int,
+        batch_multiplier: int = 4,
         run_trial: Callable[[tuple[str, ...], float], dict[str, Any]],
         remaining: Callable[[], float | None],
         say: Callable[[str], None],
@@ -180,6 +190,8 @@ class Explorer:
         on_baseline: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.levers = {lv.name: lv for lv in levers}
+        self.batch_multiplier = batch_multiplier  # the batch levers' first multiplier (the ladder's first rung)
+        self.rungs: list[str] = []  # the ladder's rungs measured (lever names, `script_batch_size@x32`)
         # lever name -> the largest speed-up a finding of the run predicts for its remedy
         self.predicted = dict(predicted or {})
         self.trials = trials
@@ -290,6 +302,33 @@ class Explorer:
                     return False
         return True
 
+    def _ladder(self, levers: Sequence[ExploreLever]) -> bool:
+        """The batch ladder (LADDER_*) of each batch lever measured `faster`; False when the budget
+        ended. A rung is a lever of its own (`script_batch_size@x32`), measured interleaved with the
+        baseline like a single."""
+        for lv in levers:
+            below, m = self.config((lv.name,)), lv.multiplier or self.batch_multiplier
+            while True:
+                cmp = self.comparison(below)
+                if cmp is None or cmp.verdict is not Verdict.FASTER or cmp.speedup < LADDER_SCALING * m:
+                    break
+                nxt = m * LADDER_STEP
+                if nxt > LADDER_MAX_MULTIPLIER:
+                    break
+                rung = dataclasses.replace(lv, multiplier=nxt, failed=None)
+                self.levers[rung.name] = rung
+                self.rungs.append(rung.name)
+                self.say(
+                    f"{lv.name}: x{m} gave {cmp.speedup:.2f}x the samples/s: the batch ladder measures x{nxt} next"
+                )
+                if not self._singles([rung], "batch ladder", baseline_from=len(self.baseline.results)):
+                    return False
+                over = self.comparison(self.config((rung.name,)), below)
+                if over is None or over.verdict is not Verdict.FASTER:
+                    break  # failed (out of memory, ...) or no faster than the rung below: the ladder ends
+                below, m = self.config((rung.name,)), nxt
+        return True
+
     def run(self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None]) -> None:
         if self.on_baseline is not None:
             # the first baseline trial runs before the levers are chosen: what it saw of the script
@@ -313,12 +352,20 @@ class Explorer:
         first = [lv for lv in fast if self.predicted.get(lv.name, 0.0) >= PREDICTED_FIRST_MIN]
         rest = [lv for lv in fast if lv not in first]
         groups = [(first, "singles (predicted)"), (rest, "singles")] if first and rest else [(fast, "singles")]
+        laddered = False
         for i, (group, label) in enumerate(groups):
             if not self._singles(group, label, baseline_from=len(self.baseline.results) if i else 0):
                 # the trials measured so far still count: a 'faster' verdict needs 2 trials a side
                 ranked = self._ranked([self.config((lv.name,)) for lv in fast])
                 self.best = ranked[0] if ranked else None
                 return
+            if not laddered and any(lv.spec.changes_batch for lv in group):
+                # a batch lever the findings predict climbs its ladder before the other singles
+                laddered = True
+                if not self._ladder([lv for lv in group if lv.spec.changes_batch]):
+                    ranked = self._ranked([self.config((lv.name,)) for lv in fast])
+                    self.best = ranked[0] if ranked else None
+                    return
         ranked = self._ranked([self.config((lv.name,)) for lv in fast])
         if not ranked and slow:
             if not self._singles(slow, "slow singles", baseline_from=len(self.baseline.results)):

@@ -914,7 +914,6 @@ def explore_run(
     else:
         say(f"estimate: {why}; the first trial gives one")
 
-    by_name = {lv.name: lv for lv in levers}
     started_wall = time.time()
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-explore-"))
@@ -922,7 +921,7 @@ def explore_run(
     first: list[float] = []
 
     def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
-        lvs = [by_name[n] for n in names]
+        lvs = [explorer.levers[n] for n in names]  # the levers, and the batch ladder's rungs
         remedies, params, flags = ex.trial_setup(lvs)
         extra: list[str] = []
         texts: list[tuple[ex.ExploreLever, str, str]] = []
@@ -933,23 +932,26 @@ def explore_run(
                 texts.append((lv, f"+ {flag}", f"the script's own {flag} argument added to the command"))
                 continue
             per_step = _baseline_batch(explorer.baseline.ok())
+            m = lv.multiplier or multiplier
             if per_step is None:
                 return {
                     "status": "skipped",
                     "reason": f"the baseline trials counted no samples at the model's input: {flag} x "
-                    f"{multiplier} has nothing to multiply",
+                    f"{m} has nothing to multiply",
                     "wall_s": 0.0,
                 }
-            value = per_step * multiplier
+            value = per_step * m
             extra += [flag, str(value)]
             texts.append(
                 (
                     lv,
                     f"+ {flag} {value}",
-                    f"the script's own {flag} argument set to {value} ({per_step} x {multiplier})",
+                    f"the script's own {flag} argument set to {value} ({per_step} x {m})",
                 )
             )
-        batch = multiplier if RemedyId.LARGER_BATCH.value in remedies else None
+        batch = None
+        if RemedyId.LARGER_BATCH.value in remedies:
+            batch = next((x.multiplier for x in lvs if x.multiplier and not x.script_flag), None) or multiplier
         config = _Config("+".join(names) or BASELINE, remedies, None, params=params, extra_args=tuple(extra))
         config.batch_multiplier = batch
         result = runner.run(config, timeout_s)
@@ -992,6 +994,7 @@ def explore_run(
         trial_timeout_s=TRIAL_TIMEOUT_S,
         predicted=predicted,
         on_baseline=on_baseline,
+        batch_multiplier=multiplier,
     )
     notes: list[str] = []
     interrupted = False
@@ -1017,7 +1020,8 @@ def explore_run(
     base = _Config(BASELINE, (), None, results=explorer.baseline.results, final=explorer.baseline.final,
                    reason=explorer.baseline.reason)  # fmt: skip
     trials: list[dict[str, Any]] = []
-    for lv in levers:
+    for lv in explorer.levers.values():  # the levers, then the batch ladder's rungs measured
+        m = lv.multiplier or multiplier
         rules = tuple(dict.fromkeys(str(f.get("rule")) for f in findings if lv.remedy in finding_remedies(f)))
         planned = PlannedTrial(
             remedy=lv.remedy,
@@ -1025,8 +1029,8 @@ def explore_run(
             findings=rules,
             category=lv.spec.category,
             skip_reason=lv.skip_reason,
-            batch_multiplier=multiplier if lv.spec.changes_batch else None,
-            predicted_speedup=predicted.get(lv.name),
+            batch_multiplier=m if lv.spec.changes_batch else None,
+            predicted_speedup=None if lv.multiplier else predicted.get(lv.name),
         )
         single = explorer.configs.get((lv.name,))
         c = _Config(lv.name, (lv.remedy.value,), planned)
@@ -1047,8 +1051,10 @@ def explore_run(
             c.final, c.reason = "skipped", f"the baseline failed: {base.reason}"
         entry = _trial_entry(c, base)
         entry.update(
-            lever=lv.name, lever_title=lv.lever.title, label=_lever_label(lv, num_workers, multiplier)
+            lever=lv.name, lever_title=lv.lever.title, label=_lever_label(lv, num_workers, m)
         )
+        if lv.multiplier:
+            entry["rung_of"] = lv.lever.name  # a rung of the batch ladder
         if lv.failed and entry.get("status") == "ok":
             entry["dropped"] = lv.failed  # worked alone, failed in a combination
         trials.append(entry)
@@ -1058,7 +1064,7 @@ def explore_run(
     if explorer.best is not None:
         best = explorer.best
         cmp = explorer.comparison(best)
-        members = [by_name[n] for n in best.levers]
+        members = [explorer.levers[n] for n in best.levers]
         labels = [_lever_label(lv, num_workers, multiplier) for lv in members]
         changes = _changes(best.ok())
         if cmp is not None:
@@ -1084,7 +1090,7 @@ def explore_run(
             if best_entry["changes_numerics"]:
                 best_entry["note"] = "lower-precision math: re-check accuracy (loss curve) before keeping it"
 
-    batch_entry = _batch_entry(trials, by_name)
+    batch_entry = _batch_entry(trials, explorer.levers)
 
     document = document_head(run, cmd, options, num_workers, started_wall)
     document["settings"].update(
@@ -1106,6 +1112,7 @@ def explore_run(
                 "steps": explorer.steps,
                 "best": best_entry,
                 "batch": batch_entry,
+                "rungs": list(explorer.rungs),
                 "stopped": explorer.stopped,
                 "trials_run": explorer.done,
                 "estimate_s_per_trial": None if guess is None else round(guess, 1),

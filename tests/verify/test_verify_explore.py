@@ -395,3 +395,50 @@ def test_a_predicted_slow_lever_measured_alone_joins_the_growth_like_any_other()
     assert ["fused_optimizer", "torch_compile_reduce_overhead"] in [c["levers"] for c in e.steps[0]["candidates"]]
     assert e.best is not None and set(e.best.levers) == {"fused_optimizer", "torch_compile_reduce_overhead"}
     assert not any({"torch_compile", "torch_compile_reduce_overhead"} <= set(c) for c in fake.calls)
+
+
+class BatchTrials:
+    """Samples/s of a batch rung = baseline x min(multiplier, `cap`) (the GPU saturates at `cap` x the
+    batch); `oom` multipliers fail like an out-of-memory trial. Step time stays ~ constant."""
+
+    def __init__(self, cap: float, oom: int | None = None) -> None:
+        self.cap, self.oom = cap, oom
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        self.calls.append(names)
+        m = 1
+        for n in names:
+            m = int(n.split("@x")[1]) if "@x" in n else (8 if n == "larger_batch" else m)
+        if self.oom is not None and m >= self.oom:
+            return {"status": "failed", "reason": "the script raised OutOfMemoryError", "wall_s": 1.0}
+        jitter = 1.0 + 0.001 * (len(self.calls) % 3)
+        return {"status": "ok", "step_time_ms": 10.0 * jitter, "samples_per_s": 1000.0 * min(m, self.cap) / jitter,
+                "wall_s": 1.0, "changes": []}  # fmt: skip
+
+
+def batch_explorer(fake: BatchTrials) -> ex.Explorer:
+    return ex.Explorer(levers(("larger_batch",)), trials=3, run_trial=fake, remaining=lambda: None, say=lambda m: None,
+                       trial_timeout_s=60, batch_multiplier=8, predicted={"larger_batch": 8.0})  # fmt: skip
+
+
+def test_the_batch_ladder_climbs_while_samples_per_s_scale() -> None:
+    fake = BatchTrials(cap=30.0)
+    e = batch_explorer(fake)
+    e.run(applies())
+    # x8 gave 8x (>= half of 8): x32 next, 30x (> x8): x128 next, no faster than x32: the ladder ends
+    assert e.rungs == ["larger_batch@x32", "larger_batch@x128"]
+    assert e.comparison(e.config(("larger_batch@x32",))).speedup == pytest.approx(30.0, rel=0.01)
+    assert e.best is None  # a batch is never the best configuration: it is reported beside it
+
+
+def test_the_ladder_stops_where_the_batch_stops_scaling_or_does_not_fit() -> None:
+    flat = BatchTrials(cap=3.0)  # x8 gives 3x: less than half of 8, the GPU is already busy
+    e = batch_explorer(flat)
+    e.run(applies())
+    assert e.rungs == []
+    oom = BatchTrials(cap=1000.0, oom=32)
+    e = batch_explorer(oom)
+    e.run(applies())
+    assert e.rungs == ["larger_batch@x32"] and e.config(("larger_batch@x32",)).final == "failed"
+    assert e.comparison(e.config(("larger_batch",))).speedup == pytest.approx(8.0, rel=0.01)
