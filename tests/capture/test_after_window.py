@@ -131,14 +131,22 @@ def test_reference_steps_run_without_the_tensor_wrappers(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_steps_after_the_window_run_as_fast_as_plain_python(tmp_path: Path) -> None:
     steps, items = 100, 3000
-    durations: dict[str, list[float]] = {"plain": [], "new": [], "legacy": []}
-    # Interleaved, in both orders, so that drift of the machine's load hits every kind alike.
-    for i, order in enumerate((("plain", "new", "legacy"), ("legacy", "new", "plain"))):
-        for kind in order:
-            durations[kind].extend(_run(kind, tmp_path, i, steps, items))
-    med = {k: statistics.median(v) for k, v in durations.items()}
-    ratio_new = med["new"] / med["plain"]
-    ratio_legacy = med["legacy"] / med["plain"]
-    detail = ", ".join(f"{k} {v:.2f} ms" for k, v in med.items())
-    assert ratio_legacy > TOLERANCE + 0.2, f"the instrument did not see the left-over wrappers: {detail}"
-    assert ratio_new <= TOLERANCE, f"steps after the window are {ratio_new:.2f}x plain python: {detail}"
+    # A round: the three kinds interleaved, in both orders, so that drift of the machine's load hits
+    # every kind alike. Load on a 2-core machine only adds time, and unevenly (one round in six measured
+    # 1.8x on an idle CI machine, the next five 1.0-1.2x): up to 3 rounds, judged on the round whose
+    # `new` ratio is lowest (a real left-over wrapper is slow in every round).
+    rounds: list[tuple[float, float, str]] = []
+    for r in range(3):
+        durations: dict[str, list[float]] = {"plain": [], "new": [], "legacy": []}
+        for i, order in enumerate((("plain", "new", "legacy"), ("legacy", "new", "plain"))):
+            for kind in order:
+                durations[kind].extend(_run(kind, tmp_path, 2 * r + i, steps, items))
+        med = {k: statistics.median(v) for k, v in durations.items()}
+        detail = ", ".join(f"{k} {v:.2f} ms" for k, v in med.items())
+        rounds.append((med["new"] / med["plain"], med["legacy"] / med["plain"], detail))
+        if rounds[-1][0] <= TOLERANCE and rounds[-1][1] > TOLERANCE + 0.2:
+            break
+    ratio_new, ratio_legacy, detail = min(rounds)
+    tried = f"{detail} ({len(rounds)} round{'s' if len(rounds) > 1 else ''})"
+    assert ratio_legacy > TOLERANCE + 0.2, f"the instrument did not see the left-over wrappers: {tried}"
+    assert ratio_new <= TOLERANCE, f"steps after the window are {ratio_new:.2f}x plain python: {tried}"
