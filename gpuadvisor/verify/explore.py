@@ -37,7 +37,7 @@ from typing import Any
 
 from gpuadvisor.remedies import Lever, RemedyId, RemedySpec, explore_levers
 from gpuadvisor.verify.plan import skip_reason
-from gpuadvisor.verify.stats import Verdict, compare
+from gpuadvisor.verify.stats import Verdict, batch_samples, compare, measured
 
 __all__ = ["MAX_CANDIDATES", "ExploreLever", "Explorer", "script_flags"]
 
@@ -154,15 +154,6 @@ class Configuration:
         return [r for r in self.results if r.get("status") == "ok"]
 
 
-def _values(results: Iterable[Mapping[str, Any]], key: str) -> list[float]:
-    out: list[float] = []
-    for r in results:
-        v = r.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            out.append(float(v))
-    return out
-
-
 def conflicts(a: ExploreLever, b: ExploreLever) -> bool:
     """Two levers of one remedy that set the same parameter (two settings of one switch)."""
     if a.remedy is not b.remedy:
@@ -276,7 +267,13 @@ class Explorer:
         """stats.compare of `config` against the baseline (or `against`); None without measurements."""
         ref = against or self.baseline
         key = "samples_per_s" if self._changes_batch(config) else self.key
-        base, mine = _values(ref.ok(), key), _values(config.ok(), key)
+        if key == "samples_per_s":
+            samples = batch_samples(ref.ok(), config.ok())
+            if samples.unchanged is not None:
+                return None  # the lever did not change the batch: nothing to compare
+            base, mine = samples.baseline, samples.remedy
+        else:
+            base, mine = measured(ref.ok(), key), measured(config.ok(), key)
         if not base or not mine or config.final is not None:
             return None
         return compare(base, mine, higher_is_better=key == "samples_per_s")

@@ -43,7 +43,7 @@ from gpuadvisor.verify.plan import (
 from gpuadvisor.verify.probe import compare as compare_machines
 from gpuadvisor.verify.probe import describe, probe, recorded_machine
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
-from gpuadvisor.verify.stats import compare
+from gpuadvisor.verify.stats import BatchSamples, batch_samples, compare, measured
 from gpuadvisor.verify.trial import TrialConfig
 from gpuadvisor.words import plural
 
@@ -321,15 +321,6 @@ def _progress_text(result: Mapping[str, Any]) -> str:
     return f"{status}: {result.get('reason')}"
 
 
-def _values(results: Sequence[Mapping[str, Any]], key: str) -> list[float]:
-    out = []
-    for r in results:
-        v = r.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            out.append(float(v))
-    return out
-
-
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -391,9 +382,15 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
         return entry
     by_samples = planned.changes_batch
     key = "samples_per_s" if by_samples else "step_time_ms"
-    base_values, trial_values = _values(base_ok, key), _values(oks, key)
+    samples = batch_samples(base_ok, oks) if by_samples else None
+    if samples is not None and samples.unchanged is not None:
+        entry.update(status="failed", reason=samples.note)
+        return entry
+    base_values, trial_values = (
+        (samples.baseline, samples.remedy) if samples is not None else (measured(base_ok, key), measured(oks, key))
+    )
     if not base_values or len(trial_values) != len(oks):
-        entry.update(status="failed", reason=f"{key} was not measured (no DataLoader batches counted)")
+        entry.update(status="failed", reason=f"{key} was not measured (no batches counted at a DataLoader or the model's input)")
         return entry
     cmp = compare(base_values, trial_values, higher_is_better=by_samples)
     entry.update(
@@ -404,19 +401,53 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
         high=_r(cmp.high),
         verdict=cmp.verdict.value,
         chance_of_separation=_r(cmp.chance, 4),
-        step_time_ms=_r(_median(_values(oks, "step_time_ms"))),
-        samples_per_s=_r(_median(_values(oks, "samples_per_s"))),
-        step_times_ms=[_r(v) for v in _values(oks, "step_time_ms")],
-        samples_per_s_trials=[_r(v) for v in _values(oks, "samples_per_s")],
+        step_time_ms=_r(_median(measured(oks, "step_time_ms"))),
+        samples_per_s=_r(_median(measured(oks, "samples_per_s"))),
+        step_times_ms=[_r(v) for v in measured(oks, "step_time_ms")],
+        samples_per_s_trials=[_r(v) for v in measured(oks, "samples_per_s")],
     )
+    if samples is not None:
+        entry["samples_shape"] = _shape(oks)
+    if samples is not None and samples.axis:
+        # the comparison counted along the batch's axis; the trials' own samples/s count axis 0
+        entry["samples_axis"] = samples.axis
     if by_samples and planned.batch_multiplier:
-        entry["note"] = (
-            f"the batch is {planned.batch_multiplier}x larger: compared in samples/s; the learning rate "
-            f"needs scaling (linear rule: x{planned.batch_multiplier}, with warm-up) and accuracy re-checking"
-        )
+        entry["note"] = batch_note(planned.batch_multiplier, samples)
+    if samples is not None and samples.sizes is not None:
+        entry["batch_sizes"] = list(samples.sizes)  # the batch axis's size: baseline, lever
     elif planned.changes_numerics:
         entry["note"] = "lower-precision math: re-check accuracy (loss curve) before keeping it"
     return entry
+
+
+def batch_note(multiplier: int, samples: BatchSamples | None) -> str:
+    """The note of a lever that raises the batch `multiplier` times: how it is compared and the
+    learning-rate caveat. Where the counted input's shape says the batch grew by another factor (a
+    --batch-size multiplied from a count that was not the batch), the shape's factor is told."""
+    m = f"{multiplier}"
+    factor = samples.factor if samples is not None else None
+    if samples is not None and samples.sizes and factor and abs(factor - multiplier) > 0.01 * multiplier:
+        m = f"{factor:.3g}"
+        text = f"the batch is {m}x larger ({samples.sizes[0]} -> {samples.sizes[1]}, as the input's shape says)"
+    else:
+        text = f"the batch is {m}x larger"
+    text += (
+        f": compared in samples/s; the learning rate needs scaling (linear rule: x{m}, with warm-up) and "
+        "accuracy re-checking"
+    )
+    if samples is not None and samples.note:
+        text += f"; {samples.note}"
+    return text
+
+
+def _script_value(results: Sequence[Mapping[str, Any]], flag: str) -> int | None:
+    """The value the script's argument parser gave `flag` in the baseline trials (a positive int)."""
+    for r in results:
+        values = r.get("script_option_values")
+        value = values.get(flag) if isinstance(values, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _baseline_batch(results: Sequence[Mapping[str, Any]]) -> int | None:
@@ -646,16 +677,23 @@ def _drop_failing_members(
     return True
 
 
+def _shape(results: Sequence[Mapping[str, Any]]) -> list[int] | None:
+    """The shape of the tensor counted as the batch, where every trial recorded the same one."""
+    shapes = {tuple(r["samples_shape"]) for r in results if r.get("samples_shape")}
+    return list(shapes.pop()) if len(shapes) == 1 else None
+
+
 def baseline_entry(baseline: _Config) -> dict[str, Any]:
     base_ok = [r for r in baseline.results if r.get("status") == "ok"]
     entry: dict[str, Any] = {
         "status": baseline.final or ("ok" if base_ok else "not_run"),
-        "step_time_ms": _r(_median(_values(base_ok, "step_time_ms"))),
-        "samples_per_s": _r(_median(_values(base_ok, "samples_per_s"))),
+        "step_time_ms": _r(_median(measured(base_ok, "step_time_ms"))),
+        "samples_per_s": _r(_median(measured(base_ok, "samples_per_s"))),
         "trials": len(base_ok),
-        "step_times_ms": [_r(v) for v in _values(base_ok, "step_time_ms")],
-        "samples_per_s_trials": [_r(v) for v in _values(base_ok, "samples_per_s")],
+        "step_times_ms": [_r(v) for v in measured(base_ok, "step_time_ms")],
+        "samples_per_s_trials": [_r(v) for v in measured(base_ok, "samples_per_s")],
         "step_detection": base_ok[0].get("step_detection") if base_ok else None,
+        "samples_shape": _shape(base_ok),
     }
     if baseline.final is not None:
         entry["reason"] = baseline.reason
@@ -931,13 +969,13 @@ def explore_run(
                 extra.append(flag)
                 texts.append((lv, f"+ {flag}", f"the script's own {flag} argument added to the command"))
                 continue
-            per_step = _baseline_batch(explorer.baseline.ok())
+            per_step = _script_value(explorer.baseline.ok(), flag) or _baseline_batch(explorer.baseline.ok())
             m = lv.multiplier or multiplier
             if per_step is None:
                 return {
                     "status": "skipped",
-                    "reason": f"the baseline trials counted no samples at the model's input: {flag} x "
-                    f"{m} has nothing to multiply",
+                    "reason": f"the baseline trials saw no value of {flag} and counted no samples at the "
+                    f"model's input: {flag} x {m} has nothing to multiply",
                     "wall_s": 0.0,
                 }
             value = per_step * m

@@ -17,6 +17,12 @@ Verdict
     band contains 1; `inconclusive` with fewer than 2 trials on either side. Under no effect (trials exchangeable) a complete separation in one
     given direction happens by chance with probability 1 / C(n_b + n_r, n_r): 5% for 3 + 3 trials, 1.4%
     for 4 + 4, 0.4% for 5 + 5 (a one-sided Mann-Whitney test at its most extreme value).
+Samples along the batch axis (`batch_samples`)
+    a trial counts the first dimension of the first tensor of each batch (its DataLoader's, else the
+    model's input) and records that tensor's shape. A lever that raises the batch is compared in
+    samples/s along the axis that grew: axis 0, unless axis 0 kept its size and exactly one other axis
+    grew (a sequence-first RNN's input is (seq, batch, ...): counting axis 0 would count time steps).
+    Shapes equal on both sides mean the lever left the batch as it was: nothing to compare.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from __future__ import annotations
 import enum
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Comparison", "Verdict", "chance_of_separation", "compare"]
+__all__ = ["BatchSamples", "Comparison", "Verdict", "batch_samples", "chance_of_separation", "compare", "measured"]
 
 MIN_TRIALS_FOR_VERDICT = 2
 MIN_EFFECT = 1.02  # a separated change smaller than 2% is reported as negligible
@@ -85,3 +92,81 @@ def compare(baseline: Sequence[float], remedy: Sequence[float], *, higher_is_bet
     else:
         verdict = Verdict.WITHIN_NOISE
     return Comparison(speedup, low, high, verdict, len(baseline), len(remedy))
+
+
+def measured(results: Iterable[Mapping[str, Any]], key: str) -> list[float]:
+    """The trials' positive numeric values of `key` (a trial without it is left out)."""
+    out: list[float] = []
+    for r in results:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out.append(float(v))
+    return out
+
+
+@dataclass(frozen=True)
+class BatchSamples:
+    """Samples/s of baseline and remedy trials, counted along the batch's axis (module docstring)."""
+
+    baseline: list[float]
+    remedy: list[float]
+    axis: int  # the axis of the counted tensor that holds the batch
+    unchanged: tuple[int, ...] | None = None  # the shape both sides share where the lever left it as it was
+    sizes: tuple[int, int] | None = None  # the batch axis's size in the baseline and the remedy trials
+
+    @property
+    def factor(self) -> float | None:
+        """How many times larger the remedy's batch was, as its input's shape says."""
+        return self.sizes[1] / self.sizes[0] if self.sizes else None
+
+    @property
+    def note(self) -> str | None:
+        if self.unchanged is not None:
+            return (
+                f"the input counted as the batch has the shape {list(self.unchanged)} in every trial: "
+                "the lever did not change it (no samples/s to compare)"
+            )
+        if self.axis:
+            return f"samples counted along axis {self.axis} of the input, the one the larger batch grew (axis 0 kept its size)"
+        return None
+
+
+def _shapes(results: Iterable[Mapping[str, Any]]) -> set[tuple[int, ...]]:
+    out = set()
+    for r in results:
+        shape = r.get("samples_shape")
+        if isinstance(shape, (list, tuple)) and shape and all(isinstance(n, int) and n > 0 for n in shape):
+            out.add(tuple(shape))
+    return out
+
+
+def batch_samples(baseline: Sequence[Mapping[str, Any]], remedy: Sequence[Mapping[str, Any]]) -> BatchSamples:
+    """The samples/s of each side for a lever that raises the batch (module docstring). Trials
+    without a recorded shape (older records) are counted along axis 0, as they were measured."""
+    base, mine = _shapes(baseline), _shapes(remedy)
+    axis, unchanged, sizes = 0, None, None
+    if len(base) == 1 and len(mine) == 1:
+        b, m = next(iter(base)), next(iter(mine))
+        if b == m:
+            unchanged = b
+        elif len(b) == len(m) and b[0] == m[0]:
+            grown = [i for i, (x, y) in enumerate(zip(b, m, strict=True)) if y > x]
+            if len(grown) == 1:
+                axis = grown[0]
+        if unchanged is None and len(b) == len(m):
+            sizes = (b[axis], m[axis])
+
+    def along(results: Sequence[Mapping[str, Any]]) -> list[float]:
+        out = []
+        for r in results:
+            v = measured([r], "samples_per_s")
+            shape = r.get("samples_shape")
+            if not v:
+                continue
+            if not axis:
+                out.append(v[0])
+            elif isinstance(shape, (list, tuple)) and len(shape) > axis and shape[0]:
+                out.append(v[0] * shape[axis] / shape[0])  # per batch: shape[axis] samples, not shape[0]
+        return out
+
+    return BatchSamples(along(baseline), along(remedy), axis, unchanged, sizes)

@@ -83,13 +83,15 @@ class TrialConfig:
 _PRIORITY = {"optimizer_step_hook": 3, "dataloader": 2, "forward": 1}
 
 
-def _batch_size(batch: Any, depth: int = 0) -> int | None:
-    """Samples in a DataLoader batch: the first dimension of its first tensor."""
+def _batch_shape(batch: Any, depth: int = 0) -> tuple[int, ...] | None:
+    """The shape of a batch's first tensor of rank 1 or more (a DataLoader batch, or the model's
+    arguments). Its first dimension is counted as samples; the whole shape is recorded so that a
+    comparison can find the batch on another axis (a sequence-first RNN's input: (seq, batch, ...))."""
     # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
     if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
+        return tuple(int(n) for n in batch.shape) if batch.dim() > 0 else None
     if depth > 3:
         return None
     if isinstance(batch, dict):
@@ -99,9 +101,9 @@ def _batch_size(batch: Any, depth: int = 0) -> int | None:
     else:
         return None
     for item in items:
-        n = _batch_size(item, depth + 1)
-        if n is not None:
-            return n
+        shape = _batch_shape(item, depth + 1)
+        if shape is not None:
+            return shape
     return None
 
 
@@ -125,6 +127,9 @@ class StepClock:
         # samples at the top module's input (first dimension of its first tensor argument), for scripts
         # whose batches do not come from a DataLoader
         self.model_samples: int | None = None
+        # the shape of the first batch counted in the region (DataLoader batch, model input)
+        self.samples_shape: tuple[int, ...] | None = None
+        self.model_shape: tuple[int, ...] | None = None
         self.stop_pending = False
         self.done = False
         self.measure: dict[str, Any] = {}
@@ -166,16 +171,18 @@ class StepClock:
 
     def on_batch(self, batch: Any) -> None:
         if self._ours() and self.region_start is not None and self.samples is not None:
-            n = _batch_size(batch)
-            self.samples = None if n is None else self.samples + n
+            shape = _batch_shape(batch)
+            self.samples = None if shape is None else self.samples + shape[0]
+            self.samples_shape = self.samples_shape or shape
 
     def on_forward(self, inputs: Any = None) -> None:
         if not self._ours():
             return
         self.forward_calls += 1
         if self.region_start is not None and self.model_samples is not None and inputs is not None:
-            n = _batch_size(inputs)
-            self.model_samples = None if n is None else self.model_samples + n
+            shape = _batch_shape(inputs)
+            self.model_samples = None if shape is None else self.model_samples + shape[0]
+            self.model_shape = self.model_shape or shape
         if (
             self.method is None
             and self.forward_calls >= self.cfg.forward_fallback_calls
@@ -207,6 +214,7 @@ class StepClock:
                 _synchronize()
                 self.samples = 0
                 self.model_samples = 0
+                self.samples_shape = self.model_shape = None
                 self.region_start = time.perf_counter()
             elif c == warmup + steps and self.region_start is not None:
                 _synchronize()
@@ -225,8 +233,10 @@ class StepClock:
     def _finish(self, elapsed: float) -> None:
         steps = self.cfg.steps
         nonfinite, checked = self._check_params()
-        samples, counted_at = (
-            (self.samples, "dataloader") if self.dl_calls else (self.model_samples, "model input")
+        samples, counted_at, shape = (
+            (self.samples, "dataloader", self.samples_shape)
+            if self.dl_calls
+            else (self.model_samples, "model input", self.model_shape)
         )
         self.measure = {
             "elapsed_s": round(elapsed, 6),
@@ -235,6 +245,7 @@ class StepClock:
             "samples": samples,
             "samples_counted_at": counted_at if samples else None,
             "samples_per_s": round(samples / elapsed, 3) if samples and elapsed > 0 else None,
+            "samples_shape": list(shape) if samples and shape else None,
             "params_checked": checked,
             "nonfinite_params": nonfinite,
         }
@@ -321,22 +332,34 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
 MAX_SCRIPT_OPTIONS = 2000  # option strings kept from the script's argument parsers
 
 
-def _record_parsers(seen: set[str]) -> None:
-    """Collect the long option strings of every argparse parser the script parses with into `seen`:
-    explore's script levers (`--batch-size`, `--amp`) apply to options the script declares in a helper
-    module too, which reading the script's own source does not see."""
+def _record_parsers(seen: set[str], values: dict[str, int]) -> None:
+    """Collect the long option strings of every argparse parser the script parses with into `seen`,
+    and the integer values they parsed to into `values`: explore's script levers (`--batch-size`,
+    `--amp`) apply to options the script declares in a helper module too, which reading the script's own
+    source does not see, and `--batch-size` is multiplied from the value the script runs with."""
     cls = argparse.ArgumentParser
     orig = cls.parse_known_args
 
     @functools.wraps(orig)
     def parse_known_args(parser: Any, *args: Any, **kwargs: Any) -> Any:
+        actions: dict[str, Any] = {}
         try:
-            for option in getattr(parser, "_option_string_actions", {}):
+            for option, action in getattr(parser, "_option_string_actions", {}).items():
                 if isinstance(option, str) and option.startswith("--") and len(seen) < MAX_SCRIPT_OPTIONS:
                     seen.add(option)
+                    actions[option] = action
         except Exception as err:  # a parser we do not understand: no options recorded, the script runs on
             del err
-        return orig(parser, *args, **kwargs)
+        parsed = orig(parser, *args, **kwargs)
+        try:
+            namespace = parsed[0]
+            for option, action in actions.items():
+                value = getattr(namespace, getattr(action, "dest", ""), None)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    values[option] = value
+        except Exception as err:  # an unusual return value: the values stay unknown
+            del err
+        return parsed
 
     cls.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
 
@@ -406,8 +429,9 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
     }
     status, reason = "failed", None
     options: set[str] = set()
+    option_values: dict[str, int] = {}
     try:
-        _record_parsers(options)
+        _record_parsers(options, option_values)
         injections.install()
         _install_step_hooks(clock, injections)
     except Exception as err:
@@ -468,6 +492,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         changes=[c.to_dict() for c in injections.changes],
         notes=list(injections.notes),
         script_options=sorted(options),
+        script_option_values=dict(sorted(option_values.items())),
     )
     return result
 

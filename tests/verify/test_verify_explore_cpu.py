@@ -247,3 +247,25 @@ def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argum
     from gpuadvisor.verify.results import explore_note
 
     assert f"; also a larger batch: {batch['label']}" in str(explore_note(doc))  # the report's note
+
+
+@pytest.mark.slow  # profiles a script and runs about 12 trial processes (about 60 s on 2 cores)
+def test_a_sequence_first_batch_is_counted_along_its_batch_axis(tmp_path: Path) -> None:
+    """PyTorch's word-language-model LSTM takes (seq, batch, ...): counting the first axis counted time
+    steps, so 8x the batch (same samples a step, longer steps) measured "slower" on an H200."""
+    from verify_helpers import SCRIPTS
+
+    run = profile(tmp_path / "run", SCRIPTS / "seq_first_batch.py", "--steps", "400")
+    ga401 = {"rule": "GA401", "title": "Small batch", "impact": 0.8, "remedy": "larger_batch",
+             "evidence": {"recommended_batch_multiplier": 8}}  # fmt: skip
+    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": [ga401]}))
+    r = gpuadvisor("verify", str(run), "--explore", *SHORT, "--only", "script_batch_size")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    lever = {t["lever"]: t for t in doc["trials"]}["script_batch_size"]
+    assert lever["status"] == "ok", lever
+    # the trials recorded the model input's shape: (12, 4, 8) at the baseline, (12, 32, 8) at x8
+    assert doc["baseline"]["samples_shape"] == [12, 4, 8] and lever["samples_shape"] == [12, 32, 8], lever
+    assert lever["samples_axis"] == 1 and "axis 1" in lever["note"]
+    # a fixed 4 ms per step: 8x the batch is well over 2x the samples/s (along axis 0 it was below 1x)
+    assert lever["speedup"] > 2.0 and lever["verdict"] == "faster", lever
