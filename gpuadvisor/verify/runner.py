@@ -728,6 +728,17 @@ def document_head(
     }
 
 
+def _label_as_measured(label: str, multiplier: int, entry: Mapping[str, Any]) -> str:
+    """A batch lever's label, with the batch sizes the input's shape showed where they are not
+    `multiplier` apart (a --batch-size multiplied from a count that was not the batch)."""
+    sizes = entry.get("batch_sizes")
+    if not (entry.get("changes_batch") and isinstance(sizes, list) and len(sizes) == 2 and sizes[0]):
+        return label
+    if abs(sizes[1] / sizes[0] - multiplier) > 0.01 * multiplier:
+        return f"{label} (batch {sizes[0]} -> {sizes[1]})"
+    return label
+
+
 def _batch_entry(trials: Sequence[Mapping[str, Any]], levers: Mapping[str, ex.ExploreLever]) -> dict[str, Any] | None:
     """The fastest lever that changes the batch with a `faster` verdict in samples/s, reported beside the
     best configuration (never inside it: a different batch is a different optimization)."""
@@ -1088,9 +1099,8 @@ def explore_run(
         if base.final is not None and c.final is None:
             c.final, c.reason = "skipped", f"the baseline failed: {base.reason}"
         entry = _trial_entry(c, base)
-        entry.update(
-            lever=lv.name, lever_title=lv.lever.title, label=_lever_label(lv, num_workers, m)
-        )
+        label = _label_as_measured(_lever_label(lv, num_workers, m), m, entry)
+        entry.update(lever=lv.name, lever_title=lv.lever.title, label=label)
         if lv.multiplier:
             entry["rung_of"] = lv.lever.name  # a rung of the batch ladder
         if lv.failed and entry.get("status") == "ok":

@@ -102,3 +102,12 @@ def test_the_batch_note_tells_the_factor_the_shape_shows() -> None:
     same = batch_samples([_trial(1000.0, [8, 12])], [_trial(6000.0, [64, 12])])
     assert batch_note(8, same).startswith("the batch is 8x larger: compared in samples/s")
     assert batch_note(8, None).startswith("the batch is 8x larger: compared in samples/s")
+
+
+def test_a_batch_label_shows_the_sizes_where_they_are_not_the_multiplier_apart() -> None:
+    from gpuadvisor.verify.runner import _label_as_measured
+
+    entry = {"changes_batch": True, "batch_sizes": [2, 32]}
+    assert _label_as_measured("script --batch-size x4", 4, entry) == "script --batch-size x4 (batch 2 -> 32)"
+    assert _label_as_measured("script --batch-size x4", 4, {**entry, "batch_sizes": [2, 8]}) == "script --batch-size x4"
+    assert _label_as_measured("bf16_autocast", 4, {"changes_batch": False}) == "bf16_autocast"
