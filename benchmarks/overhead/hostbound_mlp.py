@@ -8,8 +8,9 @@ read back with `.item()` (the loss and the accuracy). The GPU is idle most of th
 the pace, so any per-call cost the capture leaves behind shows in the step time.
 
 Step times: with GPUADVISOR_BENCH_STEP_TIMES=FILE, one JSON line per step ({"step", "t", "unix_s"},
-as benchmarks/workloads/_common.StepBench writes them) is written at exit (nothing is written while
-the loop runs). Prints `done STEPS` at the end, and with --report-wrappers the torch attributes that
+as benchmarks/workloads/_common.StepBench writes them, and "cpu_s": the main thread's CPU time, which
+other processes on a loaded machine do not inflate) is written at exit (nothing is written while the
+loop runs). Prints `done STEPS` at the end, and with --report-wrappers the torch attributes that
 are wrapped at that point (gpuadvisor's wrappers carry `__wrapped__`); --report-wrappers-at 3,9 prints
 them after those steps too.
 """
@@ -90,14 +91,14 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     small = torch.ones(16, device=device)
 
-    times: list[tuple[int, float, float]] = []
+    times: list[tuple[int, float, float, float]] = []
     path = os.environ.get("GPUADVISOR_BENCH_STEP_TIMES")
 
     def write_times() -> None:
         if path:
             with open(path, "a") as fh:
-                for k, t, u in times:
-                    fh.write(json.dumps({"step": k, "t": t, "unix_s": u}) + "\n")
+                for k, t, u, c in times:
+                    fh.write(json.dumps({"step": k, "t": t, "unix_s": u, "cpu_s": c}) + "\n")
 
     atexit.register(write_times)
     step = 0
@@ -119,7 +120,7 @@ def main() -> None:
             for i in range(args.items):
                 stats[i % len(stats)].item()
             step += 1
-            times.append((step, time.perf_counter(), time.time()))
+            times.append((step, time.perf_counter(), time.time(), time.thread_time()))
             if str(step) in args.report_wrappers_at.split(","):
                 print(f"wrapped at step {step}:", ",".join(wrapped_attributes()) or "none", flush=True)
             if step >= args.steps:
