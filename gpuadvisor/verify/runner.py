@@ -43,7 +43,7 @@ from gpuadvisor.verify.plan import (
 from gpuadvisor.verify.probe import compare as compare_machines
 from gpuadvisor.verify.probe import describe, probe, recorded_machine
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
-from gpuadvisor.verify.stats import BatchSamples, batch_samples, compare, measured
+from gpuadvisor.verify.stats import BatchSamples, batch_samples, compare, measured, other_factor
 from gpuadvisor.verify.trial import TrialConfig
 from gpuadvisor.words import plural
 
@@ -408,13 +408,13 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
     )
     if samples is not None:
         entry["samples_shape"] = _shape(oks)
-    if samples is not None and samples.axis:
-        # the comparison counted along the batch's axis; the trials' own samples/s count axis 0
-        entry["samples_axis"] = samples.axis
+        if samples.sizes is not None:
+            entry["batch_sizes"] = list(samples.sizes)  # the batch axis's size: baseline, lever
+        if samples.axis:
+            # the comparison counted along the batch's axis; the trials' own samples/s count axis 0
+            entry["samples_axis"] = samples.axis
     if by_samples and planned.batch_multiplier:
         entry["note"] = batch_note(planned.batch_multiplier, samples)
-    if samples is not None and samples.sizes is not None:
-        entry["batch_sizes"] = list(samples.sizes)  # the batch axis's size: baseline, lever
     elif planned.changes_numerics:
         entry["note"] = "lower-precision math: re-check accuracy (loss curve) before keeping it"
     return entry
@@ -425,9 +425,8 @@ def batch_note(multiplier: int, samples: BatchSamples | None) -> str:
     learning-rate caveat. Where the counted input's shape says the batch grew by another factor (a
     --batch-size multiplied from a count that was not the batch), the shape's factor is told."""
     m = f"{multiplier}"
-    factor = samples.factor if samples is not None else None
-    if samples is not None and samples.sizes and factor and abs(factor - multiplier) > 0.01 * multiplier:
-        m = f"{factor:.3g}"
+    if samples is not None and samples.sizes and samples.factor and samples.other_factor(multiplier):
+        m = f"{samples.factor:.3g}"
         text = f"the batch is {m}x larger ({samples.sizes[0]} -> {samples.sizes[1]}, as the input's shape says)"
     else:
         text = f"the batch is {m}x larger"
@@ -732,9 +731,7 @@ def _label_as_measured(label: str, multiplier: int, entry: Mapping[str, Any]) ->
     """A batch lever's label, with the batch sizes the input's shape showed where they are not
     `multiplier` apart (a --batch-size multiplied from a count that was not the batch)."""
     sizes = entry.get("batch_sizes")
-    if not (entry.get("changes_batch") and isinstance(sizes, list) and len(sizes) == 2 and sizes[0]):
-        return label
-    if abs(sizes[1] / sizes[0] - multiplier) > 0.01 * multiplier:
+    if entry.get("changes_batch") and isinstance(sizes, list) and other_factor(sizes, multiplier):
         return f"{label} (batch {sizes[0]} -> {sizes[1]})"
     return label
 

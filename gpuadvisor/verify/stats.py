@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BatchSamples", "Comparison", "Verdict", "batch_samples", "chance_of_separation", "compare", "measured"]
+__all__ = ["BatchSamples", "Comparison", "Verdict", "batch_samples", "chance_of_separation", "compare", "measured", "other_factor"]
 
 MIN_TRIALS_FOR_VERDICT = 2
 MIN_EFFECT = 1.02  # a separated change smaller than 2% is reported as negligible
@@ -119,6 +119,11 @@ class BatchSamples:
         """How many times larger the remedy's batch was, as its input's shape says."""
         return self.sizes[1] / self.sizes[0] if self.sizes else None
 
+    def other_factor(self, multiplier: int) -> bool:
+        """The input's shape shows the batch grew by another factor than `multiplier` (a --batch-size
+        multiplied from a count that was not the batch)."""
+        return other_factor(self.sizes, multiplier)
+
     @property
     def note(self) -> str | None:
         if self.unchanged is not None:
@@ -129,6 +134,13 @@ class BatchSamples:
         if self.axis:
             return f"samples counted along axis {self.axis} of the input, the one the larger batch grew (axis 0 kept its size)"
         return None
+
+
+def other_factor(sizes: Sequence[int] | None, multiplier: int) -> bool:
+    """`sizes` (the batch axis's size at the baseline and the lever) are not `multiplier` apart (1%)."""
+    if not sizes or len(sizes) != 2 or not sizes[0]:
+        return False
+    return abs(sizes[1] / sizes[0] - multiplier) > 0.01 * multiplier
 
 
 def _shapes(results: Iterable[Mapping[str, Any]]) -> set[tuple[int, ...]]:
