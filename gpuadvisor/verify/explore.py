@@ -278,6 +278,16 @@ class Explorer:
             return None
         return compare(base, mine, higher_is_better=key == "samples_per_s")
 
+    def batch_axis(self) -> int:
+        """The axis of the counted input that holds the batch, as the first batch lever measured so
+        far shows it (0 until one has: the trials count samples along axis 0)."""
+        for config in self.configs.values():
+            if config is not self.baseline and self._changes_batch(config) and config.ok():
+                samples = batch_samples(self.baseline.ok(), config.ok())
+                if samples.sizes is not None:
+                    return samples.axis
+        return 0
+
     def _changes_batch(self, config: Configuration) -> bool:
         return any(self.levers[n].spec.changes_batch for n in config.levers if n in self.levers)
 
@@ -307,16 +317,21 @@ class Explorer:
             below, m = self.config((lv.name,)), lv.multiplier or self.batch_multiplier
             while True:
                 cmp = self.comparison(below)
-                if cmp is None or cmp.verdict is not Verdict.FASTER or cmp.speedup < LADDER_SCALING * m:
+                # judged by how much the batch grew as the input's shape says, where it says (a
+                # --batch-size multiplied from a count that was not the batch grows it by another factor)
+                grew = batch_samples(self.baseline.ok(), below.ok()).factor or m
+                if cmp is None or cmp.verdict is not Verdict.FASTER or cmp.speedup < LADDER_SCALING * grew:
                     break
-                nxt = m * LADDER_STEP
-                if nxt > LADDER_MAX_MULTIPLIER:
+                if m >= LADDER_MAX_MULTIPLIER:
                     break
+                nxt = min(m * LADDER_STEP, LADDER_MAX_MULTIPLIER)  # the last rung is the ceiling itself
                 rung = dataclasses.replace(lv, multiplier=nxt, failed=None)
                 self.levers[rung.name] = rung
                 self.rungs.append(rung.name)
+                size = f" (a {grew:.3g}x larger batch)" if grew != m else ""
                 self.say(
-                    f"{lv.name}: x{m} gave {cmp.speedup:.2f}x the samples/s: the batch ladder measures x{nxt} next"
+                    f"{lv.name}: x{m}{size} gave {cmp.speedup:.2f}x the samples/s: the batch ladder measures "
+                    f"x{nxt} next"
                 )
                 if not self._singles([rung], "batch ladder", baseline_from=len(self.baseline.results)):
                     return False

@@ -449,14 +449,22 @@ def _script_value(results: Sequence[Mapping[str, Any]], flag: str) -> int | None
     return None
 
 
-def _baseline_batch(results: Sequence[Mapping[str, Any]]) -> int | None:
+def _baseline_batch(results: Sequence[Mapping[str, Any]], axis: int = 0) -> int | None:
     """Samples per step of the baseline trials (their median), as counted at the model's input or the
-    DataLoader; None when no trial counted them."""
-    per_step = sorted(
-        float(r["samples"]) / float(r["steps_timed"])
-        for r in results
-        if isinstance(r.get("samples"), (int, float)) and r.get("samples") and r.get("steps_timed")
-    )
+    DataLoader; None when no trial counted them. With `axis` (where a batch lever showed the batch is
+    not axis 0 of the counted input: a sequence-first LSTM), the size of that axis instead."""
+    if axis:
+        per_step = sorted(
+            float(shape[axis])
+            for r in results
+            if isinstance(shape := r.get("samples_shape"), (list, tuple)) and len(shape) > axis
+        )
+    else:
+        per_step = sorted(
+            float(r["samples"]) / float(r["steps_timed"])
+            for r in results
+            if isinstance(r.get("samples"), (int, float)) and r.get("samples") and r.get("steps_timed")
+        )
     if not per_step:
         return None
     return max(1, round(per_step[len(per_step) // 2]))
@@ -977,7 +985,9 @@ def explore_run(
                 extra.append(flag)
                 texts.append((lv, f"+ {flag}", f"the script's own {flag} argument added to the command"))
                 continue
-            per_step = _script_value(explorer.baseline.ok(), flag) or _baseline_batch(explorer.baseline.ok())
+            per_step = _script_value(explorer.baseline.ok(), flag) or _baseline_batch(
+                explorer.baseline.ok(), explorer.batch_axis()
+            )
             m = lv.multiplier or multiplier
             if per_step is None:
                 return {

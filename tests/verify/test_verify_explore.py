@@ -442,3 +442,56 @@ def test_the_ladder_stops_where_the_batch_stops_scaling_or_does_not_fit() -> Non
     e.run(applies())
     assert e.rungs == ["larger_batch@x32"] and e.config(("larger_batch@x32",)).final == "failed"
     assert e.comparison(e.config(("larger_batch",))).speedup == pytest.approx(8.0, rel=0.01)
+
+
+def test_the_ladder_climbs_to_the_ceiling_itself() -> None:
+    # x8, x32, x128 keep scaling: the next step (x512) is over LADDER_MAX_MULTIPLIER, so x256 is the last rung
+    fake = BatchTrials(cap=1000.0)
+    e = batch_explorer(fake)
+    e.run(applies())
+    assert e.rungs == ["larger_batch@x32", "larger_batch@x128", f"larger_batch@x{ex.LADDER_MAX_MULTIPLIER}"]
+    assert e.comparison(e.config((f"larger_batch@x{ex.LADDER_MAX_MULTIPLIER}",))).speedup == pytest.approx(256, rel=0.01)
+
+
+class SeqFirstTrials:
+    """A sequence-first input (35 time steps, batch 20): samples are counted along axis 0 (time steps)
+    by the trial, the batch grows axis 1. The lever's x8 multiplied a count of 35 (35 x 8 = 280: a 14x
+    larger batch); the GPU saturates at `cap` x the baseline's samples/s."""
+
+    def __init__(self, cap: float) -> None:
+        self.cap = cap
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        self.calls.append(names)
+        batch = 20
+        for n in names:
+            batch = 20 * int(n.split("@x")[1]) if "@x" in n else (280 if n == "larger_batch" else batch)
+        per_s = 2000.0 * min(batch / 20, self.cap) * (1.0 + 0.001 * (len(self.calls) % 3))  # along the batch
+        return {"status": "ok", "step_time_ms": 1000.0 * batch / per_s, "samples_per_s": per_s * 35 / batch,
+                "samples_shape": [35, batch], "wall_s": 1.0, "changes": []}  # fmt: skip
+
+
+def test_the_ladder_judges_the_batch_by_the_shape_not_the_multiplier() -> None:
+    # x8 made the batch 14x larger (20 -> 280) and gave 6x the samples/s: more than half of 8, less than
+    # half of 14: the GPU stopped scaling, the ladder ends
+    fake = SeqFirstTrials(cap=6.0)
+    e = batch_explorer(fake)  # type: ignore[arg-type]
+    e.run(applies())
+    assert e.batch_axis() == 1
+    assert e.comparison(e.config(("larger_batch",))).speedup == pytest.approx(6.0, rel=0.01)
+    assert e.rungs == []
+    # where it scales (cap 1000), the ladder climbs; the rungs' sizes come from the runner's count
+    fake = SeqFirstTrials(cap=1000.0)
+    e = batch_explorer(fake)  # type: ignore[arg-type]
+    e.run(applies())
+    assert e.rungs[:1] == ["larger_batch@x32"]
+
+
+def test_a_batch_count_along_the_batch_axis() -> None:
+    from gpuadvisor.verify.runner import _baseline_batch
+
+    trials = [{"samples": 35 * 20, "steps_timed": 20, "samples_shape": [35, 20]} for _ in range(3)]
+    assert _baseline_batch(trials) == 35  # axis 0: the time steps of a sequence-first input
+    assert _baseline_batch(trials, 1) == 20  # the axis a batch lever grew
+    assert _baseline_batch([{"samples": 10, "steps_timed": 1}], 1) is None  # no shape recorded
