@@ -973,6 +973,9 @@ def explore_run(
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-explore-"))
     runner = _TrialRunner(cmd, options, workdir, num_workers)
     first: list[float] = []
+    # the count each value lever multiplied in its first trial: its later trials run the same command
+    # (a batch axis learnt meanwhile changes the count for the ladder's next rungs only)
+    counted: dict[str, int] = {}
 
     def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
         lvs = [explorer.levers[n] for n in names]  # the levers, and the batch ladder's rungs
@@ -985,8 +988,9 @@ def explore_run(
                 extra.append(flag)
                 texts.append((lv, f"+ {flag}", f"the script's own {flag} argument added to the command"))
                 continue
-            per_step = _script_value(explorer.baseline.ok(), flag) or _baseline_batch(
-                explorer.baseline.ok(), explorer.batch_axis()
+            per_step = counted.get(lv.name) or (
+                _script_value(explorer.baseline.ok(), flag)
+                or _baseline_batch(explorer.baseline.ok(), explorer.batch_axis())
             )
             m = lv.multiplier or multiplier
             if per_step is None:
@@ -996,6 +1000,7 @@ def explore_run(
                     f"model's input: {flag} x {m} has nothing to multiply",
                     "wall_s": 0.0,
                 }
+            counted[lv.name] = per_step
             value = per_step * m
             extra += [flag, str(value)]
             texts.append(

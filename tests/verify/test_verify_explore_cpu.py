@@ -269,3 +269,29 @@ def test_a_sequence_first_batch_is_counted_along_its_batch_axis(tmp_path: Path) 
     assert lever["samples_axis"] == 1 and "axis 1" in lever["note"]
     # a fixed 4 ms per step: 8x the batch is well over 2x the samples/s (along axis 0 it was below 1x)
     assert lever["speedup"] > 2.0 and lever["verdict"] == "faster", lever
+
+
+@pytest.mark.slow  # profiles a script and runs about 10 trial processes (about 60 s on 2 cores)
+def test_a_batch_counted_from_time_steps_keeps_one_value_per_lever(tmp_path: Path) -> None:
+    """lstm_lm on an H200: the parser leaves --batch-size None, so the lever multiplied the count at the
+    model's input (time steps); once its first trial showed the batch axis, its next trials multiplied
+    the batch instead: two batch sizes in one lever's trials, no shape to compare, a wrong 'slower'."""
+    from verify_helpers import SCRIPTS
+
+    run = profile(tmp_path / "run", SCRIPTS / "seq_first_no_default.py", "--steps", "400")
+    ga401 = {"rule": "GA401", "title": "Small batch", "impact": 0.8, "remedy": "larger_batch",
+             "evidence": {"recommended_batch_multiplier": 8}}  # fmt: skip
+    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": [ga401]}))
+    r = gpuadvisor("verify", str(run), "--explore", *SHORT, "--only", "script_batch_size")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "verify.json").read_text())
+    trials = {t["lever"]: t for t in doc["trials"]}
+    lever = trials["script_batch_size"]
+    # both trials ran --batch-size 96 (the 12 time steps x 8): one shape, compared along axis 1
+    assert lever["samples_shape"] == [12, 96, 8] and lever["batch_sizes"] == [4, 96], lever
+    assert lever["samples_axis"] == 1 and "24x larger (4 -> 96" in lever["note"], lever
+    assert lever["label"] == "script --batch-size x8 (batch 4 -> 96)"
+    for name, rung in trials.items():  # a rung multiplies the batch axis's own size (4), not the 12
+        if name.startswith("script_batch_size@x"):
+            m = int(name.split("@x")[1])
+            assert rung["samples_shape"] in (None, [12, 4 * m, 8]), rung
