@@ -29,8 +29,9 @@ class UnfusedElementwiseChains(Rule):
     op (add, sub, mul, div, pow, sqrt, tanh, mean, sum, where, casts...; library ops that are already
     one kernel, such as native_layer_norm, gelu or softmax, break a chain, except inside a hand-written
     attention (GA1101's pattern), whose scale, mask, casts and softmax are one chain to a compiler),
-    outside the optimizer, with
-    their bytes known from the recorded shapes (gpuadvisor.stepmodel.busy.memory_chains). Fires on a
+    outside the optimizer and outside a hand-written FP32 loss over a large vocabulary (GA1105 prices
+    that one, with its own fix; written after the model's call, compiling the model does not reach it),
+    with their bytes known from the recorded shapes (gpuadvisor.stepmodel.busy.memory_chains). Fires on a
     GPU-bound step (idle launch overhead under `max_launch_idle_fraction`: GA501 prices the rest) with at
     least `min_chains_per_step` chains (a model's code repeats per layer; a one-off input
     normalization does not) taking at least `min_chain_fraction` of the step, and a replayed gain of at

@@ -443,6 +443,27 @@ def small_vocab_loss() -> SyntheticTrace:
     return _lm_loss(1000)
 
 
+def fp32_vocab_loss_in_chains() -> SyntheticTrace:
+    """Synthetic: vocab_fp32_loss's shape on an H200: the hand-written FP32 log-softmax over [8192, 128256]
+    logits and its backward as several chains per step (a gather breaks them), 40% of the step, after
+    bf16 GEMMs. Compiling the model does not reach a loss written after its call (measured 1.04x)."""
+    logits, rows = [8192, 128256], [8192, 1]
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
+        (K_NVJET_BF16, 2000.0, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, 4096]]) for _ in range(10)
+    ]
+    ks.append((K_NVJET_BF16, 2000.0, "aten::mm", [BF16, BF16], [[8192, 4096], [4096, 128256]]))
+    chain = [
+        (K_ELEMENTWISE, 1000.0, "aten::sub", ["float", "float"], [logits, rows]),
+        (K_ELEMENTWISE, 1000.0, "aten::exp", ["float"], [logits]),
+        (K_ELEMENTWISE, 1000.0, "aten::mul", ["float", "float"], [rows, logits]),
+        (K_ELEMENTWISE, 1000.0, "aten::neg", ["float"], [logits]),
+    ]
+    for _ in range(4):
+        ks += chain
+        ks.append((K_COPY, 50.0, "aten::gather", ["float", "Scalar", "long int"], [logits, [], [8192, 1]]))
+    return _gpu_bound(ks)
+
+
 def pytorch_cross_entropy_loss() -> SyntheticTrace:
     return _lm_loss(128256, hand_written=False)
 
@@ -563,6 +584,9 @@ CASES += [
         ),
     ),
     RuleCase("GA1106-quiet-on-library-layernorm-and-gelu", "GA1106", library_mlp, expect=Expect(fires=False)),
+    # the chains over the logits are GA1105's: it fires there, and GA1106 does not price them again
+    RuleCase("GA1105-fires-on-a-loss-in-chains", "GA1105", fp32_vocab_loss_in_chains, expect=Expect(fires=True)),
+    RuleCase("GA1106-quiet-on-a-hand-written-vocab-loss", "GA1106", fp32_vocab_loss_in_chains, expect=Expect(fires=False)),
 ]
 
 
