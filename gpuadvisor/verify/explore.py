@@ -17,7 +17,9 @@ them. The search:
    candidate that gains most over the current best when that gain is beyond noise (`faster` against
    the best's trials). Candidates: not failed, not slower than the baseline alone (median), not a
    second setting of a switch already in, applicable with the best's levers (`persistent_workers`
-   once `num_workers` is in). When no other lever adds, the slow levers are tried on top of the best.
+   once `num_workers` is in). The candidates come in phases (GROWTH_PHASES): the levers faster alone or
+   not measurable alone; then the slow levers not measured alone; last the levers that measured no gain
+   alone (within noise).
    The search stops when nothing adds beyond noise, no candidate is left, or the budget cannot fit
    another trial.
 
@@ -49,6 +51,10 @@ MAX_CANDIDATES = 4  # combinations measured per growth round (the levers fastest
 LADDER_SCALING = 0.5
 LADDER_STEP = 4
 LADDER_MAX_MULTIPLIER = 256
+# The growth's phases, in order: "main" (the levers that measured faster alone, and those that could
+# not be measured alone, such as persistent_workers before num_workers), "slow" (the compile levers
+# not measured alone), "weak" (the levers whose trials alone measured no gain beyond noise).
+GROWTH_PHASES = ("main", "slow", "weak")
 # A lever whose predicted speed-up is at least this gets all its single trials before the others: a gain
 # beyond the trial-to-trial noise of a few percent (a prediction of 1.00x orders nothing).
 PREDICTED_FIRST_MIN = 1.05
@@ -392,15 +398,21 @@ class Explorer:
             )
             return
         self.best = ranked[0]
-        # 2. growth; the slow levers once the others are settled
-        slow_phase = False
+        # 2. growth in phases: the levers that measured faster alone or could not be measured alone;
+        # then the slow levers never measured (compilation); last, the levers that measured no gain
+        # alone (within noise): an untried lever may gain a lot, one that measured ~1.00x alone rarely
+        # adds much on top
+        phases = [phase for phase in GROWTH_PHASES if phase != "slow" or any(self._untried(lv) for lv in slow)]
+        phase, tried_a_round = 0, False
         while True:
-            candidates = self._candidates(environment_ok, only_slow=slow_phase)
+            candidates = self._candidates(environment_ok, phase=phases[phase])
             if not candidates:
-                if not slow_phase and any(self._untried(lv) for lv in slow):
-                    slow_phase = True
+                if phase + 1 < len(phases):
+                    phase += 1
                     continue
-                self.stopped = "no lever is left to add"
+                self.stopped = (
+                    "no lever adds to the best configuration beyond noise" if tried_a_round else "no lever is left to add"
+                )
                 return
             label = f"grow {len(self.best.levers) + 1}"
             out_of_budget = False
@@ -421,14 +433,10 @@ class Explorer:
                 return
             if winner is not None:
                 continue
+            tried_a_round = True
             for c in candidates:  # tried on top of this best and did not add: not again
                 for name in set(c.levers) - set(self.best.levers):
                     self.tried_on_best.add(name)
-            if not slow_phase and any(self._untried(lv) for lv in slow):
-                slow_phase = True
-                continue
-            self.stopped = "no lever adds to the best configuration beyond noise"
-            return
 
     def _winner(self, candidates: Sequence[Configuration]) -> Configuration | None:
         """The candidate that gains most over the current best, when beyond noise; drops the levers
@@ -449,32 +457,33 @@ class Explorer:
         return not lv.failed and lv.name not in self.best.levers and lv.name not in self.tried_on_best
 
     def _candidates(
-        self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None], *, only_slow: bool
+        self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None], *, phase: str
     ) -> list[Configuration]:
-        """The best configuration plus each lever that may add to it: not in it, not failed, not
-        tried on this best already, not a second setting of a switch in it, not slower alone (median),
-        applicable with the best's levers; at most MAX_CANDIDATES, fastest alone first."""
+        """The best configuration plus each lever of this growth `phase` (GROWTH_PHASES) that may add
+        to it: not in it, not failed, not tried on this best already, not a second setting of a switch
+        in it, not slower alone (median), applicable with the best's levers; at most MAX_CANDIDATES,
+        fastest alone first."""
         assert self.best is not None
         members = [self.levers[n] for n in self.best.levers]
         scored: list[tuple[float, Configuration]] = []
         for lv in self.levers.values():
             if not self._untried(lv) or lv.spec.changes_batch:
                 continue
-            single = self.configs.get((lv.name,))
-            measured = single is not None and bool(single.results)
-            # a slow lever measured alone (a finding predicted it) is a candidate like any other; one
-            # not measured waits for the slow phase
-            if (lv.lever.slow and not measured) != only_slow:
-                continue
             if any(conflicts(lv, m) for m in members):
                 continue
-            if measured:
-                assert single is not None
+            single = self.configs.get((lv.name,))
+            if single is not None and single.results:
                 cmp = self.comparison(single)
                 if cmp is None or cmp.speedup < 1.0:
                     continue  # failed, or slower than the baseline alone
+                # a slow lever measured alone (a finding predicted it) is a candidate like any other
+                weak = cmp.verdict in (Verdict.WITHIN_NOISE, Verdict.NEGLIGIBLE)
+                if ("weak" if weak else "main") != phase:
+                    continue
                 score = cmp.speedup
             else:
+                if ("slow" if lv.lever.slow else "main") != phase:
+                    continue
                 if lv.skip_reason is not None and environment_ok(lv, members) is not None:
                     continue  # does not apply, even with the current best's levers
                 score = 1.0  # needed another lever to apply (or slow): tried after the measured ones

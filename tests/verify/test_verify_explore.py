@@ -495,3 +495,20 @@ def test_a_batch_count_along_the_batch_axis() -> None:
     assert _baseline_batch(trials) == 35  # axis 0: the time steps of a sequence-first input
     assert _baseline_batch(trials, 1) == 20  # the axis a batch lever grew
     assert _baseline_batch([{"samples": 10, "steps_timed": 1}], 1) is None  # no shape recorded
+
+
+def test_an_untried_compile_lever_comes_before_levers_that_measured_no_gain_alone() -> None:
+    # vit_manual_attention on an H200 (600 s): bf16 1.12x alone, channels_last and cudnn.benchmark
+    # 1.01x; a whole round of those two on top of bf16 used the time in which bf16 + compile (1.69x on
+    # one trial) would have had its verdict
+    lvs = levers(("bf16_autocast", "channels_last", "cudnn_benchmark", "torch_compile"))
+    fake = FakeTrials({"bf16_autocast": 0.9, "torch_compile": 0.6})
+    e = explorer(lvs, fake)
+    e.run(applies())
+    assert [c["levers"] for c in e.steps[0]["candidates"]] == [["bf16_autocast", "torch_compile"]]
+    assert e.steps[0]["chosen"] == ["bf16_autocast", "torch_compile"]
+    # the levers that measured ~1.00x alone are still tried on top, last
+    weak = [sorted(c["levers"]) for c in e.steps[-1]["candidates"]]
+    assert sorted(weak) == [sorted(["bf16_autocast", "torch_compile", "channels_last"]),
+                            sorted(["bf16_autocast", "torch_compile", "cudnn_benchmark"])]  # fmt: skip
+    assert e.stopped == "no lever adds to the best configuration beyond noise"
