@@ -39,7 +39,9 @@ class LaunchBound(Rule):
     launches replaced by CUDA graph replays (a small host cost per step plus the copy of each input
     that is new every step into the graph's static buffer, kernels back to back; the launch-bound test
     above leaves those copies out). The
-    optimizer step is left to GA502 and waits on the device to GA2xx: the replay keeps them. The
+    optimizer step is left to GA502 and waits on the device to GA2xx: the replay keeps them. The calls
+    inside nn.LSTM/GRU/RNN ops stay eager too (Dynamo breaks the graph at those modules:
+    `torch._dynamo.config.allow_rnn` is off by default); the message says how many. The
     profiler's own per-op cost is removed before (steps timed outside the capture window). Runs that
     already use torch.compile or CUDA graphs and are still launch-bound are replayed with graphs only
     and advised for that case (graph breaks, mode). When the kernels a step launches change from step
@@ -188,6 +190,9 @@ class LaunchBound(Rule):
             )
             + cm.note_uncorrected(pred)
         )
+        rnn_note = next((n for n in pred.notes if "nn.LSTM/GRU/RNN" in n), None)
+        if rnn_note:
+            message += f" Left out of the prediction: {rnn_note}."
         if dd_per_step:
             message += (
                 f" The model waits for a data-dependent size {dd_per_step:.1f} times per step (nonzero, boolean "

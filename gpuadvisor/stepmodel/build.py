@@ -127,6 +127,7 @@ HOST_COLUMNS: tuple[str, ...] = (
     "in_data",  # inside a DataLoader __next__ span
     "in_optimizer",  # inside an Optimizer.step span
     "in_read",  # inside a scalar read (aten::item / _local_scalar_dense of a device value)
+    "in_rnn",  # inside an RNN/LSTM/GRU op (RNN_OPS): torch.compile leaves those modules to eager
 )
 
 IDLE_COLUMNS: tuple[str, ...] = ("step", "seg", "start", "end", "dur", "cause", "sync_kind")
@@ -155,6 +156,25 @@ _ALLOC_RE = re.compile(
 )
 
 SCALAR_OPS = ("aten::_local_scalar_dense", "aten::item")
+# The ops of nn.RNN/nn.LSTM/nn.GRU, forward and backward. Dynamo breaks the graph at those modules
+# (`torch._dynamo.config.allow_rnn` is False by default): torch.compile runs them eagerly, their
+# per-time-step kernels launched one by one, neither fused nor captured in a CUDA graph.
+RNN_OPS = (
+    "aten::lstm",
+    "aten::gru",
+    "aten::rnn_tanh",
+    "aten::rnn_relu",
+    "aten::_cudnn_rnn",
+    "aten::_cudnn_rnn_backward",
+    "aten::miopen_rnn",
+    "aten::miopen_rnn_backward",
+    "aten::_thnn_fused_lstm_cell",
+    "aten::_thnn_fused_lstm_cell_backward_impl",
+    "aten::_thnn_fused_gru_cell",
+    "aten::_thnn_fused_gru_cell_backward",
+    "aten::lstm_cell",
+    "aten::gru_cell",
+)
 DATA_DEPENDENT_OPS = (
     "aten::nonzero",
     "aten::nonzero_numpy",
@@ -770,6 +790,7 @@ def build_host(
         return covered(s, e, mid - 1e-3, mid) > 0
 
     in_dd = inside(DATA_DEPENDENT_OPS)
+    h["in_rnn"] = inside(RNN_OPS)
     in_scalar = inside(SCALAR_OPS)
     ext = h["external_id"].astype("float64").to_numpy()
     # direction of copies launched under the same external id (the op that copied, then synced)

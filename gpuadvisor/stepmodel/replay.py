@@ -90,6 +90,7 @@ class Program:
     min_period_us: float = 0.0
     # the model's forward/backward on the host (StepModel.model_spans); None when the trace cannot tell
     ev_in_model: Any = None  # bool: the event runs inside the model's forward or backward
+    ev_in_rnn: Any = None  # bool: inside an RNN/LSTM/GRU op (build.RNN_OPS), which torch.compile leaves eager
     gap_model: Any = None  # float64 us of gap_other inside the model's forward or backward
     # host work per block that a transform adds in plain-run microseconds (the cost of a mechanism the
     # remedy brings, measured without the profiler): `host_scale` does not apply to it
@@ -224,6 +225,7 @@ def build_program(model: StepModel) -> Program:
         launch_lag_us=facts.launch_lag_us,
         queue_depth=facts.queue_depth,
         ev_in_model=gaps["in_model"],
+        ev_in_rnn=h["in_rnn"].to_numpy(dtype=bool) if nh and "in_rnn" in h else np.zeros(nh, dtype=bool),
         gap_model=gaps["model"],
         ev_step=steps_of,
     )

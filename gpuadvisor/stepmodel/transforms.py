@@ -461,6 +461,17 @@ def larger_batch(model: StepModel, program: Program, m: float, c: Constants | No
     return program
 
 
+def _rnn_events(program: Program) -> Any:
+    """Per event: inside an nn.LSTM/GRU/RNN op (build.RNN_OPS); all False for programs without it."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    rnn = program.ev_in_rnn
+    if rnn is None or len(rnn) != program.n_events:
+        return np.zeros(program.n_events, dtype=bool)
+    return rnn
+
+
 def _forward_backward_events(program: Program) -> Any:
     return ~program.ev_in_optimizer & ~program.ev_in_data
 
@@ -527,6 +538,15 @@ def cuda_graphs(
         )
         return program
     base = _forward_backward_events(program) & (program.ev_kind != EV_SYNC)
+    rnn = _rnn_events(program)
+    if rnn.any():
+        # Dynamo breaks the graph at nn.LSTM/GRU/RNN: their calls stay eager, launched one by one
+        base &= ~rnn
+        launches_rnn = int(np.count_nonzero(rnn & (program.ev_kind == EV_LAUNCH)))
+        program.notes.append(
+            f"{launches_rnn / max(1, program.steps):g} launch calls per step (kernels, copies, memsets) inside "
+            "nn.LSTM/GRU/RNN stay as they are: torch.compile breaks the graph at those modules and runs them eagerly"
+        )
     graph_launches = (program.ev_kind == EV_LAUNCH) & (program.ev_ops_count > 1)
     if graph_launches.any():
         # Already graphed (torch.compile's reduce-overhead, CUDA graphs): the Python between graph
@@ -537,13 +557,13 @@ def cuda_graphs(
         sel = base & program.ev_in_model
         shrink = np.where(sel, program.gap_model, 0.0) * (1.0 - c.graph_host_fraction)
         if not graph_launches.any():
-            shrink = program.gap_model * (1.0 - c.graph_host_fraction)
+            shrink = np.where(rnn, 0.0, program.gap_model) * (1.0 - c.graph_host_fraction)
         program.gap_other = program.gap_other - shrink
         program.gap_model = program.gap_model - shrink
     else:
         sel = base
         program.gap_other = np.where(sel, program.gap_other * c.graph_host_fraction, program.gap_other)
-        if not graph_launches.any():
+        if not graph_launches.any() and not rnn.any():
             program.tail_other = program.tail_other * c.graph_host_fraction
     launches = sel & (program.ev_kind == EV_LAUNCH)
     if not graph_launches.any():
@@ -592,8 +612,13 @@ def fuse_elementwise(model: StepModel, program: Program, c: Constants | None = N
     # single-op launches only (graph launches are already one call)
     single = program.ev_ops_count[np.clip(ev_of, 0, None)] == 1 if program.n_events else fusable
     fusable &= single
-    # events a chain cannot run across: waits, and (model region known) host work outside the model
-    breaks = program.ev_kind == EV_SYNC
+    # an nn.LSTM/GRU/RNN runs eagerly under torch.compile (a graph break): nothing in it fuses
+    rnn = _rnn_events(program)
+    if program.n_events:
+        fusable &= ~rnn[np.clip(ev_of, 0, None)]
+    # events a chain cannot run across: waits, RNN modules, and (model region known) host work outside
+    # the model
+    breaks = (program.ev_kind == EV_SYNC) | rnn
     if known:
         breaks = breaks | ~program.ev_in_model | (program.gap_other - program.gap_model > 1.0)
     breaks_before = np.r_[0, np.cumsum(breaks.astype(np.int64))]  # breaks among events [0, i)
