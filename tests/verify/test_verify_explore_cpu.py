@@ -249,19 +249,25 @@ def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argum
     assert f"; also a larger batch: {batch['label']}" in str(explore_note(doc))  # the report's note
 
 
+def _explore_batch_lever(tmp_path: Path, script: Path) -> dict[str, Any]:
+    """Profile `script`, give the run a small-batch finding (x8), explore its --batch-size lever alone."""
+    run = profile(tmp_path / "run", script, "--steps", "400")
+    ga401 = {"rule": "GA401", "title": "Small batch", "impact": 0.8, "remedy": "larger_batch",
+             "evidence": {"recommended_batch_multiplier": 8}}  # fmt: skip
+    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": [ga401]}))
+    r = gpuadvisor("verify", str(run), "--explore", *SHORT, "--only", "script_batch_size")
+    assert r.returncode == 0, r.stderr
+    doc: dict[str, Any] = json.loads((run / "verify.json").read_text())
+    return doc
+
+
 @pytest.mark.slow  # profiles a script and runs about 12 trial processes (about 60 s on 2 cores)
 def test_a_sequence_first_batch_is_counted_along_its_batch_axis(tmp_path: Path) -> None:
     """PyTorch's word-language-model LSTM takes (seq, batch, ...): counting the first axis counted time
     steps, so 8x the batch (same samples a step, longer steps) measured "slower" on an H200."""
     from verify_helpers import SCRIPTS
 
-    run = profile(tmp_path / "run", SCRIPTS / "seq_first_batch.py", "--steps", "400")
-    ga401 = {"rule": "GA401", "title": "Small batch", "impact": 0.8, "remedy": "larger_batch",
-             "evidence": {"recommended_batch_multiplier": 8}}  # fmt: skip
-    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": [ga401]}))
-    r = gpuadvisor("verify", str(run), "--explore", *SHORT, "--only", "script_batch_size")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads((run / "verify.json").read_text())
+    doc = _explore_batch_lever(tmp_path, SCRIPTS / "seq_first_batch.py")
     lever = {t["lever"]: t for t in doc["trials"]}["script_batch_size"]
     assert lever["status"] == "ok", lever
     # the trials recorded the model input's shape: (12, 4, 8) at the baseline, (12, 32, 8) at x8
@@ -278,13 +284,7 @@ def test_a_batch_counted_from_time_steps_keeps_one_value_per_lever(tmp_path: Pat
     the batch instead: two batch sizes in one lever's trials, no shape to compare, a wrong 'slower'."""
     from verify_helpers import SCRIPTS
 
-    run = profile(tmp_path / "run", SCRIPTS / "seq_first_no_default.py", "--steps", "400")
-    ga401 = {"rule": "GA401", "title": "Small batch", "impact": 0.8, "remedy": "larger_batch",
-             "evidence": {"recommended_batch_multiplier": 8}}  # fmt: skip
-    (run / "findings.json").write_text(json.dumps({"schema_version": 1, "findings": [ga401]}))
-    r = gpuadvisor("verify", str(run), "--explore", *SHORT, "--only", "script_batch_size")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads((run / "verify.json").read_text())
+    doc = _explore_batch_lever(tmp_path, SCRIPTS / "seq_first_no_default.py")
     trials = {t["lever"]: t for t in doc["trials"]}
     lever = trials["script_batch_size"]
     # both trials ran --batch-size 96 (the 12 time steps x 8): one shape, compared along axis 1
