@@ -190,7 +190,7 @@ class LaunchBound(Rule):
             )
             + cm.note_uncorrected(pred)
         )
-        rnn_note = next((n for n in pred.notes if "nn.LSTM/GRU/RNN" in n), None)
+        rnn_note = next((n for n in pred.notes if n.endswith(tf.RNN_EAGER_NOTE)), None)
         if rnn_note:
             message += f" Left out of the prediction: {rnn_note}."
         if dd_per_step:

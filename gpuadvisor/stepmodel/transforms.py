@@ -461,6 +461,10 @@ def larger_batch(model: StepModel, program: Program, m: float, c: Constants | No
     return program
 
 
+# The note of a compile/CUDA-graph replay that left the calls inside RNN modules eager (GA501 tells it)
+RNN_EAGER_NOTE = "inside nn.LSTM/GRU/RNN stay as they are: torch.compile breaks the graph at those modules and runs them eagerly"
+
+
 def _rnn_events(program: Program) -> Any:
     """Per event: inside an nn.LSTM/GRU/RNN op (build.RNN_OPS); all False for programs without it."""
     # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
@@ -544,8 +548,7 @@ def cuda_graphs(
         base &= ~rnn
         launches_rnn = int(np.count_nonzero(rnn & (program.ev_kind == EV_LAUNCH)))
         program.notes.append(
-            f"{launches_rnn / max(1, program.steps):g} launch calls per step (kernels, copies, memsets) inside "
-            "nn.LSTM/GRU/RNN stay as they are: torch.compile breaks the graph at those modules and runs them eagerly"
+            f"{launches_rnn / max(1, program.steps):g} launch calls per step (kernels, copies, memsets) {RNN_EAGER_NOTE}"
         )
     graph_launches = (program.ev_kind == EV_LAUNCH) & (program.ev_ops_count > 1)
     if graph_launches.any():
