@@ -557,8 +557,10 @@ STRAGGLER_MIN_LATE_FRACTION = 0.05  # late by at least this share of the median 
 # host overhead and timing noise of a healthy job. On 2x H200, with the analyzed steps ending at their
 # step boundary (the profiler's stop and the GPU backlog it drains are in no step): planted straggler
 # 0.91 of the step, the fixed run 0.52, which plain runs without a straggler (7.8 ms a step, GPU-bound;
-# docs/multi-gpu.md). Before, the last step carried the stop and the bound read 0.88-0.90 and 0.06-0.34.
-STRAGGLER_MIN_UNEXPLAINED = 2 / 3
+# docs/multi-gpu.md); on the CPU, gloo ranks with a real 30 ms straggler in a ~46 ms step, 0.65
+# (tests/capture/test_distributed.py). Before, the last step carried the stop and the bound read
+# 0.88-0.90 and 0.06-0.34.
+STRAGGLER_MIN_UNEXPLAINED = 0.6
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     fixed = [f for f in _result("ddp_straggler-fixed").findings if f.rule == "GA1002"]
     assert len(fixed) == 1 and fixed[0].severity.value == "info" and fixed[0].impact is None
     ev = fixed[0].evidence
-    assert ev["max_late_ms_per_step_outside_window"] < (2 / 3) * ev["unprofiled_step_ms"]
+    assert ev["max_late_ms_per_step_outside_window"] < 0.6 * ev["unprofiled_step_ms"]
 
 
 # The recordings whose batches change shape from step to step: varlen_memory pads each batch to its
