@@ -233,7 +233,7 @@ def timm(out: Path, src: Path, only: set[str]) -> None:
         run = out / "timm_j4"
         if run.exists():
             shutil.rmtree(run)
-        gp = [PY, "-m", "gpuadvisor", "profile", "-q", "-o", str(run)]
+        gp = [PY, "-m", "gpuadvisor", "profile", "-q", "--no-analyze", "-o", str(run)]
         repo = str(Path(__file__).resolve().parents[1])
         sh(
             [*gp, *base, "-j", "4"],
