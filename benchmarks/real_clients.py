@@ -60,7 +60,7 @@ def profile(run: Path, target: list[str], cwd: Path, timeout: float, extra: tupl
         ),
     )
     return sh(
-        [PY, "-m", "gpuadvisor", "profile", "-q", "-o", str(run), *extra, *target],
+        [PY, "-m", "gpuadvisor", "profile", "-q", "--no-analyze", "-o", str(run), *extra, *target],
         cwd,
         run.with_suffix(".log"),
         timeout,
