@@ -46,6 +46,27 @@ def class_time_us(ctx: RuleContext, classes: tuple[str, ...], dtypes: tuple[str,
     return float(t.loc[sel, "dur"].sum()) / steps
 
 
+def step_us(ctx: RuleContext) -> float:
+    """The step a busy-time share is taken of: the replayed step (the one every impact is a share of:
+    steady state, the profiler's host cost removed), else the window's median step (no replay).
+
+    Not the trace's CPU-to-CPU step: a GPU-bound run whose host ran ahead of the device shows CPU steps
+    shorter than the GPU work each launched (kernel time per step over that step read 169% in one such
+    trace, issue 41)."""
+    model = ctx.model
+    replayed = model.baseline_step_ms * 1000.0 if model.program.steps else 0.0
+    return replayed if replayed > 0 else model.window.median_step_us
+
+
+def step_share(ctx: RuleContext, us_per_step: float) -> float:
+    """Kernel time per analyzed step as a share of the step (`step_us`), at most 1: kernels of several
+    streams can overlap, and one step cannot hold more than all of itself."""
+    step = step_us(ctx)
+    if step <= 0 or us_per_step <= 0:
+        return 0.0
+    return us_per_step / max(step, us_per_step)
+
+
 def mask_time_us(ctx: RuleContext, mask: Any) -> float:
     t = ctx.model.kernel_table
     if len(t) == 0:

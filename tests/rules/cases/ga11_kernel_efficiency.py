@@ -375,7 +375,7 @@ def aligned_gemm_mlp() -> SyntheticTrace:
     return _mlp(odd=False)
 
 
-def _lm_loss(vocab: int, hand_written: bool = True) -> SyntheticTrace:
+def _lm_loss(vocab: int, hand_written: bool = True, scale_gradient: bool = False) -> SyntheticTrace:
     """bf16 GEMMs (10 ms) then the loss over [8192, vocab] logits upcast to FP32 (times of a 128k vocab
     on an H100: each FP32 pass over 1e9 values takes milliseconds): a log-sum-exp written by hand
     (amax, subtract, exp, sum, subtract, gather, and their backward), or PyTorch's cross-entropy
@@ -431,6 +431,8 @@ def _lm_loss(vocab: int, hand_written: bool = True) -> SyntheticTrace:
                 [logits, logits, [], []],
             ),
         ]
+    if scale_gradient:
+        ks.append((K_ELEMENTWISE, 3000.0 * scale, "aten::mul", ["float", "Scalar"], [logits, []]))
     ks.append((K_COPY, 2000.0 * scale, "aten::_to_copy", ["float"], [logits]))
     return _gpu_bound(ks)
 
@@ -468,6 +470,37 @@ def pytorch_cross_entropy_loss() -> SyntheticTrace:
     return _lm_loss(128256, hand_written=False)
 
 
+def squared_error_over_a_wide_head() -> SyntheticTrace:
+    """Synthetic: a regression whose head makes [4096, 65536] outputs in bf16 and whose squared error is
+    written by hand in FP32 (upcast, subtract, square, mean, and the backward's multiply and subtract):
+    a row-wise loss over a wide output, but no log-softmax over a class axis (issue 41: GA1105 called it
+    a 65536-word vocabulary and priced a fused cross-entropy)."""
+    out = [4096, 65536]
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
+        (K_NVJET_BF16, 1000.0, "aten::mm", [BF16, BF16], [[4096, 4096], [4096, 4096]]) for _ in range(6)
+    ]
+    ks.append((K_NVJET_BF16, 1200.0, "aten::mm", [BF16, BF16], [[4096, 1024], [1024, 65536]]))
+    ks += [
+        (K_COPY, 700.0, "aten::_to_copy", [BF16], [out]),
+        (K_COPY, 700.0, "aten::_to_copy", [BF16], [out]),
+        (K_ELEMENTWISE, 900.0, "aten::sub", ["float", "float"], [out, out]),
+        (K_ELEMENTWISE, 900.0, "aten::pow", ["float", "Scalar"], [out, []]),
+        (K_REDUCE_MEAN, 600.0, "aten::mean", ["float"], [out]),
+        (K_ELEMENTWISE, 900.0, "aten::mul", ["float", "float"], [out, out]),
+        (K_ELEMENTWISE, 900.0, "aten::mul", ["float", "Scalar"], [out, []]),
+        (K_COPY, 700.0, "aten::_to_copy", ["float"], [out]),
+    ]
+    return _gpu_bound(ks)
+
+
+def autocast_cross_entropy_with_a_scale() -> SyntheticTrace:
+    """Synthetic: PyTorch's cross-entropy under autocast (float32 log_softmax and nll_loss) over a 32k
+    vocabulary, with one more op over the FP32 logits' gradient (a scale, as gradient accumulation or a
+    loss weight puts there): the standard path, no log-softmax by hand (issue 41: a tuned GPT control got
+    "GA1105 medium 8%", never measured)."""
+    return _lm_loss(32768, hand_written=False, scale_gradient=True)
+
+
 CASES += [
     RuleCase(
         "GA1104-fires-on-odd-gemm-shapes",
@@ -493,6 +526,18 @@ CASES += [
         ),
     ),
     RuleCase("GA1105-quiet-on-a-small-vocabulary", "GA1105", small_vocab_loss, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1105-quiet-on-a-squared-error-over-a-wide-head",
+        "GA1105",
+        squared_error_over_a_wide_head,
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA1105-quiet-on-autocast-cross-entropy-with-a-scaled-gradient",
+        "GA1105",
+        autocast_cross_entropy_with_a_scale,
+        expect=Expect(fires=False),
+    ),
     RuleCase(
         "GA1105-quiet-on-pytorch-cross-entropy-in-fp32",
         "GA1105",
