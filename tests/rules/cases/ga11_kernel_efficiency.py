@@ -376,6 +376,12 @@ def aligned_gemm_mlp() -> SyntheticTrace:
 
 
 def _lm_loss(vocab: int, hand_written: bool = True, scale_gradient: bool = False) -> SyntheticTrace:
+    return _gpu_bound(_lm_loss_kernels(vocab, hand_written, scale_gradient))
+
+
+def _lm_loss_kernels(
+    vocab: int, hand_written: bool = True, scale_gradient: bool = False
+) -> list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]]:
     """bf16 GEMMs (10 ms) then the loss over [8192, vocab] logits upcast to FP32 (times of a 128k vocab
     on an H100: each FP32 pass over 1e9 values takes milliseconds): a log-sum-exp written by hand
     (amax, subtract, exp, sum, subtract, gather, and their backward), or PyTorch's cross-entropy
@@ -434,7 +440,7 @@ def _lm_loss(vocab: int, hand_written: bool = True, scale_gradient: bool = False
     if scale_gradient:
         ks.append((K_ELEMENTWISE, 3000.0 * scale, "aten::mul", ["float", "Scalar"], [logits, []]))
     ks.append((K_COPY, 2000.0 * scale, "aten::_to_copy", ["float"], [logits]))
-    return _gpu_bound(ks)
+    return ks
 
 
 def fp32_vocab_loss() -> SyntheticTrace:
@@ -468,6 +474,28 @@ def fp32_vocab_loss_in_chains() -> SyntheticTrace:
 
 def pytorch_cross_entropy_loss() -> SyntheticTrace:
     return _lm_loss(128256, hand_written=False)
+
+
+def fp32_vocab_loss_host_ahead() -> SyntheticTrace:
+    """Synthetic: the hand-written FP32 loss of `fp32_vocab_loss` in a GPU-bound run whose host runs ahead
+    of the device: each 4 ms CPU step launches ~31 ms of kernels and nothing waits (no read, no sync),
+    so the kernels of the analyzed steps run long after their CPU steps end, and the loss's kernel time
+    per step is several CPU steps (issue 41: "FP32 loss ... (169% of the step)")."""
+    st = SyntheticTrace()
+    gpu_t = 20.0
+    for n in range(4):
+        cpu0 = n * 4000.0
+        launch = cpu0 + 10.0
+        for name, dur, op, types, dims in _lm_loss_kernels(128256):
+            st.add_kernel(
+                name, ts=gpu_t, dur=dur, grid=(264, 1, 1), op=op, op_input_types=list(types),
+                op_input_dims=dims, launch_ts=launch, launch_dur=3.0,
+            )
+            launch += 150.0
+            gpu_t += dur + 2.0
+        st.add_step(n + 1, cpu_start=cpu0, cpu_dur=4000.0, gpu_dur=4000.0)
+        st.add_optimizer_step(launch + 10.0, 5.0)
+    return st
 
 
 def squared_error_over_a_wide_head() -> SyntheticTrace:
@@ -526,6 +554,12 @@ CASES += [
         ),
     ),
     RuleCase("GA1105-quiet-on-a-small-vocabulary", "GA1105", small_vocab_loss, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1105-says-no-share-over-the-whole-step-when-the-host-runs-ahead",
+        "GA1105",
+        fp32_vocab_loss_host_ahead,
+        expect=Expect(fires=True, min_severity="medium"),
+    ),
     RuleCase(
         "GA1105-quiet-on-a-squared-error-over-a-wide-head",
         "GA1105",
