@@ -27,9 +27,11 @@ cases: the machinery works with an empty table.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.stepmodel.busy import BUSY, BusyConstants, _parse, _peak, _shapes
@@ -172,8 +174,6 @@ class NhwcTable:
 @lru_cache(maxsize=1)
 def load_nhwc_table() -> NhwcTable:
     """The table shipped in the package (read once); an empty table when it is not there yet."""
-    from importlib import resources
-
     try:
         text = resources.files("gpuadvisor").joinpath("data").joinpath(TABLE_RESOURCE).read_text(encoding="utf-8")
     except (FileNotFoundError, OSError):
@@ -281,8 +281,6 @@ def layout_transposes(model: StepModel) -> Any:
     """Per kernel-table row: cuDNN's NCHW<->NHWC layout transposes around its NHWC kernels (launched by a
     convolution op, or named nchwToNhwc/nhwcToNchw): what channels_last removes."""
     # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
-    import re
-
     import numpy as np
 
     t = model.kernel_table

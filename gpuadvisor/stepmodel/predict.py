@@ -18,6 +18,7 @@ from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
 from gpuadvisor.stepmodel.model import Prediction
+from gpuadvisor.stepmodel.recompute import drop_recompute
 from gpuadvisor.words import change
 
 if TYPE_CHECKING:
@@ -135,6 +136,11 @@ def _fix_kernel_grid(model: StepModel, program: Program, p: dict[str, Any]) -> P
     return t.fix_grids(model, program, set(p.get("kernels", ())))
 
 
+@transform(RemedyId.DROP_ACTIVATION_CHECKPOINTING)
+def _drop_activation_checkpointing(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return drop_recompute(model, program, float(p.get("fraction", 1.0)))
+
+
 @transform(RemedyId.BF16_AUTOCAST)
 def _bf16_autocast(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.lower_precision(model, program, "bf16")
@@ -145,7 +151,7 @@ def _tf32(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.lower_precision(model, program, "tf32")
 
 
-@transform(RemedyId.EXPANDABLE_SEGMENTS)
+@transform(RemedyId.EXPANDABLE_SEGMENTS, RemedyId.REMOVE_EMPTY_CACHE)
 def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.no_allocator_calls(model, program)
 

@@ -105,6 +105,9 @@ class Program:
     gap_fixed: Any = None
     # per event: the index of its step within the block (0..steps-1), -1 outside. None: unknown.
     ev_step: Any = None
+    # per event: the host call's start (trace microseconds): where a transform finds the trace's spans
+    # (recompute regions). None: unknown.
+    ev_ts: Any = None
     # the remedies already applied to this copy, in order (a later transform may depend on an earlier
     # one: bf16 after SDPA runs the flash kernel, not the hand-written attention)
     applied: list[str] = field(default_factory=list)
@@ -228,6 +231,7 @@ def build_program(model: StepModel) -> Program:
         ev_in_rnn=h["in_rnn"].to_numpy(dtype=bool) if nh and "in_rnn" in h else np.zeros(nh, dtype=bool),
         gap_model=gaps["model"],
         ev_step=steps_of,
+        ev_ts=cols["ts"],
     )
 
 
