@@ -89,6 +89,11 @@ class HandWrittenAttention(Rule):
         pred = ctx.predict(RemedyId.SDPA)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, pattern_us - sum(p.predicted_per_step_us or 0.0 for p in patterns), "Hand-written attention", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         top = patterns[0]
         fused_us = sum(p.predicted_per_step_us or 0.0 for p in patterns)

@@ -88,9 +88,15 @@ class NchwLayoutTransposes(Rule):
             return
         pred = ctx.predict(RemedyId.CHANNELS_LAST)
         impact = pred.recovered_fraction
-        if impact < ctx.threshold("min_impact"):
-            return
         plan = channels_last_plan(model)
+        if impact < ctx.threshold("min_impact"):
+            saving = sum(f.time_per_step_us - f.predicted_per_step_us for f in plan.families)
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, saving, "NCHW convolutions with layout transposes", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
+            return
         saving_us = max(0.0, (pred.baseline_step_ms - pred.predicted_step_ms) * 1000.0)
         unproven = plan.unproven(saving_us)
         fp32_conv_us = kb.class_time_us(ctx, kb.CONV_CLASSES, ("tf32", "fp32"))

@@ -68,6 +68,11 @@ class MisalignedGemmShapes(Rule):
         pred = ctx.predict(RemedyId.PAD_GEMM_SHAPES)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, odd.time_per_step_us - odd.predicted_per_step_us, "Misaligned matmul shapes", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         shapes = "; ".join(
             f"M={s['m']} K={s['k']} N={s['n']}"

@@ -81,6 +81,11 @@ class Fp32VocabLoss(Rule):
         pred = ctx.predict(RemedyId.FUSED_CROSS_ENTROPY)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, v.time_per_step_us - v.predicted_per_step_us, "FP32 loss over a large vocabulary", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         ops = ", ".join(f"{op} {cm.ms(us)}" for op, us in list(v.ops.items())[:6])
         message = (

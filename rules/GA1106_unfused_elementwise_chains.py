@@ -88,6 +88,11 @@ class UnfusedElementwiseChains(Rule):
         pred = ctx.predict(RemedyId.TORCH_COMPILE, mode="default")
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, chains.time_per_step_us - chains.predicted_per_step_us, "Unfused elementwise chains", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         ops = ", ".join(f"{op} {cm.ms(us)}" for op, us in list(chains.ops.items())[:6])
         message = (

@@ -355,6 +355,10 @@ def _gpu_bound(
 
 
 def _mlp(odd: bool) -> SyntheticTrace:
+    return _gpu_bound(_mlp_kernels(odd))
+
+
+def _mlp_kernels(odd: bool) -> list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]]:
     # aligned: [8192, 1024] x [1024, 4096] in ~100 us (~690 TFLOP/s); odd: K = 1001, N = 4097 through an
     # align2 tile in 400 us
     ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = []
@@ -364,11 +368,32 @@ def _mlp(odd: bool) -> SyntheticTrace:
             ks.append((K_GEMM_ALIGN2, 400.0, "aten::mm", [BF16, BF16], [[8192, 1001], [1001, 4097]]))
         else:
             ks.append((K_NVJET_BF16, 100.0, "aten::mm", [BF16, BF16], [[8192, 1024], [1024, 4096]]))
-    return _gpu_bound(ks)
+    return ks
 
 
 def odd_gemm_mlp() -> SyntheticTrace:
     return _mlp(odd=True)
+
+
+def odd_gemm_mlp_host_paced() -> SyntheticTrace:
+    """Synthetic: the misaligned GEMMs of `odd_gemm_mlp` (2.4 ms of their 3 ms of GPU work per step) in a
+    raw trace whose host, the profiler's cost included, launches them 700 us apart: the host sets the
+    pace (8.4 ms per step), and a raw trace cannot say how much of that is the profiler's."""
+    st = SyntheticTrace()
+    ks = [k for k in _mlp_kernels(odd=True)]
+    period = len(ks) * 700.0 + 300.0
+    for n in range(4):
+        t0 = n * period
+        launch = t0 + 5.0
+        for name, dur, op, types, dims in ks:
+            st.add_kernel(
+                name, ts=launch + 8.0, dur=dur, grid=(264, 1, 1), op=op, op_input_types=list(types),
+                op_input_dims=dims, launch_ts=launch, launch_dur=3.0,
+            )
+            launch += 700.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=period, gpu_dur=period)
+        st.add_optimizer_step(launch + 10.0, 5.0)
+    return st
 
 
 def aligned_gemm_mlp() -> SyntheticTrace:
@@ -542,6 +567,17 @@ CASES += [
         ),
     ),
     RuleCase("GA1104-quiet-on-aligned-gemms", "GA1104", aligned_gemm_mlp, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1104-says-what-a-host-paced-raw-trace-cannot-price",
+        "GA1104",
+        odd_gemm_mlp_host_paced,
+        expect=Expect(
+            fires=True,
+            severity="info",
+            title_contains=("not priced on this raw trace",),
+            recommendation_contains=("--step-time-ms",),
+        ),
+    ),
     RuleCase(
         "GA1105-fires-on-an-fp32-128k-vocab-loss",
         "GA1105",
