@@ -14,7 +14,8 @@ it writes RUNS/<workload>-<variant>/README.md from the run's environment.json an
 driver, CUDA/cuDNN, torch/Python, time, the exact command, the planted problems and fixes, the
 workload's docstring, and the measured samples/s when `--measurements` names measure.py JSONL files).
 
-`--planted-only` records the planted variant alone. RUNS is OUT/runs, or with `--tar` a temporary folder packed at the end into OUT/record[-sIofN].tar.gz
+`--planted-only` records the planted variant alone. RUNS is OUT/runs, or with `--tar` a temporary folder
+packed at the end into OUT/record[-sIofN].tar.gz
 (and -part2, -part3... when one archive would pass `--tar-max-mb`, default 15: machines that return
 few files of bounded size). Progress and failed runs' output go to stderr and OUT/record[-sIofN].log.
 `--readmes-only` records nothing: it rewrites the README.md of the run directories already in

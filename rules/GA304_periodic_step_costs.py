@@ -7,8 +7,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import periodic as pc
-from gpuadvisor.stepmodel.saves import async_save_price
-from gpuadvisor.stepmodel.transforms import pinned_gbps
+from gpuadvisor.stepmodel.saves import background_save, kept_per_step_ms
 from gpuadvisor.words import change
 
 # cause -> (remedy id or None, what to change)
@@ -155,9 +154,7 @@ class PeriodicStepCosts(Rule):
                 )
                 continue
             removal = ctx.model.predict_without(cost, remedy.value)
-            price = None
-            if cost.cause == pc.CHECKPOINT and cost.period_steps:
-                price = async_save_price(cost, timing.typical_step_ms, *pinned_gbps(ctx.model))
+            price = background_save(ctx.model, cost) if cost.period_steps else None
             if price is None:
                 pred = removal
                 message += (
@@ -171,7 +168,9 @@ class PeriodicStepCosts(Rule):
                 )
                 rec = fix + f" Removing it entirely gains {cm.pct(pred.recovered_fraction)} of the run."
             else:
-                pred = ctx.model.predict_without(cost, remedy.value, kept_per_step_ms=price.kept_ms / cost.period_steps)
+                pred = ctx.model.predict_without(
+                    cost, remedy.value, kept_per_step_ms=kept_per_step_ms(ctx.model, cost)
+                )
                 what_bytes = "its GPU tensors" if price.bytes_basis == "gpu_tensors" else "the saved file's size"
                 message += (
                     f" Saved in the background, the copy to pinned memory stays on the step: {price.bytes_copied / 1e9:.2f} GB "

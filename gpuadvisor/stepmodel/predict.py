@@ -19,6 +19,7 @@ from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
 from gpuadvisor.stepmodel.model import Prediction
 from gpuadvisor.stepmodel.recompute import drop_recompute
+from gpuadvisor.stepmodel.saves import kept_per_step_ms
 from gpuadvisor.words import change
 
 if TYPE_CHECKING:
@@ -238,6 +239,9 @@ def _with_timed_costs(
     )
     base = timing.mean_step_ms
     new = base - timing.typical_step_ms * (1.0 - ratio * m) - sum(c.per_step_ms * c.removable_fraction for c in costs)
+    # a save in the background keeps its copy to pinned memory (and a wait for a long write) on the loop
+    new += sum(kept_per_step_ms(model, c) for r, _ in timed if r is RemedyId.ASYNC_CHECKPOINT
+               if (c := timing.cost(TIMED_STEP_COSTS[r])) is not None)
     new = max(new, 1e-9)
     per_sample = new / base / m if base > 0 else 1.0
     notes = [f"{r.value}: no such cost was timed in this run" for r, _ in timed if timing.cost(TIMED_STEP_COSTS[r]) is None]

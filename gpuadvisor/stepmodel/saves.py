@@ -23,10 +23,15 @@ loop while it runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpuadvisor.stepmodel.periodic import PeriodicCost
+from gpuadvisor.stepmodel.periodic import CHECKPOINT, PeriodicCost
+from gpuadvisor.stepmodel.transforms import pinned_gbps
 
-__all__ = ["AsyncSavePrice", "async_save_price"]
+if TYPE_CHECKING:
+    from gpuadvisor.stepmodel.model import StepModel
+
+__all__ = ["AsyncSavePrice", "async_save_price", "background_save"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +95,20 @@ def async_save_price(
         window_ms=window,
         wait_ms=max(0.0, write - window),
     )
+
+
+def background_save(model: StepModel, cost: PeriodicCost) -> AsyncSavePrice | None:
+    """The background save's price of a checkpoint cost of `model`'s timed run (the pinned copy rate
+    measured on the trace, else by the PCIe link); None for another cost or without what it needs."""
+    timing = model.run_timing
+    if cost.cause != CHECKPOINT or timing is None:
+        return None
+    return async_save_price(cost, timing.typical_step_ms, *pinned_gbps(model))
+
+
+def kept_per_step_ms(model: StepModel, cost: PeriodicCost) -> float:
+    """What a background save still costs the loop per step (0 when it cannot be priced: removal)."""
+    price = background_save(model, cost)
+    if price is None or not cost.period_steps:
+        return 0.0
+    return price.kept_ms / cost.period_steps
