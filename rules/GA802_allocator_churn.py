@@ -11,6 +11,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 _ALLOC_RE = re.compile(
     r"^(cudaMalloc|cudaFree|cudaMallocAsync|cudaFreeAsync|cuMemAlloc|cuMemFree|cudaHostAlloc|"
@@ -38,17 +39,8 @@ def _outside_ops(ctx: RuleContext, frees: Any) -> float:
         o_end = ops["end"].to_numpy(dtype=np.float64)
         o_tid = ops["tid"].astype("float64").to_numpy()
         for t in np.unique(tid).tolist():
-            on = o_tid == t
-            if not on.any():
-                continue
-            order = np.argsort(o_ts[on])
-            s0, s1 = o_ts[on][order], np.maximum.accumulate(o_end[on][order])
-            mine = tid == t
-            k = np.searchsorted(s0, ts[mine], side="right") - 1
-            hit = k >= 0
-            res = np.zeros(int(mine.sum()), dtype=bool)
-            res[hit] = ts[mine][hit] < s1[k[hit]]
-            inside[mine] = res
+            mine, on = tid == t, o_tid == t
+            inside[mine] = sb.within(o_ts[on], o_end[on], ts[mine])
     total = float(dur.sum())
     return float(dur[~inside].sum()) / total if total > 0 else float((~inside).mean())
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.stepmodel.build import covered
+from gpuadvisor.stepmodel.build import covered, union_intervals, within
 from gpuadvisor.stepmodel.busy import _parse, _prod, _shapes
 from gpuadvisor.stepmodel.kernels import element_bytes
 from gpuadvisor.stepmodel.replay import EV_LAUNCH
@@ -51,8 +51,9 @@ class Recompute:
     ops: dict[str, float] = field(default_factory=dict)  # recomputed op -> its kernel time per step (us)
 
     def covered(self, a: Any, b: Any) -> Any:
-        """Per interval [a, b): the time inside the regions."""
-        return covered(self.starts, self.ends, a, b)
+        """Per interval [a, b): the time inside the regions (regions of different threads may overlap:
+        their union)."""
+        return covered(*union_intervals(self.starts, self.ends), a, b)
 
 
 def recomputed(model: StepModel) -> Recompute | None:
@@ -85,14 +86,8 @@ def _find(model: StepModel) -> Recompute | None:
     inside_engine = np.zeros(len(ops), dtype=bool)
     for t in np.unique(tid[engine]).tolist():
         on = tid == t
-        e = engine & on
-        order = np.argsort(ts[e])
-        s0, s1 = ts[e][order], end[e][order]
         # engine spans nest (a reentrant checkpoint runs a backward inside one): their union
-        s1 = np.maximum.accumulate(s1)
-        k = np.searchsorted(s0, ts, side="right") - 1
-        ok = on & (k >= 0)
-        inside_engine[ok] = ts[ok] < s1[np.clip(k[ok], 0, len(s1) - 1)]
+        inside_engine[on] = within(ts[engine & on], end[engine & on], ts[on])
     forward_op = has_seq & aten & ~engine
     candidates = forward_op & inside_engine & in_window
     if not candidates.any():
@@ -156,13 +151,7 @@ def _kernels_inside(model: StepModel, starts: Any, ends: Any) -> Any:
     if len(k) == 0:
         return np.zeros(0, dtype=bool)
     launch = k["launch_ts"].to_numpy(dtype=np.float64)
-    order = np.argsort(starts)
-    s0, s1 = starts[order], np.maximum.accumulate(ends[order])
-    j = np.searchsorted(s0, launch, side="right") - 1
-    ok = (j >= 0) & np.isfinite(launch)
-    out = np.zeros(len(k), dtype=bool)
-    out[ok] = launch[ok] < s1[np.clip(j[ok], 0, len(s1) - 1)]
-    return out
+    return within(starts, ends, launch) & np.isfinite(launch)
 
 
 def drop_recompute(model: StepModel, program: Program, fraction: float = 1.0) -> Program:
