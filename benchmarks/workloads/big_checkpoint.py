@@ -45,23 +45,25 @@ def main() -> None:
     checkpointer = AsyncCheckpointer() if "async_checkpoint" in fixes else None
 
     bench = StepBench("big_checkpoint", variant_name(args), device, batch, args.steps)
-    for step in range(args.steps):
-        x = xs[step % n_batches]
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            loss = F.mse_loss(model(x), x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if (step + 1) % SAVE_EVERY == 0:
-            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1}
-            if checkpointer is None:
-                torch.save(state, path)
-            else:
-                checkpointer.save(state, path)
-        bench.step()
-    if checkpointer is not None:
-        checkpointer.close()
-    bench.finish()
+    try:
+        for step in range(args.steps):
+            x = xs[step % n_batches]
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+                loss = F.mse_loss(model(x), x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if (step + 1) % SAVE_EVERY == 0:
+                state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1}
+                if checkpointer is None:
+                    torch.save(state, path)
+                else:
+                    checkpointer.save(state, path)
+            bench.step()
+        bench.finish()
+    finally:  # a harness may stop the loop after its measured region: the last write ends before it goes on
+        if checkpointer is not None:
+            checkpointer.close()
 
 
 if __name__ == "__main__":
