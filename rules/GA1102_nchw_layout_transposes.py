@@ -90,15 +90,15 @@ class NchwLayoutTransposes(Rule):
         impact = pred.recovered_fraction
         plan = channels_last_plan(model)
         if impact < ctx.threshold("min_impact"):
-            saving = sum(f.time_per_step_us - f.predicted_per_step_us for f in plan.families)
             note = kb.unpriced_on_raw_trace(
-                self, ctx, pred, saving, "NCHW convolutions with layout transposes", ctx.threshold("min_impact")
+                self, ctx, pred, plan.saving_us, "NCHW convolutions with layout transposes", ctx.threshold("min_impact")
             )
             if note is not None:
                 yield note
             return
-        saving_us = max(0.0, (pred.baseline_step_ms - pred.predicted_step_ms) * 1000.0)
-        unproven = plan.unproven(saving_us)
+        # the kernels' saving, in the trace's time as the unmeasured families' (the prediction's step times
+        # are the run's mean step)
+        unproven = plan.unproven(plan.saving_us)
         fp32_conv_us = kb.class_time_us(ctx, kb.CONV_CLASSES, ("tf32", "fp32"))
         message = (
             f"The convolutions run in NCHW: cuDNN's layout transposes around its NHWC kernels take "

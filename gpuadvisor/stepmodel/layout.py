@@ -341,6 +341,11 @@ class ChannelsLastPlan:
     table: NhwcTable
 
     @property
+    def saving_us(self) -> float:
+        """Kernel time per step the conversion saves (negative: it costs), in the trace's time."""
+        return sum(f.time_per_step_us - f.predicted_per_step_us for f in self.families)
+
+    @property
     def unmeasured_us(self) -> float:
         return sum(f.time_per_step_us for f in self.families if f.status == UNMEASURED)
 
