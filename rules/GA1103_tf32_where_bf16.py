@@ -94,8 +94,8 @@ class Tf32WhereBf16(Rule):
         fp32_us = kb.plain_fp32_matmul_us(ctx)
         if step_us <= 0 or tf32_us / step_us < ctx.threshold("min_tf32_fraction"):
             return
-        if win.total_us > 0 and fp32_us * win.count / win.total_us >= ctx.threshold("max_fp32_fraction"):
-            return  # GA701's: its own measure, plain-FP32 time over the analyzed window
+        if kb.step_share(ctx, fp32_us) >= ctx.threshold("max_fp32_fraction"):
+            return  # GA701's (its measure: plain-FP32 time as a share of the step)
         table = model.kernel_table
         tf32 = table[table["class"].isin(list(_MATH)) & (table["dtype"] == "tf32")]
         known_us = float(tf32.loc[tf32["roofline_us"].notna(), "dur"].sum()) / win.count
