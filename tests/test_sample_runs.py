@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from gpuadvisor.result import AnalysisResult
+from gpuadvisor.testing import share_fields_over_one, shares_over_the_whole
 from tests.compared import same_number_comparisons
 from tests.sample_results import analyzed
 
@@ -199,11 +200,12 @@ def test_the_headline_step_is_the_unprofiled_one() -> None:
 )
 def test_a_title_whose_share_is_not_the_impact_says_which_is_which(run: str, rule: str) -> None:
     """Issue 30 item 3: "waits for data 44%" with an impact of 88%, "FP32 matmuls (8% of the step):
-    bf16 saves 15%". The share is of the profiled trace's step; the impact a predicted gain on the
-    replayed unprofiled step: the title names both."""
+    bf16 saves 15%". The share is of the profiled trace's step (GA301) or of the replayed step (GA701's
+    kernel time: issue 41), the impact a predicted gain on the run's unprofiled step: the title names both."""
     f = next(f for f in _result(run).findings if f.rule == rule)
     assert f.impact is not None
-    assert "profiled step" in f.title and f"predicted to save {100 * f.impact:.0f}%" in f.title, f.title
+    step = "replayed step" if rule == "GA701" else "profiled step"
+    assert step in f.title and f"predicted to save {100 * f.impact:.0f}%" in f.title, f.title
 
 
 @pytest.mark.parametrize(
@@ -411,6 +413,22 @@ def test_no_finding_compares_a_number_with_itself(run: str) -> None:
         for text in (f.title, f.message, f.recommendation, f.impact_explanation or ""):
             assert not same_number_comparisons(text), (f.rule, text)
         assert not re.search(r"(\d+\.\d+) ms per step now, \1 ms per step at", f.message), (f.rule, f.message)
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(n, marks=() if n in {f"{q}-planted" for q in QUICK} else pytest.mark.slow)
+        for n in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+    ],
+)
+def test_no_share_of_a_whole_passes_100_percent(run: str) -> None:
+    """No "N% of the step/run", "saves N%" above 100% in a finding's words, and no share field above 1 in
+    the result's JSON (findings and metrics): issue 41's "FP32 loss ... (169% of the step)"."""
+    result = _result(run)
+    for f in result.findings:
+        assert not shares_over_the_whole(f), (f.rule, shares_over_the_whole(f))
+    assert not share_fields_over_one(result.to_dict().get("metrics"), "metrics")
 
 
 @pytest.mark.slow

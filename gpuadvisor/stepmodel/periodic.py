@@ -634,9 +634,11 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
                 period, source = bpe, "batches_per_epoch"
         if cause == CHECKPOINT:
             sizes = [int(b) for ev, _ in items if isinstance(b := ev.detail.get("bytes"), int)]
+            on_gpu = [int(b) for ev, _ in items if isinstance(b := ev.detail.get("device_bytes"), int)]
             first = items[0][0].detail
             detail.update(
                 bytes_each=max(sizes) if sizes else None,
+                device_bytes_each=max(on_gpu) if on_gpu else None,
                 file=first.get("file"),
                 line=first.get("line"),
                 code=first.get("code"),
