@@ -138,7 +138,7 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     ]
     step = headline_step_text(result.metrics)  # the unprofiled step leads; the profiled one said as such
     if step is not None:
-        metrics.insert(0, f"step time (median) {escape(step)}")
+        metrics.insert(0, f"step time {escape(step)}")
     if metrics:
         lines += ["**Metrics:** " + " · ".join(metrics), ""]
 

@@ -43,7 +43,7 @@ def test_markdown_verdict_table_and_escaping() -> None:
     assert "<script>" not in text and "&lt;script&gt;" in text
     assert "a\\|b" in text
     assert "Top recommendation** (GA201 blocking-scalar-reads): synthetic fix for GA201" in text
-    assert "**Metrics:** step time (median) 6.70 ms (profiled) · steps analyzed 8 · GPU busy (compute) 41.0%" in text
+    assert "**Metrics:** step time 6.70 ms (profiled) · steps analyzed 8 · GPU busy (compute) 41.0%" in text
     assert "MFU" not in text  # None metrics are left out, never shown as 0
     assert "1 rule not applicable" in text and "1 rule failed internally (GA999)" in text
     assert text.endswith("\n") and not text.endswith("\n\n")
