@@ -7,13 +7,15 @@ Pure functions of the analysis result; every string is escaped by the template.
 
 from __future__ import annotations
 
-import json
+import datetime as _dt
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor import rundir
 from gpuadvisor.model import jsonable
 from gpuadvisor.render._format import clip, fmt_bytes, fmt_number, is_version_key, rule_sort_key
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,11 +46,15 @@ def _num(value: Any) -> float | None:
 
 def fmt_value(value: Any, key: str = "") -> str:
     """Compact human formatting of a JSON-able value. `key` (the dotted name it is shown under) keeps
-    version codes as they are (cuda_runtime_version 13000, not "13,000") and gives byte counts units."""
+    version codes as they are (cuda_runtime_version 13000, not "13,000"), gives byte counts units and
+    shows a `*_unix_s` time as a UTC clock time. Never JSON: a mapping reads "HtoD: 16.9", a list of
+    them "name: A, sm_count: 132; name: B, ...", nested ones in parentheses; an empty one "none"."""
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, (int, float)) and _is_unix_time(key, value):
+        return _clock(float(value))
     if isinstance(value, int):
         if is_version_key(key):
             return str(value)
@@ -62,12 +68,44 @@ def fmt_value(value: Any, key: str = "") -> str:
             return "0"
         return fmt_number(value)
     if isinstance(value, (list, tuple)):
-        if all(not isinstance(v, (dict, list, tuple)) for v in value):
-            return ", ".join(fmt_value(v, key) for v in value) if value else "[]"
-        return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
+        if not value:
+            return "none"
+        if all(isinstance(v, Mapping) for v in value):
+            return "; ".join(fmt_value(v, key) for v in value)
+        return ", ".join(_nested(v, key) for v in value)
     if isinstance(value, Mapping):
-        return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
+        if not value:
+            return "none"
+        return ", ".join(f"{k}: {_nested(v, f'{key}.{k}' if key else str(k))}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
     return str(value)
+
+
+def _nested(value: Any, key: str) -> str:
+    text = fmt_value(value, key)
+    return f"({text})" if isinstance(value, (Mapping, list, tuple)) and value else text
+
+
+def fmt_lines(value: Any, key: str = "") -> str:
+    """The whole of a long value, one line per key or item (a folded evidence row's full text)."""
+    if isinstance(value, Mapping) and value:
+        return "\n".join(f"{k}: {fmt_value(v, f'{key}.{k}' if key else str(k))}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+    if isinstance(value, (list, tuple)) and value:
+        return "\n".join(fmt_value(v, key) for v in value)
+    return fmt_value(value, key)
+
+
+# a `*_unix_s` value after 2001-09-09 (1e9 s) is a time of day, not a duration
+_UNIX_EPOCH_FLOOR = 1e9
+
+
+def _is_unix_time(key: str, value: float) -> bool:
+    return key.rsplit(".", 1)[-1].endswith("unix_s") and math.isfinite(value) and value > _UNIX_EPOCH_FLOOR
+
+
+def _clock(seconds: float) -> str:
+    """A unix time as a UTC time of day to the millisecond: 2026-11-23 23:54:29.294 UTC."""
+    moment = _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
 
 def _pct(value: Any) -> str:
@@ -92,10 +130,11 @@ def _records(df: pd.DataFrame | None, limit: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, str]]:
+def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, Any]]:
     out = []
     for r in _records(kernels, TOP_KERNELS):
         tc = r.get("tensor_core")
+        occupancy, occupancy_note = _occupancy_text(r)
         out.append(
             {
                 "name": str(r.get("name", "")),
@@ -108,7 +147,8 @@ def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, str]]:
                 "grid": fmt_value(r.get("grid")),
                 "block": fmt_value(r.get("block")),
                 "blocks_per_sm": fmt_value(_num(r.get("blocks_per_sm"))),
-                "occupancy": _occupancy_text(r),
+                "occupancy": occupancy,
+                "occupancy_note": occupancy_note,
                 "tensor_core": "yes" if tc is True else ("no" if tc is False else "—"),
             }
         )
@@ -137,19 +177,20 @@ def _busy_class_rows(frame: pd.DataFrame | None) -> list[dict[str, str]]:
     return rows
 
 
-def _occupancy_text(r: Mapping[str, Any]) -> str:
-    """Kineto's `est. achieved occupancy %`, with why a 0 says nothing for library GEMM/conv kernels:
-    on Hopper cuBLAS/cuDNN run persistent, warp-specialized kernels sized to about one block per SM,
-    which Kineto's estimate puts at 0 although they fill the GPU by design (docs/FIELD_NOTES)."""
+OCCUPANCY_NOTE = (
+    "Kineto's occupancy estimate reads 0% for library GEMM, convolution and attention kernels that run "
+    "few large blocks by design (on Hopper, cuBLAS and cuDNN launch persistent, warp-specialized kernels "
+    "of about one block per SM, which fill the GPU): for those, blocks/SM says more."
+)
+
+
+def _occupancy_text(r: Mapping[str, Any]) -> tuple[str, bool]:
+    """Kineto's `est. achieved occupancy %`, and whether its 0 needs `OCCUPANCY_NOTE` (a library
+    GEMM/conv/attention kernel, whose 0 says nothing): the note goes under the table, not in the cell."""
     occ = _num(r.get("occupancy_pct"))
     if occ is None:
-        return "—"
-    if occ == 0 and str(r.get("family")) in ("gemm", "conv", "attention"):
-        return (
-            "0% (Kineto's estimate reads 0 for library GEMM/conv/attention kernels that run few large "
-            "blocks by design: see blocks/SM)"
-        )
-    return f"{fmt_value(occ)}%"
+        return "—", False
+    return f"{fmt_value(occ)}%", occ == 0 and str(r.get("family")) in ("gemm", "conv", "attention")
 
 
 def _int(value: Any) -> int | None:
@@ -176,13 +217,29 @@ def _op_rows(ops: pd.DataFrame | None) -> list[dict[str, str]]:
     return out
 
 
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+# A table value longer than this is shown cut (it would take more than three lines of a half-width
+# table's value column); its whole text unfolds below it (`kv_row`).
+LONG_VALUE = 100
+
+KvRow = tuple[str, str, "str | None"]
+
+
+def kv_row(key: str, value: Any) -> KvRow:
+    """(key, shown text, the whole text one item a line when the shown one is cut) of a key/value table."""
+    value = jsonable(value)
+    text = fmt_value(value, key)
+    if len(text) <= LONG_VALUE:
+        return key, text, None
+    return key, clip(text, LONG_VALUE), fmt_lines(value, key)
+
+
+def _flatten(value: Any, prefix: str = "") -> list[KvRow]:
     if isinstance(value, Mapping):
-        rows: list[tuple[str, str]] = []
+        rows: list[KvRow] = []
         for key in sorted(value, key=str):
             rows.extend(_flatten(value[key], f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
         return rows
-    return [(prefix, fmt_value(jsonable(value), prefix))]
+    return [kv_row(prefix, value)]
 
 
 _SNIPPET_KEYS = ("snippet", "file_sha256")
@@ -226,7 +283,7 @@ def _environment_view(result: AnalysisResult) -> dict[str, Any]:
             views.append({"site": site, "code": item.get("code"), "fields": fields})
         return views
 
-    run_rows: list[tuple[str, str]] = []
+    run_rows: list[KvRow] = []
     if manifest:
         target = manifest.get("target") if isinstance(manifest.get("target"), dict) else {}
         argv = target.get("argv") if isinstance(target, dict) else None
@@ -242,13 +299,14 @@ def _environment_view(result: AnalysisResult) -> dict[str, Any]:
             ("step detection", manifest.get("step_detection")),
         ):
             if value not in (None, ""):
-                run_rows.append((label, fmt_value(value)))
+                run_rows.append(kv_row(label, value))
         cap = manifest.get("capture")
         if isinstance(cap, dict):
-            run_rows.extend(_flatten({k: v for k, v in cap.items()}, "capture"))
+            run_rows.extend(_flatten({k: v for k, v in cap.items() if k not in _CAPTURE_LOGS}, "capture"))
+            run_rows.extend((f"capture.{k}", text, None) for k, text in _capture_logs(cap))
         degraded = manifest.get("degraded")
         if isinstance(degraded, list) and degraded:
-            run_rows.append(("degraded", ", ".join(str(d) for d in degraded)))
+            run_rows.append(("degraded", ", ".join(str(d) for d in degraded), None))
     return {
         "summary": _flatten(summary),
         "settings": _flatten(settings) if settings else [],
@@ -260,7 +318,32 @@ def _environment_view(result: AnalysisResult) -> dict[str, Any]:
     }
 
 
+# per-step logs of the capture (docs/run-directory.md): shown as what they hold, not as their rows of
+# unix times
+_CAPTURE_LOGS = ("step_ends", "step_events")
+
+
+def _capture_logs(cap: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The capture's step logs in words: "21 steps timed by the host (steps 1-21)", "gc 5, evaluation 2"."""
+    out: list[tuple[str, str]] = []
+    ends = cap.get("step_ends")
+    if isinstance(ends, list) and ends:
+        steps = [int(e[0]) for e in ends if isinstance(e, (list, tuple)) and e and isinstance(e[0], int)]
+        span = f" (steps {min(steps)}-{max(steps)})" if steps else ""
+        out.append(("step_ends", f"{plural(len(ends), 'step end')} timed by the host{span}"))
+    events = cap.get("step_events")
+    if isinstance(events, list) and events:
+        kinds: dict[str, int] = {}
+        for e in events:
+            kind = str(e.get("kind")) if isinstance(e, Mapping) else "?"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        out.append(("step_events", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))))
+    return out
+
+
 def _run_unavailable(run: Any) -> list[str]:
+    """What the run directory lacks, and what that costs. The manifest's messages and the loader's notes
+    are not repeated here: the page says them once, in its notes."""
     if run is None:
         return []
     out: list[str] = []
@@ -268,14 +351,10 @@ def _run_unavailable(run: Any) -> list[str]:
         out.append(
             "Settings: environment.json is missing, so TF32/AMP/cudnn.benchmark, DataLoader and optimizer settings are unknown."
         )
-    if not run.callsites:
-        out.append(
-            "Call sites: none recorded (callsites.json missing or empty): findings cannot point at source lines."
-        )
-    messages = run.manifest.get("messages")
-    if isinstance(messages, list):
-        out.extend(str(m) for m in messages)
-    out.extend(str(n) for n in getattr(run, "notes", []) or [])
+    # an empty list in callsites.json is an answer (the script's own code made no host sync or copy
+    # the capture wraps, e.g. on the CPU), not a missing input
+    if not run.callsites and not (run.run_dir / rundir.CALLSITES).is_file():
+        out.append("Call sites: callsites.json is missing: findings cannot point at source lines.")
     return out
 
 

@@ -41,6 +41,7 @@ from gpuadvisor.render._format import (
 )
 from gpuadvisor.render._source import recorded_sites, source_view
 from gpuadvisor.render._tables import (
+    OCCUPANCY_NOTE,
     _busy_class_rows,
     _environment_view,
     _get,
@@ -52,6 +53,7 @@ from gpuadvisor.render._tables import (
     _rules_view,
     _run_unavailable,
     fmt_value,
+    kv_row,
 )
 
 if TYPE_CHECKING:
@@ -249,17 +251,23 @@ def build_context(
                 annotations=trace.annotations,
                 runtime=trace.runtime,
                 cpu_ops=trace.cpu_ops,
-                idle=getattr(detail, "gaps", None),
+                # no GPU took part: its "idle" time is no idle time of a GPU (the lane would be one red band)
+                idle=None if _cpu_only(result) else getattr(detail, "gaps", None),
             )
             fig = figures.timeline_figure(events, window, max_events=max_events)
             timeline_steps = [int(s[0]) for s in window.steps]
             shown = ", ".join(str(s[0]) for s in window.steps)
+            lanes = (
+                "the CPU lanes of a run without a GPU"
+                if _cpu_only(result)
+                else "CPU lanes on top, GPU lanes below; red bars are GPU idle time"
+            )
             charts.append(
                 Chart(
                     "ga-fig-timeline",
                     "Timeline",
                     script_json(fig),
-                    f"Steps {shown}: CPU lanes on top, GPU lanes below; red bars are GPU idle time. "
+                    f"Steps {shown}: {lanes}. "
                     "Drag to zoom, double-click to reset. Where events are too small to draw, runs of "
                     "them become one bar whose length is their summed time, placed in the middle of the "
                     "span they cover (hover says how many and over what span), so idle and busy time "
@@ -278,7 +286,8 @@ def build_context(
         )
     elif nvml is None or len(nvml) == 0:
         reason = run.nvml_reason or _get(run.manifest, "nvml", "reason") or "no samples were recorded"
-        unavailable.append(f"NVML unavailable: {reason}.")
+        if not any(str(reason) in note for note in result.notes):  # the capture's own message says it
+            unavailable.append(f"NVML unavailable: {reason}.")
     else:
         _shown_panels, missing_panels = figures.nvml_available_panels(nvml)
         t0 = _num(run.manifest.get("started_unix_s"))
@@ -327,6 +336,10 @@ def build_context(
         "severity_counts": _severity_counts(result.findings),
         "charts": charts,
         "kernels": _kernel_rows(getattr(detail, "kernels", None)),
+        "occupancy_note": OCCUPANCY_NOTE,
+        "no_kernels": "No GPU kernels: no GPU took part in this run (CPU only)."
+        if _cpu_only(result)
+        else "No GPU kernels in the analyzed steps.",
         "busy_classes": _busy_class_rows(getattr(detail, "busy_classes", None)),
         "ops": _op_rows(getattr(detail, "ops", None)),
         "environment": _environment_view(result),
@@ -619,7 +632,7 @@ def _finding_view(
         "verified_text": _verified_text(f),
         "title": f.title,
         "message": f.message,
-        "evidence": [_evidence_row(str(k), v) for k, v in evidence.items()]
+        "evidence": [kv_row(str(k), v) for k, v in evidence.items()]
         if isinstance(evidence, dict)
         else [],
         "locations": [_location_view(loc, result) for loc in f.locations],
@@ -636,22 +649,6 @@ def _finding_view(
 
 def _verified_text(f: Finding) -> str | None:
     return summary_line(f)
-
-
-_LONG_VALUE = 160
-
-
-def _evidence_row(key: str, value: Any) -> tuple[str, str, str | None]:
-    """(key, shown text, full pretty-printed text when the value is too long to show inline)."""
-    text = fmt_value(value, key)
-    if len(text) <= _LONG_VALUE:
-        return key, text, None
-    full = (
-        json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False)
-        if isinstance(value, (dict, list))
-        else text
-    )
-    return key, clip(text, _LONG_VALUE), full
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:

@@ -251,12 +251,7 @@ def render(
         lines.extend(
             textwrap.wrap(f"Not applicable ({reason}): {', '.join(ids)}", WIDTH, subsequent_indent="  ")
         )
-    # Degraded flags come with a sentence that says the same thing: show the sentence once.
-    seen: set[str] = set()
     for note in result.notes:
-        if note.startswith("degraded: ") or note in seen:
-            continue
-        seen.add(note)
         lines.extend(textwrap.wrap(f"Note: {note}", WIDTH, subsequent_indent="  "))
     if shortened:
         lines.append(
