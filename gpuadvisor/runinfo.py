@@ -69,6 +69,16 @@ class RunInfo:
         value = self.manifest.get("degraded")
         return [str(v) for v in value] if isinstance(value, list) else []
 
+    def rank_callsites(self, rank: int) -> list[dict[str, Any]]:
+        """The call sites rank `rank` recorded (`callsites.json` for rank 0, `callsites.rankN.json` for
+        rank N of a multi-GPU run: docs/run-directory.md); [] when that file is missing or unreadable.
+        The file name is the run directory's convention, never a path taken from the manifest."""
+        if rank == 0 or rank < 0:
+            return list(self.callsites) if rank == 0 else []
+        cs = _read_json(self.run_dir / f"callsites.rank{int(rank)}.json", [])
+        raw = cs.get("callsites")
+        return [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+
     def gpu(self, cuda_index: int = 0) -> dict[str, Any] | None:
         """environment.json gpus entry for a CUDA ordinal (or the first one), else None."""
         gpus = self.environment.get("gpus")

@@ -240,6 +240,30 @@ def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     assert fixed[0].evidence["max_late_ms_per_step_outside_window"] < 0.5 * fixed[0].evidence["unprofiled_step_ms"]
 
 
+@pytest.mark.slow
+def test_ddp_straggler_names_the_slow_ranks_extra_host_work_and_where() -> None:
+    """Issue 42 item 3: GA1002 said "rank 1", raw JSON and a DistributedSampler example, a cause it had
+    ruled out. Rank 1 of the recording normalizes each of its 512 samples on the host (the planted
+    `slow_transform()`, ddp_straggler.py:96) before it copies the batch at line 98."""
+    from gpuadvisor.render.html import render_html
+
+    result = _result("ddp_straggler-planted")
+    top = result.findings[0]
+    assert top.rule == "GA1002"
+    ops = top.evidence["extra_cpu_ops"]
+    assert {"aten::mean", "aten::std"} <= set(ops) and ops["aten::mean"]["calls_per_step"] == 512
+    assert top.evidence["share_before_batch_copy"] > 0.9
+    assert top.evidence["extra_ms_to_batch_copy"] > 100  # 107 ms: rank 0 copies its batch 2-3 ms into a step
+    where = top.locations[0]
+    assert (where.file, where.line) == ("benchmarks/workloads/ddp_straggler.py", 98)
+    assert "aten::mean x512" in top.message and "batch's preparation" in top.message
+    assert "DistributedSampler" not in top.recommendation and "ddp_straggler.py:98" in top.recommendation
+    page = render_html(result, generated_at="x")
+    card = page.split('class="ga-card ga-finding ')[1]
+    assert "x = slow_transform(x, straggle_ms)" in card  # the source lines above the copy: the planted call
+    assert "DistributedSampler" not in card.split("Rule documentation")[0]
+
+
 # The recordings whose batches change shape from step to step: varlen_memory pads each batch to its
 # longest sequence, multiscale_memory draws a new resolution per batch, moe_nonzero's experts get a
 # data-dependent number of tokens (its fixed run routes with static shapes).
