@@ -29,6 +29,8 @@ from gpuadvisor.capture.journal import CaptureJournal
 from gpuadvisor.manifest import Degraded
 
 STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manifest.json then removed
+# child -> parent: torch could not be imported in the training process (a broken install); its one line
+TORCH_IMPORT_FILE = ".torch_import_error"
 
 
 def rank_state_file(rank: int) -> str:

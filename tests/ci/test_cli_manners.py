@@ -279,6 +279,33 @@ def test_profile_without_torch_says_so_in_one_line(monkeypatch: pytest.MonkeyPat
     assert "profile needs PyTorch" in res.output and "pip install 'gpuadvisor[profile]'" in res.output
 
 
+def test_profile_with_a_broken_torch_says_so_in_one_line(tmp_path: Path) -> None:
+    """Issue 42 item 7: torch installed but failing to import (a missing libcudnn.so.9) gave exit 1, three
+    GA001 findings and 25 lines of "Not applicable". A fake torch package first on sys.path raises that
+    ImportError in the training process: one line naming it, exit 2, no run directory left behind."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text("print('the script ran')\n")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(out), str(script)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and not res.stdout, (res.stdout, res.stderr)
+    assert "torch cannot be imported" in res.stderr and "libcudnn.so.9: cannot open shared object file" in res.stderr
+    assert "the script ran" not in res.stdout and not out.exists()
+
+
 # ---------------------------------------------------------------------------------------------- config
 
 
