@@ -351,7 +351,7 @@ def test_cli_option_errors_name_the_option(item_trace: Path) -> None:
 
 
 def test_rules_are_listed_in_natural_order() -> None:
-    res = CliRunner().invoke(cli, ["rules"])
+    res = CliRunner().invoke(cli, ["rules"], env={"COLUMNS": ""})  # one line per rule
     ids = [line.split()[0] for line in res.output.splitlines()[1:]]
     assert ids == sorted(ids, key=_format.rule_sort_key) and ids.index("GA101") < ids.index("GA1001")
     # GA1004 < GA1101 < GA1106 in natural order (the busy-time rules are the highest numbers)
@@ -564,3 +564,26 @@ def test_the_together_line_needs_two_fixes() -> None:
     two = {**one, "rules": ["GA502", "GA501"], "predicted_step_ms": 2.5, "speedup": 1.23}
     assert "together (predicted" not in text.render(replace(base, prediction=one))
     assert "With the fixes of GA502, GA501 together" in text.render(replace(base, prediction=two))
+
+
+def test_rules_suggests_only_the_close_names() -> None:
+    """Issue 42 item 9: `gpuadvisor rules blocking-scalar-read` suggested clocks-throttled too."""
+    res = CliRunner().invoke(cli, ["rules", "blocking-scalar-read"])
+    assert res.exit_code == 2
+    assert "(did you mean blocking-scalar-reads?)" in res.output and "clocks-throttled" not in res.output
+    assert "did you mean" not in CliRunner().invoke(cli, ["rules", "zzzzzz"]).output
+
+
+def test_rules_catalog_fits_the_terminal_width() -> None:
+    """Issue 42 item 9: the catalog ignored the terminal's width (lines of 200+ characters)."""
+    piped = CliRunner().invoke(cli, ["rules"], env={"COLUMNS": ""})
+    rules_count = len(piped.output.splitlines()) - 1
+    for columns in (80, 120):
+        res = CliRunner().invoke(cli, ["rules"], env={"COLUMNS": str(columns)})
+        assert res.exit_code == 0
+        lines = res.output.splitlines()
+        assert max(len(line) for line in lines) <= columns, (columns, max(lines, key=len))
+        rows = [ln for ln in lines if ln.startswith("GA")]
+        assert len(rows) == rules_count
+        assert any(line.startswith("    ") for line in lines)  # summaries wrapped, indented
+    assert max(len(line) for line in piped.output.splitlines()) > 120  # piped: one line per rule
