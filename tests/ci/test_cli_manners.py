@@ -587,3 +587,16 @@ def test_rules_catalog_fits_the_terminal_width() -> None:
         assert len(rows) == rules_count
         assert any(line.startswith("    ") for line in lines)  # summaries wrapped, indented
     assert max(len(line) for line in piped.output.splitlines()) > 120  # piped: one line per rule
+
+
+def test_top_level_help_lists_every_exit_code_of_the_code() -> None:
+    """Issue 42 item 9: the top-level help omitted exit code 3 (a rule raised under --fail-on)."""
+    import re
+
+    from gpuadvisor import errors
+
+    out = CliRunner().invoke(cli, ["--help"]).output
+    said = out.split("Exit codes:")[1].split("Colour on a terminal")[0]
+    listed = {int(n) for n in re.findall(r"(?:^|;|\s)(\d+) [a-z]", said)}
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert codes <= listed, (sorted(codes - listed), said)
