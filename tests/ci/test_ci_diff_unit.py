@@ -244,8 +244,8 @@ def test_cli_unreadable_input_is_exit_2(tmp_path: Path, monkeypatch: pytest.Monk
 def test_cli_internal_error_and_lost_output(prepared: dict[str, AnalysisResult], tmp_path: Path) -> None:
     prepared["base"] = result_with_steps("base", [10.0, 10.0, 10.0])
     unwritable = tmp_path / "no" / "such" / "dir" / "out.md"
-    lost = invoke("base", "base", "-o", str(unwritable))
-    assert lost.exit_code == 74 and "cannot write" in lost.output
+    lost = invoke("base", "base", "-o", str(unwritable))  # refused before the analysis (issue 42 item 9)
+    assert lost.exit_code == 2 and "does not exist" in lost.output
     broken = invoke("base", "missing-key")  # the fake analyze raises KeyError: a bug, not bad input
     assert broken.exit_code == 70 and "internal error: KeyError" in broken.output
 

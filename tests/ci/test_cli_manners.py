@@ -241,14 +241,15 @@ def test_internal_error_is_one_line_and_exit_70(item_trace: Path, monkeypatch: p
 def test_typed_errors_keep_their_exit_codes(item_trace: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
+    # -o's folder is checked before any analysis (issue 42 item 9): a usage error
     res = CliRunner().invoke(cli, ["analyze", str(item_trace), "-o", str(blocker / "out.txt")])
-    assert res.exit_code == 74
+    assert res.exit_code == 2
     assert res.stderr.splitlines()[-1].startswith("gpuadvisor: error: cannot write")
     assert res.stderr.splitlines()[-1].endswith(f"{blocker} is a file, not a folder")
     res = CliRunner().invoke(cli, ["report", str(item_trace), "-o", str(blocker / "sub" / "r.html")])
-    assert res.exit_code == 74
+    assert res.exit_code == 2
     assert res.stderr.splitlines()[-1] == (
-        f"gpuadvisor: error: could not write the report to {blocker / 'sub' / 'r.html'}: "
+        f"gpuadvisor: error: cannot write {blocker / 'sub' / 'r.html'}: "
         f"{blocker} is a file, not a folder"
     )
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing.json")])
@@ -600,3 +601,21 @@ def test_top_level_help_lists_every_exit_code_of_the_code() -> None:
     listed = {int(n) for n in re.findall(r"(?:^|;|\s)(\d+) [a-z]", said)}
     codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert codes <= listed, (sorted(codes - listed), said)
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "diff"])
+def test_an_output_folder_that_does_not_exist_is_refused_before_the_analysis(
+    command: str, item_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42 item 9: `analyze RUN -o /nonexistent-dir/x.json` analyzed, then exited 74."""
+    from gpuadvisor import analysis
+
+    def no_analysis(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the analysis ran before -o was checked")
+
+    monkeypatch.setattr(analysis, "analyze", no_analysis)
+    out = tmp_path / "nonexistent-dir" / "x.json"
+    paths = [str(item_trace)] * (2 if command == "diff" else 1)
+    res = CliRunner().invoke(cli, [command, *paths, "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"gpuadvisor: error: cannot write {out}: the folder {out.parent} does not exist"
