@@ -34,7 +34,7 @@ from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable, 
 from gpuadvisor.render import figures
 from gpuadvisor.render._explore import explore_section
 from gpuadvisor.render._format import (
-    clip,
+    clip_code,
     fmt_bytes,
     headline_step,
     mfu_unknown_reason,
@@ -550,9 +550,7 @@ def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
 
 def _first_sentence(text: str) -> str:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    short = clip(line, 220)
-    # cut inside a code span: close it, so the shortened span still shows as code
-    return short + "`" if short.count("`") % 2 else short
+    return clip_code(line, 220)
 
 
 _KEY_METRICS: tuple[tuple[str, str, str], ...] = (

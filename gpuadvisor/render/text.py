@@ -16,6 +16,7 @@ from gpuadvisor.errors import EXIT_RULE_ERRORS
 from gpuadvisor.model import Finding, Severity, group_note, summary_line
 from gpuadvisor.render._format import (
     Style,
+    combined_prediction_text,
     fmt_number,
     headline_step_text,
     mfu_unknown_reason,
@@ -23,7 +24,7 @@ from gpuadvisor.render._format import (
     wrap_clipped,
 )
 from gpuadvisor.terminal import terminal_safe
-from gpuadvisor.words import change, plural
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -169,21 +170,9 @@ def _finding_lines(
 
 
 def _together_lines(result: AnalysisResult) -> list[str]:
-    """"With the fixes of GA102, GA101, GA103 together: 19.51 -> 2.94 ms per step (6.6x)." The
-    findings' impacts overlap; this line is what they give at once (from the same replay)."""
-    p = result.prediction
-    if not p or len(p.get("rules") or ()) < 2:
-        return []  # one fix: its finding already says what it gives
-    rules = ", ".join(str(r) for r in p["rules"])
-    try:
-        text = (
-            f"With the fixes of {rules} together (predicted by replaying the steps): "
-            f"{change(float(p['baseline_step_ms']), float(p['predicted_step_ms']), 'ms')} per step "
-            f"({float(p['speedup']):.2f}x). The findings' impacts overlap: they do not add up."
-        )
-    except (KeyError, TypeError, ValueError):
-        return []
-    return [*textwrap.wrap(text, WIDTH), ""]
+    """The findings' impacts overlap; this line is what their fixes give at once (from the same replay)."""
+    text = combined_prediction_text(result.prediction)
+    return [*textwrap.wrap(text, WIDTH), ""] if text else []
 
 
 def render(
