@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuadvisor import __version__, rundir
 from gpuadvisor.redact import redact_argv
+from gpuadvisor.words import after_steps
 
 __all__ = [
     "CaptureState",
@@ -150,7 +151,7 @@ class DegradedFlag:
     def describe(self) -> str:
         """The flag in words, for a report's notes (the id itself stays in manifest.json)."""
         if self.kind is Degraded.SCRIPT_FAILED and self.step is not None:
-            return f"The script failed at step {self.step}: the record holds what ran before it."
+            return f"The script failed {after_steps(self.step)}: the record holds what ran before it."
         return _DEGRADED_PROSE[self.kind]
 
     @classmethod

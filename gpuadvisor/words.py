@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["apart", "change", "num", "plural", "plural_noun"]
+__all__ = ["after_steps", "apart", "change", "num", "plural", "plural_noun"]
 
 _ES = ("s", "x", "z", "ch", "sh")
 
@@ -70,3 +70,13 @@ def change(before: float, after: float, unit: str, decimals: int = 2) -> str:
     same to `decimals` + 2 places, never "4.05 -> 4.05 ms"."""
     first, second = apart(before, after, decimals)
     return f"still {first} {unit}" if first == second else f"{first} -> {second} {unit}"
+
+
+def after_steps(completed: int) -> str:
+    """When a script stopped, counted in steps as its loop counts them (from 0): "after 51 completed
+    steps (0-50)", "after 1 completed step (0)", "before its first step completed". A bare "at step 51"
+    read as loop index 51 where the loop's index was 50 (its step 50 had completed)."""
+    if completed <= 0:
+        return "before its first step completed"
+    span = "0" if completed == 1 else f"0-{completed - 1}"
+    return f"after {plural(completed, 'completed step')} ({span})"

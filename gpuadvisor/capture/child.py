@@ -38,6 +38,7 @@ from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, Se
 from gpuadvisor.capture.watchdog import TermWatchdog
 from gpuadvisor.errors import EXIT_USAGE
 from gpuadvisor.manifest import Degraded, ExitReason
+from gpuadvisor.words import after_steps
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.session import CaptureSession
@@ -240,7 +241,7 @@ def run_child(
         session.failed_at_unix_s = time.time()
         session.degrade(
             Degraded.SCRIPT_FAILED,
-            f"the script raised {type(exc).__name__} at step {session.steps_seen}.",
+            f"the script raised {type(exc).__name__} {after_steps(session.steps_seen)}.",
             step=session.steps_seen,
         )
     if not session.is_origin():

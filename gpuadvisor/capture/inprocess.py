@@ -34,6 +34,7 @@ from gpuadvisor.capture.runner import (
 from gpuadvisor.capture.session import STATE_FILE, CaptureSession, SessionConfig
 from gpuadvisor.errors import UsageError
 from gpuadvisor.manifest import Degraded, ExitReason, Manifest, NvmlInfo, Target, TargetKind
+from gpuadvisor.words import after_steps
 
 
 class Capture:
@@ -114,7 +115,7 @@ class Capture:
             s.failed_at_step = s.steps_seen
             s.degrade(
                 Degraded.SCRIPT_FAILED,
-                f"the block raised {type(exc).__name__} at step {s.steps_seen}.",
+                f"the block raised {type(exc).__name__} {after_steps(s.steps_seen)}.",
                 step=s.steps_seen,
             )
         s.finish()

@@ -53,3 +53,13 @@ def test_a_rule_summary_is_its_whole_first_paragraph() -> None:
 
     ga302 = next(r for r in load_rules() if r.id == "GA302")
     assert ga302.cls.summary().endswith("the GPU idles while the batch is prepared.")
+
+
+def test_after_steps_counts_as_the_loop_does() -> None:
+    """Issue 42 item 9: a script that raised in loop index 50, after that step's optimizer step, read
+    "raised at step 51"."""
+    from gpuadvisor.words import after_steps
+
+    assert after_steps(51) == "after 51 completed steps (0-50)"
+    assert after_steps(1) == "after 1 completed step (0)"
+    assert after_steps(0) == "before its first step completed"
