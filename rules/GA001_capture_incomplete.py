@@ -119,7 +119,7 @@ class CaptureIncomplete(Rule):
             )
             yield self._info(
                 f"The script failed{f' {after_steps(step)}' if step is not None else ''}",
-                f"The script raised{f' {after_steps(step)}' if step is not None else ''} , exit status {manifest.get('exit_status')}: "
+                f"The script raised{f' {after_steps(step)}' if step is not None else ''}, exit status {manifest.get('exit_status')}: "
                 "the findings describe only what ran before.",
                 {"failed_at_step": step, "exit_status": manifest.get("exit_status")},
                 "Fix the script's error (its traceback was printed unchanged), then profile again.",
