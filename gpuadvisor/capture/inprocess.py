@@ -32,7 +32,7 @@ from gpuadvisor.capture.runner import (
     write_manifest,
 )
 from gpuadvisor.capture.session import STATE_FILE, CaptureSession, SessionConfig
-from gpuadvisor.errors import UsageError
+from gpuadvisor.errors import OutputExistsError, UsageError
 from gpuadvisor.manifest import Degraded, ExitReason, Manifest, NvmlInfo, Target, TargetKind
 from gpuadvisor.words import after_steps
 
@@ -85,7 +85,10 @@ class Capture:
         self.manifest: dict[str, Any] | None = None
 
     def __enter__(self) -> Capture:
-        prepare_out_dir(self.run_dir, self._force)
+        try:
+            prepare_out_dir(self.run_dir, self._force)
+        except OutputExistsError as err:
+            raise err.for_api() from None
         self._started = time.time()
         self._sampler = NvmlSampler(self.run_dir, self._nvml_interval)
         if self._nvml:

@@ -31,7 +31,7 @@ from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
 from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
-from gpuadvisor.errors import EXIT_OUTPUT_LOST, UsageError
+from gpuadvisor.errors import EXIT_OUTPUT_LOST, OutputExistsError, UsageError
 from gpuadvisor.manifest import (
     CaptureState,
     CaptureWindow,
@@ -259,7 +259,7 @@ def _clear_out_dir(out: Path, force: bool) -> None:
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         if not force:
             what = "a previous run" if rundir.is_run_dir(out) else "a non-empty directory"
-            raise UsageError(f"output directory {out} already holds {what}; use --force to overwrite it")
+            raise OutputExistsError(out, what)
         for name in (
             rundir.MANIFEST,
             rundir.ENVIRONMENT,
