@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.errors import ConfigError
 from gpuadvisor.model import Finding, RuleMeta, Severity
-from gpuadvisor.render._format import fmt_number, is_version_key, rule_sort_key
+from gpuadvisor.render._format import fmt_number, fmt_pct, is_version_key, rule_sort_key
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -77,7 +77,7 @@ def fmt_metric(key: str, value: object) -> str:
         return str(value)
     if isinstance(value, (int, float)):
         if key.endswith("_fraction") or key == "mfu" or key == "sm_use":
-            return f"{float(value) * 100:.1f}%"
+            return fmt_pct(float(value), 1)
         if key.endswith("_ms"):
             return f"{float(value):.2f} ms"
         if key.endswith("_us"):

@@ -89,12 +89,16 @@ def headline_step_text(metrics: Mapping[str, Any]) -> str | None:
 
 
 def fmt_pct(fraction: Any, digits: int = 1, unknown: str = "n/a") -> str:
-    """A fraction (0..1) as a percentage; `unknown` for None, NaN, bools and non-numbers."""
+    """A fraction (0..1) as a percentage; `unknown` for None, NaN, bools and non-numbers. A value that is
+    not zero but would print as zero at `digits` places says so: "<0.1%" (an MFU of 0.0004 is not 0.0%)."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
         return unknown
     f = float(fraction)
     if not math.isfinite(f):
         return unknown
+    smallest = 10.0**-digits
+    if 0 < abs(100 * f) < smallest / 2:
+        return f"{'>-' if f < 0 else '<'}{smallest:.{digits}f}%"
     return f"{100 * f:.{digits}f}%"
 
 

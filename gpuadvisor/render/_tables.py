@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import rundir
 from gpuadvisor.model import jsonable
-from gpuadvisor.render._format import clip, fmt_bytes, fmt_number, is_version_key, rule_sort_key
+from gpuadvisor.render._format import clip, fmt_bytes, fmt_number, fmt_pct, is_version_key, rule_sort_key
 from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
@@ -109,8 +109,7 @@ def _clock(seconds: float) -> str:
 
 
 def _pct(value: Any) -> str:
-    f = _num(value)
-    return "—" if f is None else f"{f * 100:.1f}%"
+    return fmt_pct(_num(value), 1, "—")
 
 
 def _ms(value: Any) -> str:

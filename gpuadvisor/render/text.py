@@ -18,6 +18,7 @@ from gpuadvisor.render._format import (
     Style,
     combined_prediction_text,
     fmt_number,
+    fmt_pct,
     headline_step_text,
     mfu_unknown_reason,
     rule_sort_key,
@@ -70,7 +71,7 @@ def _fmt(value: Any, kind: str) -> str | None:
     if number is None:
         return None
     if kind == "pct":
-        return f"{100 * number:.0f}%" if number >= 0.01 or number == 0 else f"{100 * number:.1f}%"
+        return fmt_pct(number, 0 if number >= 0.01 or number == 0 else 1)
     if kind == "ms":
         return f"{number:.2f} ms" if number < 100 else f"{fmt_number(number)} ms"
     if kind == "int":

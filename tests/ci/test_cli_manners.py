@@ -619,3 +619,12 @@ def test_an_output_folder_that_does_not_exist_is_refused_before_the_analysis(
     res = CliRunner().invoke(cli, [command, *paths, "-o", str(out)])
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == f"gpuadvisor: error: cannot write {out}: the folder {out.parent} does not exist"
+
+
+def test_a_tiny_share_is_not_printed_as_zero() -> None:
+    """Issue 42 item 9: "MFU 0.0%" where "<0.1%" is true."""
+    from gpuadvisor.render._ci import fmt_metric
+
+    assert _format.fmt_pct(0.0004) == "<0.1%" and _format.fmt_pct(0.0) == "0.0%"
+    assert _format.fmt_pct(0.0004, 0) == "<1%" and _format.fmt_pct(0.0006) == "0.1%"
+    assert fmt_metric("mfu", 0.0002) == "<0.1%"
