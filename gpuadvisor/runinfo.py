@@ -243,6 +243,14 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
             if tdir.is_dir():
                 traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
         if not traces:
+            runs = sorted(p.name for p in path.iterdir() if p.is_dir() and rundir.is_run_dir(p))
+            if runs:
+                # a folder of runs (sample_runs/): say so, and how to analyze them
+                shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+                raise InputError(
+                    f"{path}: not a run but a folder of {len(runs)} run director{'y' if len(runs) == 1 else 'ies'} "
+                    f"({shown}): analyze one of them (gpuadvisor analyze {path / runs[0]})"
+                )
             raise InputError(f"{path}: no run directory (manifest.json) and no .json/.json.gz traces in it")
         return "folder", None, traces
     raise InputError(f"{path}: not a file or directory")
