@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuadvisor.words import Base
+
 SCHEMA_VERSION = 1
 
 
@@ -211,6 +213,15 @@ class Finding:
             "verified": None if self.verified is None else _jsonable(self.verified),
             "group": self.group,
         }
+
+
+def impact_base(f: Finding) -> Base:
+    """What the finding's impact is a share of: the time per sample when its remedy changes the batch
+    (the step itself grows then: "87.5% less time per sample", never "87.5% of step time"), else the
+    step."""
+    if f.prediction is not None and f.prediction.get("per") == "sample":
+        return Base.SAMPLE
+    return Base.STEP
 
 
 def rank_impact(f: Finding) -> float:

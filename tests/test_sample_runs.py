@@ -431,3 +431,32 @@ def test_no_finding_compares_a_number_with_itself(run: str) -> None:
         for text in (f.title, f.message, f.recommendation, f.impact_explanation or ""):
             assert not same_number_comparisons(text), (f.rule, text)
         assert not re.search(r"(\d+\.\d+) ms per step now, \1 ms per step at", f.message), (f.rule, f.message)
+
+
+def test_every_share_says_its_base_on_two_tower() -> None:
+    """Issue 42 item 2 (the parts that do not depend on which step is the base): GA401's impact is a
+    share of the time per sample, and read "87.5% of step time"; the card's "GPU busy" (a share of the
+    profiled steps) and GA401's "busy 25%" (of the step the replay is calibrated to) are two
+    definitions, each now labelled."""
+    from gpuadvisor.render.html import render_html
+    from gpuadvisor.render.markdown import render as markdown
+
+    result = _result("two_tower-planted")
+    ga401 = next(f for f in result.findings if f.rule == "GA401")
+    assert ga401.prediction is not None and ga401.prediction.get("per") == "sample"
+    page = render_html(result, generated_at="x")
+    card = page.split('class="ga-card ga-finding ')[1 + result.findings.index(ga401)]
+    assert "impact: 87.5% of the time per sample" in card and "of step time" not in card
+    assert "GPU busy (compute), share of the profiled steps" in page
+    assert "busy 25% of the unprofiled step" in ga401.title and "unprofiled step" in ga401.message
+    assert "| 87.5% per sample |" in markdown(result)
+
+
+def test_the_base_helpers_say_the_base() -> None:
+    from gpuadvisor.words import Base, duration_of, share_of
+
+    assert share_of(0.44, Base.PROFILED_STEP) == "44% of the profiled step"
+    assert share_of(0.875, Base.SAMPLE, 1) == "87.5% of the time per sample"
+    assert share_of(0.0004, Base.MEAN_STEP, 1) == "<0.1% of the mean step"
+    assert duration_of(11.7, Base.PROFILED_STEP) == "the 11.70 ms profiled step"
+    assert duration_of(0.35, Base.SAMPLE) == "0.35 ms per sample"

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import click
 
-from gpuadvisor.words import change, num
+from gpuadvisor.words import change, num, percent
 
 __all__ = [
     "ELLIPSIS",
@@ -96,10 +96,7 @@ def fmt_pct(fraction: Any, digits: int = 1, unknown: str = "n/a") -> str:
     f = float(fraction)
     if not math.isfinite(f):
         return unknown
-    smallest = 10.0**-digits
-    if 0 < abs(100 * f) < smallest / 2:
-        return f"{'>-' if f < 0 else '<'}{smallest:.{digits}f}%"
-    return f"{100 * f:.{digits}f}%"
+    return percent(f, digits)
 
 
 def fmt_bytes(value: float | int) -> str:

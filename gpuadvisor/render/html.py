@@ -30,7 +30,7 @@ from urllib.parse import quote
 from gpuadvisor import __version__
 from gpuadvisor._atomic import why_not_written, write_text_atomic
 from gpuadvisor.errors import OutputLostError
-from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable, summary_line
+from gpuadvisor.model import Finding, Location, Severity, group_note, impact_base, jsonable, summary_line
 from gpuadvisor.render import figures
 from gpuadvisor.render._explore import explore_section
 from gpuadvisor.render._format import (
@@ -55,6 +55,7 @@ from gpuadvisor.render._tables import (
     fmt_value,
     kv_row,
 )
+from gpuadvisor.words import share_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -482,12 +483,12 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
     if not result.findings:
         headline = "No problem found by the rules that could run on this input."
     elif top and top[0].impact is not None:
-        headline = f"Biggest opportunity: {top[0].title}{_gain_suffix(top[0], ' (up to {}% of step time)')}."
+        headline = f"Biggest opportunity: {top[0].title}{_gain_suffix(top[0], ' (up to {})')}."
     elif top:
         headline = f"First thing to look at: {top[0].title}."
     elif actionable:
         largest = actionable[0]
-        gain = _gain_suffix(largest, " (up to {}% of step time)", digits=1)
+        gain = _gain_suffix(largest, " (up to {})", digits=1)
         headline = (
             "Well tuned: no finding of medium or high impact. "
             f"The largest is low: {largest.title}{gain}."
@@ -520,7 +521,7 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
                 "title": f.title,
                 "severity": f.severity.value,
                 "gain": (
-                    _gain_suffix(f, "up to {}% of step time") if f.impact is not None else "gain not measured"
+                    _gain_suffix(f, "up to {}") if f.impact is not None else "gain not measured"
                 ),
                 "first_line": inline_code(_first_sentence(f.recommendation)),
             }
@@ -538,14 +539,15 @@ def _cpu_only(result: AnalysisResult) -> bool:
 
 
 def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
-    """`template` with the finding's impact in percent, or "" when its title already says that number
-    ("... saves 81% of the step (up to 81% of step time)" says it twice)."""
+    """`template` with the finding's impact and its base ("50% of the step", "87.5% of the time per
+    sample"), or "" when its title already says that number ("... saves 81% of the step (up to 81% of
+    the step)" says it twice)."""
     if f.impact is None:
         return ""
     said = {f"{100 * f.impact:.0f}%", f"{100 * f.impact:.1f}%"}
     if any(s in f.title for s in said):
         return ""
-    return template.format(f"{100 * f.impact:.{digits}f}")
+    return template.format(share_of(f.impact, impact_base(f), digits))
 
 
 def _first_sentence(text: str) -> str:
@@ -623,7 +625,7 @@ def _finding_view(
         "category": f.category.value,
         "severity": f.severity.value,
         "impact": f.impact,
-        "impact_text": f"{f.impact * 100:.1f}% of step time" if f.impact is not None else "not measured",
+        "impact_text": share_of(f.impact, impact_base(f), 1) if f.impact is not None else "not measured",
         "impact_width": 0.0 if f.impact is None else round(max(0.0, min(1.0, f.impact)) * 100, 1),
         "impact_explanation": f.impact_explanation,
         "group_note": group_note(f, result.findings) or "",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gpuadvisor.model import Finding, Severity, group_note
+from gpuadvisor.model import Finding, Severity, group_note, impact_base
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
 from gpuadvisor.render._explore import ExploreView, explore_section
 from gpuadvisor.render._format import (
@@ -115,7 +115,7 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
                 severity = f"**{severity}**"
             rule = f"{escape(f.rule)} {escape(f.name)}"
             lines.append(
-                f"| {severity} | {rule} | {escape(f.title)} | {fmt_impact(f.impact)} | {_location(f)} |"
+                f"| {severity} | {rule} | {escape(f.title)} | {fmt_impact(f.impact, impact_base(f))} | {_location(f)} |"
             )
         if len(result.findings) > MAX_ROWS:
             lines.append(f"\n_…and {len(result.findings) - MAX_ROWS} more findings (see the full report)._")

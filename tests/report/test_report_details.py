@@ -76,11 +76,11 @@ def test_verdict_says_well_tuned_without_medium_or_high() -> None:
     low = _finding(Severity.LOW, 0.046, "Low occupancy in one kernel")
     verdict = report_html._verdict(_result([low]))
     assert verdict["headline"].startswith("Well tuned: no finding of medium or high impact.")
-    assert "Low occupancy in one kernel (up to 4.6% of step time)" in verdict["headline"]
+    assert "Low occupancy in one kernel (up to 4.6% of the step)" in verdict["headline"]
     assert verdict["well_tuned"] and verdict["actions"] == []
     medium = _finding(Severity.MEDIUM, 0.08, "Medium thing")
     verdict = report_html._verdict(_result([medium, low]))
-    assert verdict["headline"] == "Biggest opportunity: Medium thing (up to 8% of step time)."
+    assert verdict["headline"] == "Biggest opportunity: Medium thing (up to 8% of the step)."
     assert not verdict["well_tuned"] and [a["title"] for a in verdict["actions"]] == ["Medium thing"]
     page = report_html.render_html(_result([low]), generated_at=FIXED, rule_docs={})
     assert "Well tuned" in page and "Biggest opportunity" not in page
@@ -141,7 +141,7 @@ def test_the_headline_does_not_repeat_the_gain_its_title_says() -> None:
     assert verdict["headline"] == f"Biggest opportunity: {said.title}."
     assert verdict["actions"][0]["gain"] == ""
     unsaid = _finding(Severity.HIGH, 0.5, "Something costly")
-    assert report_html._verdict(_result([unsaid]))["headline"].endswith("(up to 50% of step time).")
+    assert report_html._verdict(_result([unsaid]))["headline"].endswith("(up to 50% of the step).")
 
 
 def test_environment_has_no_internal_trace_kind_rows_and_cpu_runs_no_unknown_gpu() -> None:
