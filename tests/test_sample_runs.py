@@ -229,15 +229,19 @@ def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     top = result.findings[0]
     assert top.rule == "GA1002" and top.severity.value == "high", [f.rule for f in result.findings]
     assert top.evidence["straggler_rank"] == 1
-    # Inside the window rank 1 is 212 ms late; the unprofiled steps (72 ms) bound it to 63 ms without the
-    # profiler: 88% of the step, where the fix measured 9.86x (90% recovered).
+    # Inside the window rank 1 is 97 ms late (the profiler's stop is in no step); the unprofiled steps
+    # (72 ms) bound it to 66 ms without the profiler: 91% of the step, where the fix measured 9.86x (90%
+    # recovered).
     assert top.evidence["late_ms_per_step"] < top.evidence["late_ms_per_step_in_window"]
-    assert top.impact == pytest.approx(0.88, abs=0.03)
-    # The fixed run's lateness (17 ms, inside the window only: at most 2.5 ms outside it) is the
-    # profiler's: info, no gain claimed (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
+    assert top.impact == pytest.approx(0.90, abs=0.03)
+    # The fixed run's lateness (10.6 ms, inside the window only) is the profiler's: outside it the
+    # unprofiled step (9.6 ms) leaves at most 5.0 ms beyond the others' compute and the collective, half
+    # the step, what a healthy job's host overhead leaves (it runs without a straggler plain): info, no
+    # gain claimed (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
     fixed = [f for f in _result("ddp_straggler-fixed").findings if f.rule == "GA1002"]
     assert len(fixed) == 1 and fixed[0].severity.value == "info" and fixed[0].impact is None
-    assert fixed[0].evidence["max_late_ms_per_step_outside_window"] < 0.5 * fixed[0].evidence["unprofiled_step_ms"]
+    ev = fixed[0].evidence
+    assert ev["max_late_ms_per_step_outside_window"] < 0.6 * ev["unprofiled_step_ms"]
 
 
 @pytest.mark.slow
@@ -460,3 +464,30 @@ def test_the_base_helpers_say_the_base() -> None:
     assert share_of(0.0004, Base.MEAN_STEP, 1) == "<0.1% of the mean step"
     assert duration_of(11.7, Base.PROFILED_STEP) == "the 11.70 ms profiled step"
     assert duration_of(0.35, Base.SAMPLE) == "0.35 ms per sample"
+@pytest.mark.slow
+def test_the_profilers_stop_is_in_no_step_and_no_finding() -> None:
+    """Every recording ends with one `cudaDeviceSynchronize` right after the last ProfilerStep: the
+    profiler's stop, called from the capture's step hook, waiting for the GPU's backlog (0.1-232 ms).
+    It is the tool's cost: outside every analyzed step, in no host wait a rule reads, and GA202 never
+    reports it (it did: "explicit synchronize at dlrm.py:156 opt.step()" on dlrm-fixed, whose script
+    never synchronizes)."""
+    runs = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
+    checked = 0
+    for run in runs:
+        result = _result(run)
+        detail = result.metrics_detail
+        if detail is None or result.source.ranks != (0,):
+            continue
+        model = detail.model
+        trace = model.trace
+        rt = trace.runtime
+        last_cpu_end = float(trace.steps["cpu_end"].max())
+        stop = rt[(rt["ts"] >= last_cpu_end) & rt["name"].astype(str).str.contains("DeviceSynchronize")]
+        assert len(stop) == 1, run
+        ts = float(stop["ts"].iloc[0])
+        assert not ((model.window.starts <= ts) & (ts < model.window.ends)).any(), run
+        host = model.host
+        assert not ((host["ts"] == ts) & (host["step"] >= 0)).any(), run
+        assert all(f.rule != "GA202" for f in result.findings), (run, [f.title for f in result.findings])
+        checked += 1
+    assert checked >= 70
