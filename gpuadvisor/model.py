@@ -56,7 +56,7 @@ class Severity(str, enum.Enum):
 
     @classmethod
     def from_impact(cls, impact: float | None) -> Severity:
-        """DESIGN.md: high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
+        """The README ("Rules"): high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
         if impact is None or not math.isfinite(impact):
             return cls.INFO
         if impact >= 0.20:

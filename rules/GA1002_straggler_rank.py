@@ -27,6 +27,8 @@ _WHY = {
     "for another reason (host-side delays, CPU contention, a slower link or GPU)",
     "host_work": "its host works longer before each collective than the others' (not its data wait, not "
     "its GPU compute)",
+    "host_compute": "it works longer per step outside collectives and data waits (no GPU kernels in this "
+    "job: its compute is host work)",
 }
 # The straggler's own host work explains its lateness when its extra time to the batch copy (or, without
 # batch copies, its extra CPU operator time) is at least this share of its extra host time per step.
@@ -151,6 +153,7 @@ class StragglerRank(Rule):
                 severity=Severity.INFO,
             )
             return
+        has_kernels = all(r.has_kernels for r in cr.ranks)
         if s.cause == "data_wait":
             rec = (
                 f"Rank {s.rank} waits {fmt_ms(detail['data_wait'])} per step longer for data than the others: "
@@ -161,7 +164,8 @@ class StragglerRank(Rule):
             rec = (
                 f"Rank {s.rank} computes {fmt_ms(max(detail['compute'], detail['host']))} per step longer than "
                 "the others: give every rank the same work (equal batch sizes, bucketed sequence lengths, "
-                "equal pipeline stages) and check its GPU for throttling (nvidia-smi -q -d PERFORMANCE)."
+                "equal pipeline stages)"
+                + (" and check its GPU for throttling (nvidia-smi -q -d PERFORMANCE)." if has_kernels else ".")
             )
         else:
             rec = (
@@ -196,6 +200,7 @@ class StragglerRank(Rule):
                 f"Rank {s.rank} is slow in {what}: move that work out of the training loop (into DataLoader "
                 "workers), vectorize a per-sample Python loop, or give every rank the same share of it."
             )
+        why = "host_work" if where_text else ("host_compute" if s.cause == "compute" and not has_kernels else s.cause)
         late_us = s.late_us_per_step
         bounded = ""
         if verdict.late_outside_us is not None and verdict.unprofiled_step_us and verdict.late_outside_us < late_us:
@@ -230,7 +235,7 @@ class StragglerRank(Rule):
                 f"In {s.steps_last} of {s.steps_compared} steps compared, rank {s.rank} spent the least time "
                 f"inside collectives: the other ranks waited there {fmt_ms(s.late_us_per_step)} per step on "
                 f"average ({fmt_pct(verdict.late_fraction)} of the {fmt_ms(step_us)} step, the median over ranks). "
-                f"Why: {_WHY['host_work' if where_text else s.cause]}.{where_text}{bounded}"
+                f"Why: {_WHY[why]}.{where_text}{bounded}"
             ),
             evidence={
                 "straggler_rank": s.rank,

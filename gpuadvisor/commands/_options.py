@@ -234,8 +234,8 @@ def step_time_option(f: F) -> F:
         callback=_check_step_time,
         help="The step time your run reaches without the profiler (from its logs: batch size / "
         "samples per second). The replay calibrates its host work to it; without it a run directory "
-        "uses the steps gpuadvisor timed before the window, and a trace from another tool its "
-        "host work as recorded.",
+        "uses the steps gpuadvisor timed without the profiler after the window (before it when too few "
+        "ran after), and a trace from another tool its host work as recorded.",
     )(f)
 
 

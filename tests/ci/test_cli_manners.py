@@ -628,3 +628,21 @@ def test_a_tiny_share_is_not_printed_as_zero() -> None:
     assert _format.fmt_pct(0.0004) == "<0.1%" and _format.fmt_pct(0.0) == "0.0%"
     assert _format.fmt_pct(0.0004, 0) == "<1%" and _format.fmt_pct(0.0006) == "0.1%"
     assert fmt_metric("mfu", 0.0002) == "<0.1%"
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_step_time_help_says_which_steps_the_code_uses(command: str) -> None:
+    """Issue 42 item 8: --help said the run's own reference is the steps timed *before* the window; the
+    code (manifest.host_step_durations) prefers those after it."""
+    from gpuadvisor.manifest import MIN_REFERENCE_STEPS_AFTER, host_step_durations
+
+    text = " ".join(CliRunner().invoke(cli, [command, "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "timed without the profiler after the window (before it when too few ran after)" in text
+    # the code: 10 skipped steps at 10 ms, the window (steps 12-16), then steps after it at 5 ms
+    ends = [[k, k * 0.010] for k in range(0, 18)]
+    t = ends[-1][1] + 0.5  # step 17 carries the export
+    ends += [[18 + i, t + i * 0.005] for i in range(MIN_REFERENCE_STEPS_AFTER + 2)]
+    capture = {"skip_steps": 10, "warmup_steps": 2, "active_steps": 5, "first_recorded_step": 12,
+               "last_recorded_step": 16, "step_ends": ends}  # fmt: skip
+    unprofiled, _ = host_step_durations(capture)
+    assert unprofiled and all(abs(d - 5.0) < 1e-6 for d in unprofiled), unprofiled
