@@ -68,7 +68,9 @@ class StragglerRank(Rule):
     the other ranks' per step; those it runs more of (a per-sample transform shows as thousands of
     `aten::mean`/`aten::div_` on CPU tensors) are named with their time, and when most of that time runs
     before the step's batch is copied to the GPU, the location is that copy's line (callsites of the
-    straggler's rank): the work is the batch's preparation, just above it.
+    straggler's rank): the work is the batch's preparation, just above it. `evidence.cause` says which
+    explanation holds: `data_wait`, `compute` (`host_compute` in a job without GPU kernels), `host_work`
+    (the extra host work above), or `communication` (none of them).
 
     How to fix
     ----------
@@ -242,7 +244,7 @@ class StragglerRank(Rule):
                 "late_ms_per_step": late_us / 1000,
                 "late_ms_per_step_in_window": s.late_us_per_step / 1000,
                 "unprofiled_step_ms": None if verdict.unprofiled_step_us is None else verdict.unprofiled_step_us / 1000,
-                "cause": s.cause,
+                "cause": why,
                 "extra_ms_per_step": {k: v / 1000 for k, v in sorted(detail.items())},
                 **(work.to_evidence() if where_text and work is not None else {}),
                 "steps_last": s.steps_last,
@@ -253,7 +255,7 @@ class StragglerRank(Rule):
             recommendation=rec,
             locations=[
                 *([copy_site] if copy_site is not None else []),
-                Location(function=f"rank {s.rank}", detail={"rank": s.rank, "cause": s.cause}),
+                Location(function=f"rank {s.rank}", detail={"rank": s.rank, "cause": why}),
             ],
             impact_explanation=(
                 "Mean over the steps of (median collective time of the other ranks - the straggler's "

@@ -54,10 +54,13 @@ class ExtraHostWork:
         return {
             "extra_cpu_op_ms_per_step": self.us_per_step / 1000,
             "extra_cpu_ops": {
-                o.name: {"calls_per_step": o.calls_per_step, "ms_per_step": o.us_per_step / 1000} for o in self.ops
+                o.name: {"calls_per_step": o.calls_per_step, "ms_per_step": o.us_per_step / 1000}
+                for o in self.ops
             },
             "share_before_batch_copy": self.before_batch_copy,
-            "extra_ms_to_batch_copy": None if self.preparation_extra_us is None else self.preparation_extra_us / 1000,
+            "extra_ms_to_batch_copy": None
+            if self.preparation_extra_us is None
+            else self.preparation_extra_us / 1000,
         }
 
 

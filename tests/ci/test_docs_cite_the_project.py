@@ -16,7 +16,11 @@ def test_no_citation_of_a_document_outside_the_repository() -> None:
     cited: list[str] = []
     for top in WHERE:
         base = ROOT / top
-        files = [base] if base.is_file() else [p for p in base.rglob("*") if p.suffix in (".py", ".md", ".sh", ".j2")]
+        files = (
+            [base]
+            if base.is_file()
+            else [p for p in base.rglob("*") if p.suffix in (".py", ".md", ".sh", ".j2")]
+        )
         for path in files:
             if path.resolve() == THIS:
                 continue
@@ -29,4 +33,6 @@ def test_no_citation_of_a_document_outside_the_repository() -> None:
 def test_the_documents_cited_instead_exist() -> None:
     text = (ROOT / "docs" / "trace-inputs.md").read_text(encoding="utf-8")
     assert "## Facts from real traces the analysis relies on" in text
-    assert "## Faults and bad input: the 24 reliability cases" in (ROOT / "docs" / "capture.md").read_text(encoding="utf-8")
+    assert "## Faults and bad input: the 24 reliability cases" in (ROOT / "docs" / "capture.md").read_text(
+        encoding="utf-8"
+    )

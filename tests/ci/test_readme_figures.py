@@ -22,9 +22,15 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_example_output_is_what_the_command_prints() -> None:
-    m = re.search(r"Real output of `gpuadvisor analyze sample_runs/transfer_bound-planted`.*?```text\n(.*?)```", README, re.S)
+    m = re.search(
+        r"Real output of `gpuadvisor analyze sample_runs/transfer_bound-planted`.*?```text\n(.*?)```",
+        README,
+        re.S,
+    )
     assert m, "README.md: the example block under 'Example: what it prints' is missing"
-    res = CliRunner().invoke(cli, ["analyze", str(ROOT / "sample_runs" / "transfer_bound-planted")], env={"NO_COLOR": "1"})
+    res = CliRunner().invoke(
+        cli, ["analyze", str(ROOT / "sample_runs" / "transfer_bound-planted")], env={"NO_COLOR": "1"}
+    )
     assert res.exit_code == 0, res.output  # no gate without --fail-on
     printed = res.stdout.replace(str(ROOT) + "/", "")
     assert m.group(1) == printed, "README.md's example output is stale; see this module's docstring"
@@ -50,6 +56,9 @@ def test_every_profile_option_is_in_the_options_table() -> None:
         opt
         for param in profile.params
         for opt in param.opts[:1]
-        if opt.startswith("-") and opt not in ("-h", "--help") and f"`{opt}" not in table and f"{opt}`" not in table
+        if opt.startswith("-")
+        and opt not in ("-h", "--help")
+        and f"`{opt}" not in table
+        and f"{opt}`" not in table
     ]
     assert not missing, f"README.md's profile options table lacks {missing}"

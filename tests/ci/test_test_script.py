@@ -58,7 +58,9 @@ def _run(tmp_path: Path, *args: str) -> tuple[bool, str]:
         (("-mbrowser",), True),
     ],
 )
-def test_chromium_only_when_browser_tests_can_run(tmp_path: Path, args: tuple[str, ...], installs: bool) -> None:
+def test_chromium_only_when_browser_tests_can_run(
+    tmp_path: Path, args: tuple[str, ...], installs: bool
+) -> None:
     installed, _ = _run(tmp_path, *args)
     assert installed is installs
 

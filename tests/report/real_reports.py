@@ -10,6 +10,7 @@ DOCS_DIR`, the PNGs of docs/ (headless Chromium at 1400 px; `REPORTS` names each
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,18 @@ CPU_ONLY_COMMAND = ("benchmarks/workloads/sync_bound.py", "--tiny", "--steps", "
 def record_cpu_run(out: Path) -> Path:
     """Record the CPU-only run under `out` (a real `gpuadvisor profile` of a tiny CPU training loop)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuadvisor", "profile", "-q", "--no-analyze", "-o", str(out), *CPU_ONLY_COMMAND],
+        [
+            sys.executable,
+            "-m",
+            "gpuadvisor",
+            "profile",
+            "-q",
+            "--no-analyze",
+            "--force",
+            "-o",
+            str(out),
+            *CPU_ONLY_COMMAND,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -49,7 +61,11 @@ def record_cpu_run(out: Path) -> Path:
 def write_real_report(name: str, out_dir: Path) -> Path:
     """The report of `REPORTS[name]` as `out_dir/NAME.html` (the CPU-only run recorded first)."""
     source = REPORTS[name][0]
-    run = record_cpu_run(out_dir / "cpu-run") if source == CPU_ONLY else SAMPLES / source
+    # a sample run by its path from the current folder (the repository root): the report's header then
+    # reads "sample_runs/NAME", not a path of this machine
+    run = (
+        record_cpu_run(out_dir / "cpu-run") if source == CPU_ONLY else Path(os.path.relpath(SAMPLES / source))
+    )
     return write_report(analyze(run), out_dir / f"{name}.html", generated_at="2026-01-01T00:00:00+00:00")
 
 
