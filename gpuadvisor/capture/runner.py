@@ -26,7 +26,7 @@ from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import read_json, write_json_atomic
 from gpuadvisor.capture._lifeline import ENV_PARENT_PID, ENV_SIGNAL_FD
 from gpuadvisor.capture.experiment import Suspect
-from gpuadvisor.capture.export import TORCH_IMPORT_FILE
+from gpuadvisor.capture.export import TORCH_IMPORT_FILE, torch_import_error
 from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
@@ -536,7 +536,7 @@ def _run_profile(
         os.close(receipts[0])
     ended = time.time()
 
-    broken = _torch_import_error(run_dir)
+    broken = torch_import_error(run_dir)
     if broken is not None:
         _discard_unstarted_run(run_dir, existed)
         raise UsageError(
@@ -630,15 +630,6 @@ def _run_profile(
     if not opts.quiet:
         sys.stderr.write(_last_line(run_dir, exit_status, lost))
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
-
-
-def _torch_import_error(run_dir: Path) -> str | None:
-    """The child's one line when torch could not be imported (child._exit_if_torch_is_broken), else None."""
-    try:
-        line = (run_dir / TORCH_IMPORT_FILE).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return strip_controls(" ".join(line.split()))[:500] or "no message"
 
 
 def _discard_unstarted_run(run_dir: Path, existed: bool) -> None:

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import rundir
 from gpuadvisor.model import jsonable
-from gpuadvisor.render._format import clip, fmt_bytes, fmt_number, fmt_pct, is_version_key, rule_sort_key
+from gpuadvisor.render._format import (
+    clip,
+    fmt_bytes,
+    fmt_number,
+    fmt_pct,
+    is_version_key,
+    mfu_unknown_reason,
+    rule_sort_key,
+)
 from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
@@ -120,6 +128,49 @@ def _ms(value: Any) -> str:
 def short_name(name: str, limit: int = 110) -> str:
     """A long C++ kernel name cut to `limit` characters (the full name stays in a tooltip)."""
     return clip(name, limit)
+
+
+_KEY_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("unprofiled_step_time_ms", "Step time without the profiler (median, host-timed)", "ms"),
+    ("step_time_ms", "Step time, profiled (median of the trace's steps)", "ms"),
+    ("step_time_p90_ms", "Step time, profiled, p90", "ms"),
+    ("gpu_busy_fraction", "GPU busy: compute (kernels and memsets, not collectives or copies)", "pct"),
+    ("collective_fraction", "Collectives (NCCL) running", "pct"),
+    ("collective_exposed_fraction", "Collectives with no compute beside them", "pct"),
+    ("copy_exposed_fraction", "Copies with no kernel beside them", "pct"),
+    ("gpu_active_fraction", "GPU running anything", "pct"),
+    ("idle_host_sync_fraction", "GPU idle: host syncs", "pct"),
+    ("idle_data_loading_fraction", "GPU idle: data loading", "pct"),
+    ("idle_launch_overhead_fraction", "GPU idle: launch-bound", "pct"),
+    ("copy_fraction", "Copies", "pct"),
+    ("kernels_per_step", "Kernels per step", "num"),
+    ("kernel_median_us", "Median kernel", "us"),
+    ("tensor_core_fraction", "Tensor-core share of matmul time", "pct"),
+    ("mfu", "MFU", "pct"),
+    ("peak_memory_fraction", "Peak memory / capacity", "pct"),
+    ("steps_analyzed", "Steps analyzed", "num"),
+)
+
+
+def _key_metrics(metrics: Mapping[str, Any], kernels: Any = None) -> list[dict[str, str]]:
+    rows = []
+    mfu_unknown = mfu_unknown_reason(metrics, kernels)
+    for key, label, unit in _KEY_METRICS:
+        value = metrics.get(key)
+        if value is None or (key.startswith("collective_") and not value):
+            continue  # no collective ran: not a multi-GPU job
+        if key == "mfu" and mfu_unknown:
+            text = f"n/a ({mfu_unknown})"
+        elif unit == "pct":
+            text = _pct(value)
+        elif unit == "ms":
+            text = _ms(value)
+        elif unit == "us":
+            text = f"{fmt_value(_num(value))} µs"
+        else:
+            text = fmt_value(value)
+        rows.append({"key": key, "label": label, "value": text})
+    return rows
 
 
 def _records(df: pd.DataFrame | None, limit: int) -> list[dict[str, Any]]:

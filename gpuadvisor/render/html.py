@@ -46,6 +46,7 @@ from gpuadvisor.render._tables import (
     _environment_view,
     _get,
     _kernel_rows,
+    _key_metrics,
     _ms,
     _num,
     _op_rows,
@@ -553,49 +554,6 @@ def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
 def _first_sentence(text: str) -> str:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
     return clip_code(line, 220)
-
-
-_KEY_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("unprofiled_step_time_ms", "Step time without the profiler (median, host-timed)", "ms"),
-    ("step_time_ms", "Step time, profiled (median of the trace's steps)", "ms"),
-    ("step_time_p90_ms", "Step time, profiled, p90", "ms"),
-    ("gpu_busy_fraction", "GPU busy: compute (kernels and memsets, not collectives or copies)", "pct"),
-    ("collective_fraction", "Collectives (NCCL) running", "pct"),
-    ("collective_exposed_fraction", "Collectives with no compute beside them", "pct"),
-    ("copy_exposed_fraction", "Copies with no kernel beside them", "pct"),
-    ("gpu_active_fraction", "GPU running anything", "pct"),
-    ("idle_host_sync_fraction", "GPU idle: host syncs", "pct"),
-    ("idle_data_loading_fraction", "GPU idle: data loading", "pct"),
-    ("idle_launch_overhead_fraction", "GPU idle: launch-bound", "pct"),
-    ("copy_fraction", "Copies", "pct"),
-    ("kernels_per_step", "Kernels per step", "num"),
-    ("kernel_median_us", "Median kernel", "us"),
-    ("tensor_core_fraction", "Tensor-core share of matmul time", "pct"),
-    ("mfu", "MFU", "pct"),
-    ("peak_memory_fraction", "Peak memory / capacity", "pct"),
-    ("steps_analyzed", "Steps analyzed", "num"),
-)
-
-
-def _key_metrics(metrics: Mapping[str, Any], kernels: Any = None) -> list[dict[str, str]]:
-    rows = []
-    mfu_unknown = mfu_unknown_reason(metrics, kernels)
-    for key, label, unit in _KEY_METRICS:
-        value = metrics.get(key)
-        if value is None or (key.startswith("collective_") and not value):
-            continue  # no collective ran: not a multi-GPU job
-        if key == "mfu" and mfu_unknown:
-            text = f"n/a ({mfu_unknown})"
-        elif unit == "pct":
-            text = _pct(value)
-        elif unit == "ms":
-            text = _ms(value)
-        elif unit == "us":
-            text = f"{fmt_value(_num(value))} µs"
-        else:
-            text = fmt_value(value)
-        rows.append({"key": key, "label": label, "value": text})
-    return rows
 
 
 def _severity_counts(findings: Sequence[Finding]) -> list[tuple[str, int]]:
