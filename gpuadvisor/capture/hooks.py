@@ -238,6 +238,8 @@ class Recorder:
         # Costs between steps (issue 27): `on_step_event(kind, start perf_counter, seconds, detail)` for
         # each DataLoader epoch start (iterator creation + its first batch), torch.save and long gc pass.
         self.on_step_event: Callable[[str, float, float, dict[str, Any]], None] | None = None
+        # the run the user pays for (issue 38): `on_data_wait(seconds)` after every DataLoader __next__
+        self.on_data_wait: Callable[[float], None] | None = None
         self._first_batch: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], float]] = (
             weakref.WeakKeyDictionary()
         )
@@ -606,7 +608,9 @@ class Recorder:
                         try:
                             return orig(it)
                         finally:
-                            self._epoch_start_event(pending, time.perf_counter() - t1)
+                            waited = time.perf_counter() - t1
+                            self._epoch_start_event(pending, waited)
+                            self._data_wait(waited)
                     if ready is not None and rec is not None:
                         profiled = _profiler_recording()
                         t0 = time.perf_counter()
@@ -617,7 +621,14 @@ class Recorder:
                             # its workers down here
                             self._epoch_end_event(rec, t0, time.perf_counter() - t0)
                             raise
-                        record_next_time(rec, ready, time.perf_counter() - t0, profiled)
+                        waited = time.perf_counter() - t0
+                        record_next_time(rec, ready, waited, profiled)
+                        self._data_wait(waited)
+                        return out
+                    if self.on_data_wait is not None:
+                        t0 = time.perf_counter()
+                        out = orig(it)
+                        self._data_wait(time.perf_counter() - t0)
                         return out
                 return orig(it)
 
@@ -626,6 +637,15 @@ class Recorder:
         self._patch(dlmod.DataLoader, "__init__", make_init, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod.DataLoader, "__iter__", make_iter, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next, Suspect.DATALOADER_HOOKS)
+
+    def _data_wait(self, seconds: float) -> None:
+        """The host waited `seconds` for a batch (`on_data_wait`: the capture times every step's wait)."""
+        cb = self.on_data_wait
+        if cb is not None and "dataloader next" not in self._disabled:
+            try:
+                cb(seconds)
+            except Exception as err:
+                self._failed("data wait", err)
 
     def _worker_probe(self, loader: Any, started: float) -> WorkerStartProbe | None:
         """A `worker_init_fn` that notes when each new worker process is ready (issue 27): the workers'
