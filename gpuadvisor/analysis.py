@@ -247,11 +247,13 @@ def run_timing_notes(model: Any) -> list[str]:
             steps += f" and {c.count - 4} more"
         period = (
             f"every {c.period_steps} steps"
-            if c.period_observed and c.count > 1
+            if c.period_source == "observed"
             else f"every {c.period_steps} steps by the loader's epoch length"
             if c.period_observed
             else f"seen once ({steps}): its period was not observed"
         )
+        if c.detail.get("before_first_step_ms"):
+            period += f"; the one before the first step, {c.detail['before_first_step_ms'] / 1000:.1f} s, is start-up"
         parts.append(
             f"{c.label}: {c.count} x {c.each_ms:.1f} ms ({steps if c.count > 1 else period}"
             f"{', ' + period if c.count > 1 else ''}), {100 * c.share:.1f}% of the run"

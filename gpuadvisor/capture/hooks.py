@@ -711,7 +711,7 @@ class Recorder:
                 try:
                     return orig(obj, f, *args, **kwargs)
                 finally:
-                    self._save_event(f, t0, time.perf_counter() - t0)
+                    self._save_event(f, t0, time.perf_counter() - t0, obj)
 
             return save
 
@@ -720,7 +720,7 @@ class Recorder:
             gc.callbacks.append(self._gc_callback)
             self._gc_installed = True
 
-    def _save_event(self, f: Any, t0: float, seconds: float) -> None:
+    def _save_event(self, f: Any, t0: float, seconds: float, obj: Any = None) -> None:
         sink = self.on_step_event
         if sink is None or "torch.save" in self._disabled:
             return
@@ -735,6 +735,10 @@ class Recorder:
             frame = self.user_frame(3)
             site = self.site(frame)
             detail = {"bytes": size, "file": site["file"], "line": site["line"], "code": site["code"]}
+            device = _device_bytes(obj)
+            if device is not None:
+                # what a save from pinned memory would still copy on the step (the async remedy's price)
+                detail["device_bytes"] = device
             if threading.current_thread() is not threading.main_thread():
                 detail["background"] = True  # saved from another thread: the training loop did not wait
             sink("checkpoint", t0, seconds, detail)
@@ -1055,3 +1059,31 @@ class Recorder:
             "window_steps": window_steps,
             "callsites": rows,
         }
+
+
+def _device_bytes(obj: Any, limit: int = 100_000) -> int | None:
+    """Bytes of the distinct GPU tensors in a saved object (dicts, lists and tuples of tensors: a
+    state_dict, {"model": ..., "optimizer": ...}); None when it holds none or is not such a container.
+    Bounded: at most `limit` items are looked at (a pathological object is not walked to the end)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [(obj, 0)]
+    looked = 0
+    while stack and looked < limit:
+        value, depth = stack.pop()
+        looked += 1
+        if isinstance(value, dict):
+            if depth < 8:
+                stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            if depth < 8:
+                stack.extend((v, depth + 1) for v in value)
+        elif getattr(value, "is_cuda", None) is True and hasattr(value, "untyped_storage"):
+            try:
+                ptr = int(value.untyped_storage().data_ptr())
+                if ptr not in seen:
+                    seen.add(ptr)
+                    total += int(value.untyped_storage().nbytes())
+            except Exception:  # a tensor subclass without storage: counted by its elements
+                total += int(value.numel()) * int(value.element_size())
+    return total or None

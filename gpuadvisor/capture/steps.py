@@ -16,9 +16,9 @@ The phases (`StepPhase`; docs/capture.md, "Steps", has the same table):
                                                    MODEL_CALLS; a second batch -> BATCHES; a time tick
                                                    -> TIME
   HELD          nothing: an optimizer exists and   its first step -> TRAINING; model calls or batches
-                has not stepped (an evaluation     still coming `hold` seconds after the second one
-                before training, a first call      -> PROVISIONAL
-                that compiles for a minute)
+                has not stepped (an evaluation     still coming `hold` seconds after the second one,
+                before training, a first call      with no gap over 5 s between them (a compilation
+                that compiles for a minute)        starts the hold over) -> PROVISIONAL
   TRAINING      the first optimizer that steps     never (the run's steps)
                 (GradScaler's skipped steps too)
   MODEL_CALLS   calls of the top module            an optimizer step -> TRAINING (before the window
@@ -58,6 +58,8 @@ from gpuadvisor.manifest import Degraded, StepDetection
 # how long model calls and batches may keep coming without the constructed optimizer's first step
 # before they are counted provisionally, when --time-fallback-after is 0 (never count by time)
 OPTIMIZER_HOLD_SECONDS = 20.0
+# a gap this long between two held model calls or batches (a compilation) starts the hold over
+HOLD_RESTART_GAP_SECONDS = 5.0
 
 
 class StepPhase(str, enum.Enum):
@@ -129,6 +131,7 @@ class StepDetector:
         self._deferred_boundaries = 0  # optimizer steps taken inside backward, not yet made boundaries
         self.deferring = False  # an optimizer step was taken inside backward (its boundary deferred)
         self._held_since: float | None = None  # the second held model call / batch (the first one ended)
+        self._held_last: float | None = None  # the latest held model call / batch
         self._held_logged = False
         self._provisional_logged = False
 
@@ -324,8 +327,13 @@ class StepDetector:
         second one (the first call's own length, a compilation, does not count) and the optimizer has
         still not stepped."""
         now = time.monotonic()
-        if self._held_since is None:
+        if self._held_since is None or (
+            self._held_last is not None and now - self._held_last > HOLD_RESTART_GAP_SECONDS
+        ):
+            # a call this long is a one-time cost (the training graph's compilation after an evaluation
+            # compiled its own), not the pace of a loop that never trains: the hold starts over
             self._held_since = now
+        self._held_last = now
         if not self._held_logged:
             self._held_logged = True
             self.journal.say(

@@ -535,7 +535,12 @@ def _startup(
     parts: dict[str, float] = {}
     if cap.compile_seconds:
         parts["compile"] = min(cap.compile_seconds, seconds)
-    ev_before = [e for e in cap.step_events if e.kind == EVALUATION and e.start_unix_s < boundary and e.step is None]
+    first_end = ends.get(first_step)
+    ev_before = [
+        e
+        for e in cap.step_events
+        if e.kind == EVALUATION and first_end is not None and e.start_unix_s < first_end and e.start_unix_s < boundary
+    ]
     if ev_before:
         parts["evaluation_before_training"] = sum(e.seconds for e in ev_before)
     workers = [
@@ -543,9 +548,8 @@ def _startup(
     ]
     if workers:
         parts["dataloader_workers"] = sum(e.seconds for e in workers)
-    first_ends = ends.get(first_step)
-    if settled is not None and first_ends is not None and settled > first_step:
-        parts["first_steps"] = max(0.0, ends[settled] - first_ends)
+    if settled is not None and first_end is not None and settled > first_step:
+        parts["first_steps"] = max(0.0, ends[settled] - first_end)
     return StartUp(seconds=seconds, settled_step=settled, parts=parts)
 
 
@@ -600,6 +604,16 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
             removable = 1.0
         detail: dict[str, Any] = {}
         period, source = _regular_period([0 if o.step is None else o.step for o in occ]), "observed"
+        if cause == EVALUATION:
+            # An evaluation before the first step is start-up (issue 38: nanoGPT's at iteration 0 holds the
+            # compilation of the evaluation graph, 8 s against 0.7 s later): it dates the period (step 0),
+            # it is never priced as one of the run's evaluations. Seen only before training: no cost here.
+            before = [o for o in occ if o.step is None]
+            if before:
+                detail["before_first_step_ms"] = round(sum(o.cost_ms for o in before), 3)
+            occ = [o for o in occ if o.step is not None]
+            if not occ:
+                continue
         if cause == EPOCH_RESTART:
             # what a persistent worker would still pay: the first batch made after the worker is ready
             residual = [max(0.0, e.seconds - _restart_part(e)) for e in ready]
@@ -620,16 +634,18 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
                 period, source = bpe, "batches_per_epoch"
         if cause == CHECKPOINT:
             sizes = [int(b) for ev, _ in items if isinstance(b := ev.detail.get("bytes"), int)]
+            on_gpu = [int(b) for ev, _ in items if isinstance(b := ev.detail.get("device_bytes"), int)]
             first = items[0][0].detail
             detail.update(
                 bytes_each=max(sizes) if sizes else None,
+                device_bytes_each=max(on_gpu) if on_gpu else None,
                 file=first.get("file"),
                 line=first.get("line"),
                 code=first.get("code"),
             )
         if cause == EVALUATION:
             detail["forward_calls_each"] = max(int(ev.detail.get("forward_calls") or 0) for ev, _ in items)
-            detail["before_first_step"] = sum(1 for o in occ if o.step is None)
+            detail["before_first_step"] = sum(1 for _, st in items if st is None)
         if period is None:
             source = "not_observed"
         out.append(

@@ -19,6 +19,8 @@ from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
 from gpuadvisor.stepmodel.model import Prediction
 from gpuadvisor.stepmodel.periodic import run_step_after
+from gpuadvisor.stepmodel.recompute import drop_recompute
+from gpuadvisor.stepmodel.saves import kept_per_step_ms
 from gpuadvisor.words import change
 
 if TYPE_CHECKING:
@@ -136,6 +138,11 @@ def _fix_kernel_grid(model: StepModel, program: Program, p: dict[str, Any]) -> P
     return t.fix_grids(model, program, set(p.get("kernels", ())))
 
 
+@transform(RemedyId.DROP_ACTIVATION_CHECKPOINTING)
+def _drop_activation_checkpointing(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return drop_recompute(model, program, float(p.get("fraction", 1.0)))
+
+
 @transform(RemedyId.BF16_AUTOCAST)
 def _bf16_autocast(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.lower_precision(model, program, "bf16")
@@ -146,7 +153,7 @@ def _tf32(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.lower_precision(model, program, "tf32")
 
 
-@transform(RemedyId.EXPANDABLE_SEGMENTS)
+@transform(RemedyId.EXPANDABLE_SEGMENTS, RemedyId.REMOVE_EMPTY_CACHE)
 def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.no_allocator_calls(model, program)
 
@@ -244,6 +251,9 @@ def _with_timed_costs(
     )
     base = timing.mean_step_ms
     new = run_step_after(timing, ratio=ratio, batch_multiplier=m, workers=workers, removed=costs)
+    # a save in the background keeps its copy to pinned memory (and a wait for a long write) on the loop
+    new += sum(kept_per_step_ms(model, c) for r, _ in timed if r is RemedyId.ASYNC_CHECKPOINT
+               if (c := timing.cost(TIMED_STEP_COSTS[r])) is not None)
     new = max(new, 1e-9)
     per_sample = new / base / m if base > 0 else 1.0
     notes = [f"{r.value}: no such cost was timed in this run" for r, _ in timed if timing.cost(TIMED_STEP_COSTS[r]) is None]
