@@ -489,7 +489,7 @@ def test_the_ladder_judges_the_batch_by_the_shape_not_the_multiplier() -> None:
 
 
 def test_a_batch_count_along_the_batch_axis() -> None:
-    from gpuadvisor.verify.runner import _baseline_batch
+    from gpuadvisor.verify.explore_run import _baseline_batch
 
     trials = [{"samples": 35 * 20, "steps_timed": 20, "samples_shape": [35, 20]} for _ in range(3)]
     assert _baseline_batch(trials) == 35  # axis 0: the time steps of a sequence-first input

@@ -73,7 +73,7 @@ def test_injection_changes_exactly(remedy: str, baseline: dict[str, Any], tmp_pa
 def test_expandable_segments_comes_from_the_parent_environment(
     baseline: dict[str, Any], tmp_path: Path
 ) -> None:
-    from gpuadvisor.verify.runner import trial_environment
+    from gpuadvisor.verify.trials import trial_environment
 
     env, before = trial_environment(
         ("expandable_segments",), {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
