@@ -807,6 +807,15 @@ def _outputs_to_fp32(torch: Any, out: Any, dtype: Any = None) -> Any:
     return out
 
 
+def patch_on_import(name: str, patch: Callable[[types.ModuleType], None]) -> None:
+    """Run `patch(module)` on the module `name` now if it is imported, else right after its import."""
+    module = sys.modules.get(name)
+    if module is not None:
+        patch(module)
+    else:
+        sys.meta_path.insert(0, _PostImportPatcher({name: patch}))
+
+
 class _PostImportPatcher(importlib.abc.MetaPathFinder):
     """Runs a patch on a module right after it is first imported (framework constructors)."""
 

@@ -24,6 +24,7 @@ from gpuadvisor.errors import InputError, UsageError
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.verify.explore import estimate_text
 from gpuadvisor.verify.explore_run import explore_run
+from gpuadvisor.verify.measure import measurement_text
 from gpuadvisor.verify.plan import (
     default_num_workers,
     plan_trials,
@@ -41,7 +42,6 @@ from gpuadvisor.verify.trials import (
     VerifyOutcome,
     baseline_entry,
     document_head,
-    progress_text,
     read_json,
     say_to,
     stamp_machine,
@@ -221,7 +221,7 @@ def verify_run(
                 done += 1
                 result = runner.run(c, TRIAL_TIMEOUT_S)
                 c.results.append(result)
-                say_to(out, options.quiet, f"trial {done}/{total} {c.name} ... {progress_text(result)}")
+                say_to(out, options.quiet, f"trial {done}/{total} {c.name} ... {measurement_text(result)}")
                 if (
                     result.get("status") == "failed"
                     and c.name == RemedyId.ALL_SAFE.value
@@ -295,7 +295,7 @@ def _drop_failing_members(
         else:
             probe = RunConfig(member, (member,), None, params=dict(all_safe.params))
             result = runner.run(probe, TRIAL_TIMEOUT_S)
-            say_to(out, quiet, f"all_safe failed: {member} alone ... {progress_text(result)}")
+            say_to(out, quiet, f"all_safe failed: {member} alone ... {measurement_text(result)}")
             bad, reason = result.get("status") == "failed", str(result.get("reason"))
         if bad:
             failing[member] = reason

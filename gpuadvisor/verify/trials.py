@@ -24,6 +24,7 @@ from gpuadvisor import __version__
 from gpuadvisor.capture._io import write_json_atomic
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.remedies import REMEDIES, RemedyId
+from gpuadvisor.verify.measure import across_trials
 from gpuadvisor.verify.plan import (
     ALLOC_CONF,
     EXPANDABLE,
@@ -237,16 +238,6 @@ def trial_environment(applies: Sequence[str], base: Mapping[str, str]) -> tuple[
     return env, before
 
 
-def progress_text(result: Mapping[str, Any]) -> str:
-    status = result.get("status")
-    if status == "ok":
-        parts = [f"{result.get('step_time_ms', 0):.1f} ms/step"]
-        if result.get("samples_per_s"):
-            parts.append(f"{result['samples_per_s']:.0f} samples/s")
-        return ", ".join(parts)
-    return f"{status}: {result.get('reason')}"
-
-
 def median_of(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -336,6 +327,7 @@ def trial_entry(config: RunConfig, baseline: RunConfig) -> dict[str, Any]:
         samples_per_s=rounded(median_of(measured(oks, "samples_per_s"))),
         step_times_ms=[rounded(v) for v in measured(oks, "step_time_ms")],
         samples_per_s_trials=[rounded(v) for v in measured(oks, "samples_per_s")],
+        **across_trials(oks),
     )
     if samples is not None:
         entry["samples_shape"] = counted_shape(oks)
@@ -389,6 +381,7 @@ def baseline_entry(baseline: RunConfig) -> dict[str, Any]:
         "samples_per_s_trials": [rounded(v) for v in measured(base_ok, "samples_per_s")],
         "step_detection": base_ok[0].get("step_detection") if base_ok else None,
         "samples_shape": counted_shape(base_ok),
+        **across_trials(base_ok),
     }
     if baseline.final is not None:
         entry["reason"] = baseline.reason

@@ -18,7 +18,7 @@ from verify_helpers import LOADER, SCRIPTS, run_trial_child
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["--model", "conv", "--optimizer", "adamw", "--steps", "12"]
+ARGS = ["--model", "conv", "--optimizer", "adamw", "--steps", "60"]
 
 
 def dump_of(
@@ -100,7 +100,7 @@ def test_pin_memory_without_cuda_changes_nothing_and_says_so(
 
 
 def test_optimizer_without_fused_gets_foreach(tmp_path: Path) -> None:
-    args = [*ARGS[:2], "--optimizer", "rmsprop", "--steps", "12"]
+    args = [*ARGS[:2], "--optimizer", "rmsprop", "--steps", "60"]
     (tmp_path / "base").mkdir()
     base, _ = dump_of(tmp_path / "base", (), args)
     state, result = dump_of(tmp_path, ("fused_optimizer",), args)
