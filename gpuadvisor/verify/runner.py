@@ -52,22 +52,32 @@ from gpuadvisor.verify.trials import (
 )
 from gpuadvisor.words import plural
 
-Analyzer = Callable[[Path], Sequence[Mapping[str, Any]]]
+# The caller's analysis of a run without findings.json: the findings as JSON objects, or the whole
+# analysis document (findings.json's form: its `findings` and the top findings' combined `prediction`).
+Analyzer = Callable[[Path], "Sequence[Mapping[str, Any]] | Mapping[str, Any]"]
 
 __all__ = ["VerifyOptions", "VerifyOutcome", "recorded_command", "verify_run"]
 
 
-def _findings_of(run_dir: Path, analyze: Analyzer | None) -> list[dict[str, Any]]:
-    """RUN/findings.json's findings, else a fresh analysis of the run by the caller's `analyze` (verify
-    runs below the analysis and does not import it)."""
-    doc = read_json(run_dir / rundir.FINDINGS)
-    if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
-        return [f for f in doc["findings"] if isinstance(f, dict)]
-    if analyze is None:
-        raise UsageError(
-            f"{run_dir} has no {rundir.FINDINGS}: analyze it first (gpuadvisor report {run_dir})"
-        )
-    return [dict(f) for f in analyze(run_dir)]
+def _analysis_of(run_dir: Path, analyze: Analyzer | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """RUN/findings.json's findings and its combined `prediction` (the top findings' remedies replayed
+    together), else a fresh analysis of the run by the caller's `analyze` (verify runs below the
+    analysis and does not import it)."""
+    doc: Any = read_json(run_dir / rundir.FINDINGS)
+    if not (isinstance(doc, dict) and isinstance(doc.get("findings"), list)):
+        if analyze is None:
+            raise UsageError(
+                f"{run_dir} has no {rundir.FINDINGS}: analyze it first (gpuadvisor report {run_dir})"
+            )
+        doc = analyze(run_dir)
+    if isinstance(doc, Mapping):
+        findings, combined = doc.get("findings") or [], doc.get("prediction")
+    else:
+        findings, combined = doc, None
+    return (
+        [dict(f) for f in findings if isinstance(f, Mapping)],
+        dict(combined) if isinstance(combined, Mapping) else None,
+    )
 
 
 def recorded_command(manifest: Mapping[str, Any], argv: Sequence[str] | None = None) -> RecordedCommand:
@@ -120,7 +130,8 @@ def verify_run(
 ) -> VerifyOutcome:
     """Measure the injectable remedies of a run's findings; write and return RUN/verify.json. `argv`:
     the script's real sys.argv (see recorded_command). `analyze`: the findings (as JSON objects) of a
-    run that has no findings.json yet (`gpuadvisor.analysis.finding_dicts`)."""
+    run that has no findings.json yet (its findings as JSON objects, or the analysis document:
+    `gpuadvisor.commands.verify.analysis_document`)."""
     options = options or VerifyOptions()
     options.validate()
     out = stream if stream is not None else sys.stderr
@@ -141,7 +152,7 @@ def verify_run(
         say_to(
             out, options.quiet, f"measuring on another machine than the recording's: {where_text(machine)}"
         )
-    num_workers = options.num_workers or default_num_workers()
+    num_workers = options.num_workers or default_num_workers(explore=options.explore)
     if options.explore:
         return explore_run(
             run,
@@ -153,9 +164,9 @@ def verify_run(
             out,
             num_workers,
             machine,
-            _findings_of(run, analyze),
+            *_analysis_of(run, analyze),
         )
-    planned = plan_trials(_findings_of(run, analyze), environment, only=options.only, num_workers=num_workers)
+    planned = plan_trials(_analysis_of(run, analyze)[0], environment, only=options.only, num_workers=num_workers)
 
     started_wall = time.time()
     started = time.monotonic()
