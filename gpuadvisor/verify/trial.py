@@ -34,7 +34,8 @@ from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
 from gpuadvisor.capture.execfile import run_module, run_script
 from gpuadvisor.capture.hooks import Recorder
 from gpuadvisor.remedies import RemedyId
-from gpuadvisor.verify.inject import Injections, TrialSkip, patch_on_import
+from gpuadvisor.verify.importpatch import patch_on_import
+from gpuadvisor.verify.inject import Injections, TrialSkip
 from gpuadvisor.verify.measure import SteadyRegion
 from gpuadvisor.verify.scriptopts import long_options, record_script_options
 
