@@ -19,8 +19,9 @@ a DataLoader's `__next__`. The region:
    is imported) to the region's first boundary: what the user pays once. The online rule sees only
    that the step time stopped falling; a start-up that holds one pace for a while and then drops
    passes it. So the region's first `steps` are checked by the offline rule (`settled_start`): where
-   they start above the region's own level, the region opens again from there (at most
-   `MAX_RESTARTS` times).
+   they start above the region's own level by more than `RESTART_MIN_SHARE` of its time, the region
+   opens again from there (at most `MAX_RESTARTS` times; what it measured is kept in case the script
+   ends first).
 2. **The mean.** One device synchronize at the region's start, one at its end (none per step):
    `step_time_ms` = elapsed / steps, the mean the user pays, stalls included. Host times of each step
    give the distribution (`gpuadvisor.steptimes.distribution`: median, stalls and their period).
@@ -59,6 +60,7 @@ MAX_REGION_S = 120.0  # nor (once `steps` are timed) a region longer than this
 MAX_SETTLE_STEPS = 200
 MAX_SETTLE_S = 60.0
 MAX_RESTARTS = 2  # times the region opens again when its first steps were still start-up
+RESTART_MIN_SHARE = 0.10  # ... and weighed on its mean by more than this share of its time
 # the backlog rule: at most this many x the batches the workers hold ahead, after the settled step
 BACKLOG_STEPS = 2
 # a wait in __next__ that says the batch was not ready: at least this long, and this share of the median step
@@ -68,17 +70,22 @@ WAIT_MIN_SHARE = 0.25
 
 @dataclass
 class _Snapshot:
-    """The region's first `steps` (kept where the region grows for a stall pattern)."""
+    """A measurement of `steps` settled steps kept in case the script ends early: the region's first
+    `steps` where it grows for a stall pattern, or a region that opened again (`reopened`)."""
 
     steps: int
     elapsed_s: float
     data_wait_s: float
+    durations: list[float]
+    first: int
+    reopened: bool = False
 
 
 class SteadyRegion:
     """The measured region of one trial (module docstring). `boundary()` returns what the caller does
     at this step boundary: "warmup", "start" (reset the region's counters), "timing", "checkpoint" (the
-    first `steps` are kept: snapshot the counters) or "done" (the region is complete: `result()`)."""
+    first `steps` are kept: snapshot the counters), "restart" (the region opens again: snapshot the
+    counters, then reset them) or "done" (the region is complete: `result()`)."""
 
     def __init__(
         self,
@@ -169,16 +176,19 @@ class SteadyRegion:
         if ms is not None:
             self.durations.append(ms)
         n = self.timed
-        if n == self.steps and self.restarts < MAX_RESTARTS and settled_start(self.durations):
+        if n == self.steps and self.restarts < MAX_RESTARTS and self._start_up_left():
             # the first steps of the region were still above its level (start-up that held one pace
-            # for a while, then dropped): the region opens again from here
+            # for a while, then dropped): the region opens again from here; what it measured is kept
+            # in case the script ends first
             self.restarts += 1
-            return self._open(count)
+            self._sync()
+            self.snapshot = self._snapshot(reopened=True)
+            return self._open(count, "restart")
         if n == self.steps:
             self.target = self._target()
             if self.target > n:
                 self._sync()
-                self.snapshot = _Snapshot(n, self._clock() - self.region_start, self.data_wait_s)
+                self.snapshot = self._snapshot()
                 return "checkpoint"
         elif n == self.target and self._irregular:
             # irregular stalls in the first `steps`: their period may show over the longer region
@@ -191,14 +201,29 @@ class SteadyRegion:
             return "done"
         return "timing"
 
-    def _open(self, count: int) -> str:
+    def _snapshot(self, reopened: bool = False) -> _Snapshot:
+        assert self.region_start is not None and self.first is not None
+        elapsed = self._clock() - self.region_start
+        return _Snapshot(self.timed, elapsed, self.data_wait_s, list(self.durations), self.first, reopened)
+
+    def _start_up_left(self) -> bool:
+        """The offline settled-step rule finds start-up at the head of the region, and it weighs on the
+        mean (more than RESTART_MIN_SHARE of the region's time: a one-step hiccup does not)."""
+        k = settled_start(self.durations)
+        if not k:
+            return False
+        rest = statistics.median(self.durations[k:])
+        excess = sum(self.durations[:k]) - k * rest
+        return excess > RESTART_MIN_SHARE * sum(self.durations)
+
+    def _open(self, count: int, event: str = "start") -> str:
         self._sync()
         self.region_start = self._last = self._clock()
         self.first = count
         self.startup_s = self.region_start - self.started
         self.durations = []
         self.data_wait_s = 0.0
-        return "start"
+        return event
 
     def _target(self) -> int:
         """How many steps the region needs, read from the steps timed so far (module docstring)."""
@@ -232,13 +257,20 @@ class SteadyRegion:
         if self.done or self.snapshot is None:
             return self.done
         snap = self.snapshot
-        self.note = (
-            f"the script ended after {self.count} steps, before the {self.target} settled steps the stall "
-            f"pattern needs: the first {snap.steps} settled steps were measured"
-        )
-        self.durations = self.durations[: snap.steps]
+        if snap.reopened:
+            self.note = (
+                f"the script ended after {self.count} steps, before the region that opened again at step "
+                f"{self.first} was complete: the {snap.steps} steps before it were measured (start-up "
+                "may weigh on them)"
+            )
+        else:
+            self.note = (
+                f"the script ended after {self.count} steps, before the {self.target} settled steps the "
+                f"stall pattern needs: the first {snap.steps} settled steps were measured"
+            )
+        self.durations, self.first = snap.durations, snap.first
         self.elapsed_s, self.data_wait_s, self.target = snap.elapsed_s, snap.data_wait_s, snap.steps
-        self.count = (self.first or 0) + snap.steps
+        self.count = snap.first + snap.steps
         self.done = True
         return True
 

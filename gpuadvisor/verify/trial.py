@@ -265,8 +265,11 @@ class StepClock:
                 self.model_samples = 0
                 self.samples_shape = self.model_shape = None
                 self.output_shapes = []
-            elif what == "checkpoint":
+            elif what in ("checkpoint", "restart"):
                 self.kept = (self.samples, self.model_samples, self.samples_shape, self.model_shape)
+                if what == "restart":
+                    self.samples = self.model_samples = 0
+                    self.samples_shape = self.model_shape = None
             elif what == "done":
                 self._finish()
         except (TrialComplete, _TrialAbort):

@@ -112,3 +112,20 @@ def test_the_progress_line_and_the_entry_say_mean_median_and_start_up() -> None:
     summary = across_trials([result, {**result, "startup_s": 1.0, "median_step_ms": 5.0}])
     assert summary["median_step_ms"] == pytest.approx(5.5) and len(summary["per_trial"]) == 2
     assert summary["stall_pattern"] == result["stall_pattern"]
+
+
+def test_a_hiccup_does_not_reopen_the_region_and_a_plateau_does() -> None:
+    hiccup = Loop(warmup=2, steps=10)
+    hiccup.run([20.0] * 9 + [30.0] + [20.0] * 40)  # one slow step where the region opens
+    assert "restart" not in hiccup.events
+    plateau = Loop(warmup=2, steps=6)
+    plateau.run(SLOW_START + BURSTS)
+    assert "restart" in plateau.events and plateau.region.result()["settled_at_step"] > 10
+
+
+def test_a_script_that_ends_after_the_region_opened_again_keeps_what_was_measured() -> None:
+    loop = Loop(warmup=2, steps=6)
+    loop.run(SLOW_START + BURSTS[:8])  # opened on the plateau, again after it, then the script ended
+    assert "restart" in loop.events and loop.region.ended()
+    out = loop.region.result()
+    assert out["steps_timed"] == 6 and "before the region that opened again at step" in str(out["measure_note"])
