@@ -11,7 +11,8 @@ explore sets the lever through it (the command line the user would type) rather 
 | `dataloader_pin_memory` | `pin_mem`, `pin_memory`, `dataloader_pin_memory` | `--pin-mem` |
 | `persistent_workers` | `persistent_workers`, `dataloader_persistent_workers` | `--dataloader_persistent_workers` |
 | `prefetch_factor` | `prefetch_factor`, `dataloader_prefetch_factor` | `--dataloader_prefetch_factor 4` |
-| `torch_compile` | `torch_compile`, `torchcompile`, `compile` (a switch) | `--torchcompile` |
+| `torch_compile` | `torch_compile`, `torchcompile`, `compile` (a switch, or an option whose value is optional: timm's backend) | `--torchcompile` |
+| `torch_compile_reduce_overhead` | `torchcompile` with `torchcompile_mode` (timm) | `--torchcompile --torchcompile-mode reduce-overhead` |
 | `script_batch_size` | `batch_size`, `per_device_train_batch_size`, `train_batch_size`; `-b` | `-b M x N` |
 
 Options are known from the script's own source (`add_argument` calls, read before any trial) and,
@@ -142,6 +143,9 @@ SWITCHES: dict[str, tuple[SwitchSpec, ...]] = {
     "persistent_workers": (SwitchSpec(("persistent_workers", "dataloader_persistent_workers"), "on"),),
     "prefetch_factor": (SwitchSpec(("prefetch_factor", "dataloader_prefetch_factor"), "number"),),
     "torch_compile": (SwitchSpec(("torch_compile", "torchcompile", "compile"), "on"),),
+    "torch_compile_reduce_overhead": (
+        SwitchSpec(("torchcompile",), "on", companions=(("torchcompile_mode", "reduce-overhead"),), required=True),
+    ),
     "script_batch_size": (
         SwitchSpec(("batch_size", "per_device_train_batch_size", "train_batch_size"), "batch", short=("-b",)),
     ),
@@ -264,8 +268,8 @@ def _on_args(option: ScriptOption, args: Sequence[str]) -> tuple[str, ...] | Non
     flag = option.spelling(args)
     if option.kind == "flag":
         return (flag,) if option.const is True else None
-    if option.kind == "optional_value" and option.const is True:
-        return (flag,)
+    if option.kind == "optional_value" and option.const not in (None, False, "", 0):
+        return (flag,)  # the option alone stores its const (True; timm's --torchcompile: "inductor")
     if option.kind in ("value", "optional_value") and (option.bool_text or option.type == "bool"):
         return (flag, "True")
     return None

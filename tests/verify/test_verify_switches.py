@@ -34,6 +34,7 @@ group.add_argument('--amp-dtype', default='float16', type=str)
 group.add_argument('--pin-mem', action='store_true', default=False)
 group.add_argument('--no-prefetcher', action='store_true', default=False)
 group.add_argument('--torchcompile', nargs='?', type=str, default=None, const='inductor')
+group.add_argument('--torchcompile-mode', type=str, default=None)
 """
 
 
@@ -53,6 +54,10 @@ def test_timm_style_options_are_read_from_the_source(tmp_path: Path) -> None:
     assert switch("num_workers", options, number=12) == ("--workers", "12")
     assert switch("dataloader_pin_memory", options) == ("--pin-mem",)
     assert switch("script_batch_size", options) == ("--batch-size",)  # explore adds the value
+    assert switch("torch_compile", options) == ("--torchcompile",)  # stores its const, "inductor"
+    assert switch("torch_compile_reduce_overhead", options) == (
+        "--torchcompile", "--torchcompile-mode", "reduce-overhead",
+    )  # fmt: skip
     # the spelling the command uses, and a switch the command passes already
     assert switch("num_workers", options, ("-j", "4"), number=12) == ("-j", "12")
     assert switch("bf16_autocast", options, ("--amp",)) == "the script's own --amp is on already"
