@@ -6,15 +6,14 @@ take --sample-ms per sample (a sleep standing in for decoding a file); they run 
 batches arrive together: the loop takes them one after another in --step-ms each, then waits for the
 next burst. With the defaults every 4th step waits about 40 ms: the median step is about 6 ms, the
 mean about 16 ms (what the user pays). --times FILE writes the host time of every optimizer step
-(a plain run's own record, to compare with what verify measures).
+(a plain run's own record, to compare with what verify measures). The loop is sleepy_loop.py's.
 """
 
 import argparse
 import json
 import time
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+from sleepy_loop import train
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=400)
@@ -26,37 +25,11 @@ p.add_argument("--slow-steps", type=int, default=10)
 p.add_argument("--slow-ms", type=float, default=60.0)
 p.add_argument("--times", default=None)
 args = p.parse_args()
-torch.set_num_threads(1)
 
-
-class SlowSamples(Dataset):
-    def __len__(self):
-        return 1_000_000
-
-    def __getitem__(self, i):
-        time.sleep(args.sample_ms / 1000.0)
-        return torch.ones(4), torch.tensor(1.0)
-
-
-def main():
+if __name__ == "__main__":
     time.sleep(1.0)  # building the model
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.001)
-    loader = DataLoader(SlowSamples(), batch_size=args.batch, num_workers=args.workers)
-    stamps = []
-    for step, (x, y) in enumerate(loader):
-        if step >= args.steps:
-            break
-        loss = (model(x).squeeze(1) - y).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        time.sleep((args.step_ms + (args.slow_ms if step < args.slow_steps else 0.0)) / 1000.0)
-        opt.step()
-        stamps.append(time.perf_counter())
+    stamps = train(args.batch, args.workers, args.steps, args.sample_ms, args.step_ms,
+                   slow_steps=args.slow_steps, slow_ms=args.slow_ms)  # fmt: skip
     if args.times:
         with open(args.times, "w") as fh:
             json.dump(stamps, fh)
-
-
-if __name__ == "__main__":
-    main()
