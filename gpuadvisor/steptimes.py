@@ -16,7 +16,7 @@ The settled-step rule (docs/capture.md, "Start-up and the settled step"):
   after it is already steady).
 - Online (`SettleWatch`, the capture): at each boundary, settled once at least `2 x window` steps were
   timed and the median of the last `window` steps is not below the median of the `window` before them
-  by more than `tolerance` (the step time stopped falling). Medians, not means: a loader whose workers
+  by more than `tolerance` and `MIN_FALL_MS` (the step time stopped falling). Medians, not means: a loader whose workers
   deliver in bursts makes every k-th step wait; the median of a few steps is the same in each window,
   the mean is not.
 
@@ -52,6 +52,9 @@ STALL_RATIO = 0.5
 STALL_MADS = 4.0
 STALL_MIN_MS = 0.5
 MIN_STEPS = 4
+# the online rule: a fall smaller than this is noise, not a warm-up (compilation, autotuning and worker
+# start-up cost far more)
+MIN_FALL_MS = 5.0
 
 
 def _finite(durations: Sequence[float]) -> list[float]:
@@ -91,9 +94,12 @@ class SettleWatch:
     """The online settled-step rule for the capture: `add(ms)` at each step boundary returns True
     once the step time has settled (and stays True)."""
 
-    def __init__(self, *, window: int = SETTLE_WINDOW, tolerance: float = SETTLE_TOLERANCE) -> None:
+    def __init__(
+        self, *, window: int = SETTLE_WINDOW, tolerance: float = SETTLE_TOLERANCE, min_fall_ms: float = MIN_FALL_MS
+    ) -> None:
         self.window = max(1, window)
         self.tolerance = tolerance
+        self.min_fall_ms = min_fall_ms
         self._recent: list[float] = []
         self.settled = False
 
@@ -109,8 +115,27 @@ class SettleWatch:
         if len(self._recent) == 2 * w:
             before = statistics.median(self._recent[:w])
             last = statistics.median(self._recent[w:])
-            self.settled = last >= before * (1 - self.tolerance)
+            self.settled = self._steady(before, last)
         return self.settled
+
+    def _steady(self, before: float, last: float) -> bool:
+        """Not falling: by at most the tolerance, or by less than `min_fall_ms` (timing noise of short
+        steps on a loaded machine is not a warm-up)."""
+        return last >= before * (1 - self.tolerance) or before - last < self.min_fall_ms
+
+    def settled_so_far(self) -> bool:
+        """Settled, or too few steps timed to see two windows yet and none falling: fewer than two
+        steps, or the later half's median not below the earlier half's by more than the tolerance
+        (the capture may not wait for `2 x window` steps when --skip-steps is small)."""
+        if self.settled:
+            return True
+        n = len(self._recent)
+        if n < 2:
+            return True
+        half = n // 2
+        before = statistics.median(self._recent[:half])
+        last = statistics.median(self._recent[half:])
+        return self._steady(before, last)
 
 
 def _ordinal(n: int) -> str:

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuadvisor.remedies import REMEDIES, RemedyId, apply_order
+from gpuadvisor.verify import inject_memory as _inject_memory  # noqa: F401 (registers its injectors)
 from gpuadvisor.verify.importpatch import PostImportPatcher
+from gpuadvisor.verify.injectors import INJECTORS, injector
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
 
 __all__ = ["INJECTORS", "Change", "Injections", "TrialSkip"]
@@ -654,20 +656,6 @@ class Injections:
         return None
 
 
-Injector = Callable[[Injections, Any], None]
-
-# How verify applies each injectable remedy (records with an `Injection` in gpuadvisor.remedies), called
-# in the records' order; the registry test checks that the two agree.
-INJECTORS: dict[RemedyId, Injector] = {}
-
-
-def injector(*remedies: RemedyId) -> Callable[[Injector], Injector]:
-    def register(fn: Injector) -> Injector:
-        for r in remedies:
-            INJECTORS[r] = fn
-        return fn
-
-    return register
 
 
 @injector(

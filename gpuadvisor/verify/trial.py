@@ -552,6 +552,7 @@ def run_trial(cfg: TrialConfig, started: float | None = None) -> dict[str, Any]:
             f"the loss is {loss} after {clock.count} steps (the last loss the script called backward() on)"
         )
     result.update(clock.measure)
+    result.update(_peak_memory(torch))
     result.update(
         status=status,
         reason=reason if status != "ok" else None,
@@ -564,6 +565,21 @@ def run_trial(cfg: TrialConfig, started: float | None = None) -> dict[str, Any]:
     names, values = long_options(options)
     result.update(script_options=names, script_option_values=values, script_arguments=options)
     return result
+
+
+def _peak_memory(torch: Any) -> dict[str, int]:
+    """The trial's peak allocated GPU memory and the device's total (remedies that trade memory for time,
+    such as running checkpointed functions directly, report what they reached); {} without CUDA."""
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return {}
+        dev = torch.cuda.current_device()
+        return {
+            "peak_memory_bytes": int(torch.cuda.max_memory_allocated(dev)),
+            "memory_total_bytes": int(torch.cuda.get_device_properties(dev).total_memory),
+        }
+    except Exception:  # a broken CUDA context after the script's own failure: no figure, no new failure
+        return {}
 
 
 def main() -> None:

@@ -329,6 +329,7 @@ def trial_entry(config: RunConfig, baseline: RunConfig) -> dict[str, Any]:
         samples_per_s_trials=[rounded(v) for v in measured(oks, "samples_per_s")],
         **across_trials(oks),
     )
+    entry.update(peak_memory(oks))
     if samples is not None:
         entry["samples_shape"] = counted_shape(oks)
         if samples.sizes is not None:
@@ -370,6 +371,18 @@ def counted_shape(results: Sequence[Mapping[str, Any]]) -> list[int] | None:
     return list(shapes.pop()) if len(shapes) == 1 else None
 
 
+def peak_memory(results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The highest peak allocated GPU memory of the trials and the device's total, where recorded."""
+    peaks = [int(r["peak_memory_bytes"]) for r in results if isinstance(r.get("peak_memory_bytes"), int)]
+    totals = [int(r["memory_total_bytes"]) for r in results if isinstance(r.get("memory_total_bytes"), int)]
+    out: dict[str, int] = {}
+    if peaks:
+        out["peak_memory_bytes"] = max(peaks)
+    if totals:
+        out["memory_total_bytes"] = max(totals)
+    return out
+
+
 def baseline_entry(baseline: RunConfig) -> dict[str, Any]:
     base_ok = [r for r in baseline.results if r.get("status") == "ok"]
     entry: dict[str, Any] = {
@@ -382,6 +395,7 @@ def baseline_entry(baseline: RunConfig) -> dict[str, Any]:
         "step_detection": base_ok[0].get("step_detection") if base_ok else None,
         "samples_shape": counted_shape(base_ok),
         **across_trials(base_ok),
+        **peak_memory(base_ok),
     }
     if baseline.final is not None:
         entry["reason"] = baseline.reason
