@@ -19,8 +19,8 @@
 # TRIALS (default 3) trials a side for the hand fix; explore uses its own default (3).
 #
 # The device runs a command for at most 10 minutes and explore's default budget is longer: start this in
-# the background (nohup bash tests/verify/gpu_explore_real.sh OUT ... > OUT/run.out 2>&1 &) and poll
-# OUT/summary.md. Run directories go to RUNS (default: a temporary folder), not OUT: OUT gets at most 8
+# the background (nohup bash tests/verify/gpu_explore_real.sh OUT ... > /tmp/gpu-explore-real.out 2>&1 &)
+# and poll OUT/summary.md (written last) and OUT/NAME.log. Run directories go to RUNS (default: a temporary folder), not OUT: OUT gets at most 8
 # files: summary.md (the device, one row per script, the done-when checks), handfix.json, and per
 # script NAME.log (everything profile --explore printed) and NAME.verify.json.
 set -u
