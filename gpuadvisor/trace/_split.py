@@ -5,7 +5,7 @@ Parsing and sorting the events (msgspec, then the collector's per-event pass) is
 of `load_trace` on a large trace and runs on one core. With a second core, a worker process (`_split_worker.py`) started
 with the same Python (`sys.executable`, importing only the loader, not pandas) skips to the split
 point of the decompressed text (`MAIN_SHARE`), finds the first `}` `,` `{` after it, reports that
-offset, and collects the events from there to the end with the same `_Collector`; it sends each
+offset, and collects the events from there to the end with the same `Collector`; it sends each
 block's columns back as it goes (length-prefixed pickles on its stdout, read by a thread here). This
 process reads up to the boundary and checks it: the text before it, parsed from the real start of
 the array, must end exactly after a whole event (a `}` inside a string or a nested value cannot
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuadvisor.trace.load import _Collector
+    from gpuadvisor.trace.decode import Collector
 
 # Below this much decompressed text a second process does not pay for its start (~0.1 s).
 SPLIT_MIN_BYTES = 32 * 1024 * 1024
@@ -76,7 +76,7 @@ def text_size(path: Path) -> int | None:
 
 
 def start(
-    path: Path, col: _Collector, chunk_bytes: int, *, while_waiting: Callable[[], object] | None = None
+    path: Path, col: Collector, chunk_bytes: int, *, while_waiting: Callable[[], object] | None = None
 ) -> SplitRead | None:
     """A started split read of `path` feeding `col`, or None when it does not pay or cannot run.
     while_waiting: work for this process once its part is read and the worker is still busy (the
@@ -96,7 +96,7 @@ def start(
 class SplitRead:
     """This process's side of the split (the `_stream.Handover` protocol)."""
 
-    def __init__(self, path: Path, col: _Collector, chunk_bytes: int, wait_offset: int) -> None:
+    def __init__(self, path: Path, col: Collector, chunk_bytes: int, wait_offset: int) -> None:
         self.col = col
         self.wait_offset = wait_offset
         self.while_waiting: Callable[[], object] | None = None
