@@ -32,8 +32,8 @@ _START = time.perf_counter()
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("rule loading", "gpuadvisor.engine", "load_rules"),
     ("read + decode + columns", "gpuadvisor.trace.load", "_collect_streaming"),
-    ("read + decode + columns", "gpuadvisor.trace.load", "_collect_whole"),
-    ("event tables", "gpuadvisor.trace.load", "_build_tables"),
+    ("read + decode + columns", "gpuadvisor.trace.salvage", "collect_whole"),
+    ("event tables", "gpuadvisor.trace.tables", "build_tables"),
     ("trace checks + steps + kind", "gpuadvisor.trace.load", "load_trace"),
     ("step model", "gpuadvisor.stepmodel.model", "build_step_model"),
     ("kernel table", "gpuadvisor.stepmodel.kernels", "build_kernel_table"),
@@ -142,7 +142,10 @@ def main() -> int:
     runs = []
     for _ in range(a.repeat):
         cmd = [sys.executable, __file__, a.trace, "--format", a.format, "--child"] + (["--split"] if a.split else [])
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr)
+            return 1
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     phases = list(dict.fromkeys(k for r in runs for k in r))
     width = max(len(p) for p in phases)

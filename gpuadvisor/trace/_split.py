@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuadvisor.trace.decode import Collector
+    from gpuadvisor.trace.collect import Collector
 
 # Below this much decompressed text a second process does not pay for its start (~0.1 s).
 SPLIT_MIN_BYTES = 32 * 1024 * 1024

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from gpuadvisor.trace._split import _HEADER
 from gpuadvisor.trace._stream import EventStream
-from gpuadvisor.trace.decode import Collector, decode_events
+from gpuadvisor.trace.collect import Collector
+from gpuadvisor.trace.decode import decode_events
 from gpuadvisor.trace.limits import TraceLimits, too_many_events
 
 # -- the worker process ----------------------------------------------------------------------------

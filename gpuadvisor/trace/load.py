@@ -27,7 +27,8 @@ import orjson
 from gpuadvisor.errors import InputError
 from gpuadvisor.trace import _split
 from gpuadvisor.trace._stream import CHUNK_BYTES, EventStream, StreamFallback
-from gpuadvisor.trace.decode import Collector, Progress, decode_events, int_or_none
+from gpuadvisor.trace.collect import Collector
+from gpuadvisor.trace.decode import Progress, decode_events, int_or_none
 from gpuadvisor.trace.identify import read_head
 from gpuadvisor.trace.job import RankClaim, check_one_job, not_one_job_error, rank_in_name, rank_problems
 from gpuadvisor.trace.kind import classify
@@ -42,6 +43,7 @@ from gpuadvisor.trace.tables import (
     drop_captured_launches,
     drop_colliding_correlations,
     drop_zero_ts,
+    frame,
     refuse_if_all_set_aside,
     span_of,
     trace_meta,
@@ -156,7 +158,7 @@ def load_trace(
     meta = trace_meta(obj, span)
     if rank is None:
         rank = _rank(meta, path)
-    py_df = col.pyfuncs.frame() if keep_python_functions else None
+    py_df = frame(col.pyfuncs) if keep_python_functions else None
     model = TraceModel(
         path=path,
         rank=rank,

@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 
 from gpuadvisor.errors import InputError
-from gpuadvisor.trace.decode import Collector, Progress
+from gpuadvisor.trace.collect import Collector
+from gpuadvisor.trace.decode import Progress
 from gpuadvisor.trace.identify import describe_document
 from gpuadvisor.trace.limits import TraceLimits, too_many_events
 from gpuadvisor.trace.read import Damage, read_bytes

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.errors import InputError
-from gpuadvisor.trace.decode import Collector, Columns, as_text, bool_or_none, int_or_none
+from gpuadvisor.trace.collect import Collector, Columns
+from gpuadvisor.trace.decode import NA_INT, as_text, bool_or_none, int_or_none
 from gpuadvisor.trace.kernels import kernel_family
 from gpuadvisor.trace.kind import CaptureScan, scan_graph_captures
 from gpuadvisor.trace.model import (
@@ -49,8 +50,6 @@ def trace_meta(obj: dict[str, Any], span: float) -> TraceMeta:
     )
 
 
-# Int64 cells the collector stores without a value (an id Kineto did not give, a tid it could not
-
 def drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
     """Remove the runtime calls recorded into a CUDA/HIP graph during stream capture (they never ran
     as such: not GPU work, no kernel of their own) and return what the scan found."""
@@ -63,6 +62,42 @@ def drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
     if captured.any():
         tables["runtime"] = tables["runtime"][~captured].reset_index(drop=True)
     return scan
+
+def frame(columns: Columns) -> pd.DataFrame:
+    """The table of `columns` sorted by `ts` (stable), with an `end` column after `dur`; the collector's
+    chunks are released."""
+    # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
+    import numpy as np
+    import pandas as pd
+
+    kinds = dict(columns.spec)
+    arrays: dict[str, Any] = {}
+    for name, values in columns.arrays().items():
+        kind = kinds[name]
+        if kind == "i":
+            mask = values == NA_INT
+            arrays[name] = pd.arrays.IntegerArray(np.where(mask, 0, values) if mask.any() else values, mask)
+        elif kind == "c":
+            codes, strings = values
+            arrays[name] = pd.Categorical.from_codes(codes, categories=strings) if strings else pd.Categorical([])
+        elif kind == "o":
+            out = np.empty(len(values), dtype=object)
+            out[:] = values
+            arrays[name] = out
+        else:
+            arrays[name] = values
+    ts = arrays.get("ts")
+    if ts is not None and len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
+        order = np.argsort(ts, kind="stable")
+        arrays = {c: a[order] if isinstance(a, np.ndarray) else a.take(order) for c, a in arrays.items()}
+    df: pd.DataFrame = pd.DataFrame(
+        {c: pd.Series(a, dtype=object, copy=False) if kinds[c] == "o" else a for c, a in arrays.items()},
+        copy=False,
+    )
+    if "ts" in df.columns:
+        df.insert(2, "end", (df["ts"] + df["dur"]).to_numpy(dtype=np.float64))
+    return df
+
 
 def _cat(values: Any) -> Any:
     # lazy: pandas stays out of `import gpuadvisor.api` and the trace-split worker
@@ -85,7 +120,7 @@ def build_tables(
     import numpy as np
     import pandas as pd
 
-    k = kernels.frame()
+    k = frame(kernels)
     k["blocks"] = k["grid_x"] * k["grid_y"] * k["grid_z"]
     k["threads_per_block"] = k["block_x"] * k["block_y"] * k["block_z"]
     cats = [str(c) for c in k["name"].cat.categories]
@@ -94,7 +129,7 @@ def build_tables(
     k["is_collective"] = (k["family"].astype(str) == "collective").to_numpy(dtype=bool)
     k = k[list(KERNEL_COLUMNS)]
 
-    c = copies.frame()
+    c = frame(copies)
     names = [str(n) for n in c["name"].cat.categories]
     parsed = {n: _parse_copy_name(n) for n in names}
     sname = c["name"].astype(str)
@@ -107,10 +142,10 @@ def build_tables(
     c["bandwidth_gbps"] = c["bandwidth_gbps"].fillna(pd.Series(derived, index=c.index, dtype="float64"))
     c = c[list(COPY_COLUMNS)]
 
-    m = memsets.frame()[list(MEMSET_COLUMNS)]
-    r = runtime.frame()[list(RUNTIME_COLUMNS)]
-    o = cpu_ops.frame()[list(CPU_OP_COLUMNS)]
-    a = annotations.frame()[list(ANNOTATION_COLUMNS)]
+    m = frame(memsets)[list(MEMSET_COLUMNS)]
+    r = frame(runtime)[list(RUNTIME_COLUMNS)]
+    o = frame(cpu_ops)[list(CPU_OP_COLUMNS)]
+    a = frame(annotations)[list(ANNOTATION_COLUMNS)]
     return {"kernels": k, "copies": c, "memsets": m, "runtime": r, "cpu_ops": o, "annotations": a}
 
 
