@@ -15,7 +15,6 @@ from pathlib import Path
 from gpuadvisor.trace._split import _HEADER
 from gpuadvisor.trace._stream import EventStream
 from gpuadvisor.trace.collect import Collector
-from gpuadvisor.trace.decode import decode_events
 from gpuadvisor.trace.limits import TraceLimits, too_many_events
 
 # -- the worker process ----------------------------------------------------------------------------
@@ -44,7 +43,8 @@ def worker_main(argv: list[str]) -> None:
             chunk_bytes=chunk_bytes,
             progress=progress,
             start_at=start_at,
-            decode=decode_events,
+            decode=col.decode,
+            repair=col.repair,
             on_boundary=lambda b: send(b"B", pickle.dumps((b, pos[0]))),
             limits=limits,
         )

@@ -92,6 +92,7 @@ class EventStream:
 
     decode: parses `[` + whole events + `]` (default orjson.loads); it must raise
     orjson.JSONDecodeError for invalid JSON. The last block's events are always orjson's dicts.
+    repair: the text of the last block again, for the errors `decode` repairs (lone surrogates).
     handover: read only the events before a boundary that another reader chose (see `Handover`).
     start_at: read only the events that begin after the first event boundary at or after this offset
     of the decompressed text; `on_boundary(offset)` is told that boundary first (the worker side).
@@ -108,6 +109,7 @@ class EventStream:
         on_boundary: Callable[[int], None] | None = None,
         decode: Callable[[bytes], list[Any]] | None = None,
         limits: TraceLimits | None = None,
+        repair: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self.path = path
         self.chunk_bytes = max(1024, chunk_bytes)
@@ -116,6 +118,7 @@ class EventStream:
         self.start_at = start_at
         self.on_boundary = on_boundary
         self.decode = decode
+        self.repair = repair
         self.limits = limits or TraceLimits(0, 0)
         self.inflated = 0  # bytes of decompressed text read so far
         self._ahead: _InflatedSize | None = None
@@ -177,11 +180,11 @@ class EventStream:
         if buf.startswith(_UTF8_BOM):
             buf = buf[len(_UTF8_BOM) :]  # a byte-order mark before the JSON (UTF-16/32 ones fall back)
             base = len(_UTF8_BOM)
-        while not eof and _blank(buf):  # leading whitespace: dropped block by block
+        while not eof and is_blank(buf):  # leading whitespace: dropped block by block
             base += len(buf)
             buf = self._read(reader, raw, total)
             eof = not buf
-        if _blank(buf):
+        if is_blank(buf):
             raise InputError(f"{self.path}: empty file, not a trace")
         if not buf.lstrip(_WS).startswith(b"{"):
             raise StreamFallback("not a JSON object")
@@ -252,7 +255,7 @@ class EventStream:
             if not more:
                 eof = True
                 break
-            if _blank(more):  # a block of whitespace: nothing to keep but one separating byte
+            if is_blank(more):  # a block of whitespace: nothing to keep but one separating byte
                 if size == 0:
                     base += len(more)  # before the next event
                     continue
@@ -302,7 +305,12 @@ class EventStream:
         if handover is not None:
             handover.abandon()  # the file ended before the boundary: everything was read here
         # the keys after the array: any JSON
-        tail = orjson.loads(b'{"traceEvents":[' + buf)
+        try:
+            tail = orjson.loads(b'{"traceEvents":[' + buf)
+        except orjson.JSONDecodeError as exc:
+            if self.repair is None or "surrogate" not in str(exc):
+                raise
+            tail = orjson.loads(b'{"traceEvents":[' + self.repair(buf))
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise StreamFallback("malformed end of trace")
         for key, value in tail.items():
@@ -311,7 +319,7 @@ class EventStream:
         yield tail["traceEvents"]
 
 
-def _blank(text: bytes) -> bool:
+def is_blank(text: bytes) -> bool:
     """Whether `text` is JSON whitespace only (empty too). `isspace` is fast but also takes vertical
     tab and form feed, which JSON does not."""
     return not text or (text.isspace() and b"\x0b" not in text and b"\x0c" not in text)

@@ -33,12 +33,18 @@ from gpuadvisor.trace.decode import (
     SPAN_AS_OP,
     Event,
     Progress,
+    decode_events,
     event_of,
     int64_id,
     launch_dim3,
+    lone_surrogates_note,
     number,
+    shape_list,
     thread_id,
+    type_list,
+    without_lone_surrogates,
 )
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -60,6 +66,7 @@ KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYF
 _NOT_READ = -1
 _UNSEEN = -2
 _MISSING = "\x00missing"  # a cache miss (a string: `in` compares it with strings at their length)
+_INVALID = "\x00invalid"  # a value the analysis cannot compute with
 
 
 def _numpy() -> ModuleType:
@@ -185,7 +192,7 @@ class Collector:
     TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "pyfuncs")
     COUNTERS = (
         "no_dur", "no_ts", "bad_events", "kernels_without_args", "bad_launch_dims", "bad_dur", "negative_dur",
-        "huge_dur", "total",
+        "huge_dur", "total", "bad_shapes", "lone_surrogates",
     )  # fmt: skip
 
     def __init__(self, keep_python_functions: bool) -> None:
@@ -207,13 +214,15 @@ class Collector:
         self.negative_dur = 0
         self.huge_dur = 0
         self.total = 0
+        self.bad_shapes = 0  # ops whose Input Dims / Input type the analysis cannot read (left out)
+        self.lone_surrogates = 0  # escaped lone surrogates replaced with U+FFFD
         self._code_of_cat: dict[Any, int] = {}  # raw "cat" -> its code (_NOT_READ: not read)
         self._op_names: set[str] = set()  # cpu_op names checked against SPAN_AS_OP
         self._span_names: set[str] = set()  # ... and those that are record_function spans
         # Input Dims / Input type: repeated values share one string (a large trace repeats a few hundred
         # of them millions of times); keyed by raw JSON text (b"" is an absent field)
         self._strings: dict[str, str] = {}
-        self._lists: dict[bytes, str | None] = {b"": None}
+        self._lists: dict[Any, dict[bytes, str | None]] = {shape_list: {b"": None}, type_list: {b"": None}}
         self._worker_strings: dict[str, list[list[str]]] = {}
 
     # -- a split read's handover (gpuadvisor/trace/_split.py) ------------------------------------------
@@ -237,6 +246,22 @@ class Collector:
             setattr(self, name, getattr(self, name) + n)
 
     # -- the pass ------------------------------------------------------------------------------------
+
+    def decode(self, data: bytes) -> list[Any]:
+        """`decode_events(data)`; a block holding an escaped lone surrogate (half a UTF-16 pair, which
+        msgspec and orjson refuse) is read again with it replaced by U+FFFD, and counted."""
+        try:
+            return decode_events(data)
+        except orjson.JSONDecodeError as exc:
+            if "surrogate" not in str(exc):
+                raise
+        return decode_events(self.repair(data))
+
+    def repair(self, data: bytes) -> bytes:
+        """`data` with its escaped lone surrogates replaced by U+FFFD, counted."""
+        data, count = without_lone_surrogates(data)
+        self.lone_surrogates += count
+        return data
 
     def feed(self, events: list[Any], progress: Progress | None = None, total: int = 0) -> None:
         """Sort `events` (`Event` structs; dicts and other values on the whole-document path) into the
@@ -371,8 +396,8 @@ class Collector:
             elif absent or not _all_type(dims, _RAW):
                 dims = [e if _absent(d) else d for d, e in zip(dims, [a.dims_2021 for a in args], strict=True)]
             return [
-                ts, dur, names, _tids(np, [e.tid for e in events]), _ints(np, _external(args)), self._texts(dims),
-                self._texts([a.types for a in args]), _floats(np, [a.flops for a in args]),
+                ts, dur, names, _tids(np, [e.tid for e in events]), _ints(np, _external(args)),
+                *self._shapes(dims, [a.types for a in args]), _floats(np, [a.flops for a in args]),
                 _ints(np, [a.sequence for a in args]),
             ]  # fmt: skip
         correlation = _ints(np, [a.correlation for a in args])
@@ -404,38 +429,59 @@ class Collector:
             _floats(np, [a.occupancy for a in args]),
         ]  # fmt: skip
 
-    def _texts(self, values: list[Any]) -> list[str | None]:
-        """Input Dims / Input type values as shared strings (their `str()` form, None when absent)."""
+    def _shapes(self, dims: list[Any], types: list[Any]) -> tuple[list[str | None], list[str | None]]:
+        """Input Dims and Input type as shared strings (their `str()` form, None when absent). An op
+        whose values the analysis cannot compute with (`shape_list`, `type_list`: strings among the
+        dimensions, numbers beyond 2^53, not lists) keeps neither, and is counted."""
+        dims_text, bad_dims = self._texts(dims, shape_list)
+        types_text, bad_types = self._texts(types, type_list)
+        if bad_dims or bad_types:
+            none = [False] * len(dims)
+            bad = [a or b for a, b in zip(bad_dims or none, bad_types or none, strict=True)]
+            self.bad_shapes += sum(bad)
+            dims_text = [None if b else t for t, b in zip(dims_text, bad, strict=True)]
+            types_text = [None if b else t for t, b in zip(types_text, bad, strict=True)]
+        return dims_text, types_text
+
+    def _texts(self, values: list[Any], valid: Any) -> tuple[list[str | None], list[bool] | None]:
+        """Values as shared strings, computed once per distinct value, and which ones `valid` refuses
+        (None: none)."""
+        cache = self._lists[valid]
         if values.count(NO_RAW) == len(values):  # absent everywhere (a trace without record_shapes)
-            return [None] * len(values)
+            return [None] * len(values), None
         if _all_type(values, _RAW):
             keys = list(map(bytes, values))
-            cache = self._lists
             out = list(map(cache.get, keys, repeat(_MISSING)))
             if _MISSING in out:  # new values: each turned into text once
                 for key in set(keys).difference(cache):
-                    cache[key] = self._text(orjson.loads(key))
+                    try:
+                        value = orjson.loads(key)
+                    except orjson.JSONDecodeError:  # a number beyond float64
+                        value = _INVALID
+                    cache[key] = self._text(value, valid)
                 out = list(map(cache.__getitem__, keys))
-            return out
-        return [self._text(v) for v in values]
+        else:
+            out = [self._text(v, valid) for v in values]
+        return out, ([v is _INVALID for v in out] if _INVALID in out else None)  # type: ignore[return-value]
 
-    def _text(self, v: Any) -> str | None:
-        """One parsed value as a shared string, computed once per distinct value (keyed by orjson's
-        bytes of it; a raw JSON text never starts with "=")."""
+    def _text(self, v: Any, valid: Any) -> Any:
+        """One parsed value as a shared string (or `_INVALID`), computed once per distinct value (keyed
+        by orjson's bytes of it; a raw JSON text never starts with "=")."""
         if v is None:
             return None
         if type(v) is _RAW:
-            return self._texts([v])[0]
-        if type(v) is str:
-            return self._strings.setdefault(v, v)
+            return self._texts([v], valid)[0][0]
+        if v is _INVALID or not valid(v):
+            return _INVALID
         try:
             key = b"=" + orjson.dumps(v)
         except TypeError:  # not from JSON (a test's object): no cache
             return str(v)
-        hit = self._lists.get(key)
+        cache = self._lists[valid]
+        hit = cache.get(key)
         if hit is None:
             t = str(v)
-            hit = self._lists[key] = self._strings.setdefault(t, t)
+            hit = cache[key] = self._strings.setdefault(t, t)
         return hit
 
     def warnings(self, path: Path) -> list[str]:
@@ -472,6 +518,14 @@ class Collector:
             out.append(
                 f"{self.kernels_without_args} kernels carry no args (grid, occupancy, correlation unknown for them)."
             )
+        if self.bad_shapes:
+            out.append(
+                f"{plural(self.bad_shapes, 'op')} carry Input Dims or Input type that are not shapes and type names (text "
+                "among the dimensions, numbers beyond 2^53, not lists); their shapes were left out (no FLOPs or "
+                "bytes from them)."
+            )
+        if self.lone_surrogates:
+            out.append(lone_surrogates_note(path.name, self.lone_surrogates))
         return out
 
 

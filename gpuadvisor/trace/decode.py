@@ -20,6 +20,8 @@ from typing import Any
 import msgspec
 import orjson
 
+from gpuadvisor.words import plural
+
 Progress = Callable[[int, int], None]
 
 # Older Kineto / torch versions spelled categories differently.
@@ -162,6 +164,63 @@ def launch_dim3(v: Any) -> tuple[float | None, float | None, float | None]:
             return BAD_DIM, BAD_DIM, BAD_DIM
         return x, y, z
     return None, None, None
+
+
+# A tensor dimension, and the element count of a tensor, below this (2^53: what a float64 holds exactly;
+# no GPU holds a tensor of more elements). Kineto's `Input Dims` are lists of such shapes.
+MAX_ELEMENTS = 1 << 53
+
+
+def shape_list(v: Any) -> bool:
+    """An `Input Dims` value the analysis can compute with: a list whose leaves are ints in
+    [0, 2^53), every list of ints (one tensor's shape) holding fewer than 2^53 elements."""
+    if not isinstance(v, list):
+        return False
+    elements = 1
+    for d in v:
+        if type(d) is int:
+            if not 0 <= d < MAX_ELEMENTS:
+                return False
+            elements *= d
+            if elements >= MAX_ELEMENTS:
+                return False
+        elif not shape_list(d):
+            return False
+    return True
+
+
+def type_list(v: Any) -> bool:
+    """An `Input type` value: a list (of lists) of type names."""
+    return isinstance(v, list) and all(type(t) is str or type_list(t) for t in v)
+
+
+# A `\uXXXX` escape of half a surrogate pair with no other half: valid JSON text to Python's parser,
+# refused by msgspec and orjson. Read left to right: an escaped backslash, a whole pair, or a lone half.
+_ESCAPES = re.compile(
+    rb"(\\\\)|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+
+
+def without_lone_surrogates(data: bytes) -> tuple[bytes, int]:
+    """`data` with every escaped lone surrogate replaced by `\ufffd` (the replacement character), and
+    how many there were."""
+    count = 0
+
+    def repair(m: re.Match[bytes]) -> bytes:
+        nonlocal count
+        if m.group(2) is None:
+            return m.group(0)
+        count += 1
+        return b"\\ufffd"
+
+    return _ESCAPES.sub(repair, data), count
+
+
+def lone_surrogates_note(file_name: str, count: int) -> str:
+    return (
+        f"{file_name} holds {plural(count, 'escaped lone surrogate')} (half a UTF-16 pair, \\ud800...), which "
+        "JSON parsers refuse; read as U+FFFD."
+    )
 
 
 # ---- the structs ----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from gpuadvisor.errors import InputError
 from gpuadvisor.trace import _split
 from gpuadvisor.trace._stream import CHUNK_BYTES, EventStream, StreamFallback
 from gpuadvisor.trace.collect import Collector
-from gpuadvisor.trace.decode import Progress, decode_events, int_or_none
+from gpuadvisor.trace.decode import Progress, int_or_none
 from gpuadvisor.trace.identify import read_head
 from gpuadvisor.trace.job import RankClaim, check_one_job, not_one_job_error, rank_in_name, rank_problems
 from gpuadvisor.trace.kind import classify
@@ -42,6 +42,7 @@ from gpuadvisor.trace.tables import (
     check_time_resolution,
     drop_captured_launches,
     drop_colliding_correlations,
+    drop_duplicate_events,
     drop_zero_ts,
     frame,
     refuse_if_all_set_aside,
@@ -75,7 +76,7 @@ def _collect_streaming(
 
     limits = limits or TraceLimits.from_env()
     stream = EventStream(
-        path, chunk_bytes=chunk_bytes, progress=report, handover=handover, decode=decode_events, limits=limits
+        path, chunk_bytes=chunk_bytes, progress=report, handover=handover, decode=col.decode, limits=limits, repair=col.repair
     )
     try:
         for events in stream.chunks():
@@ -150,12 +151,13 @@ def load_trace(
             gc.enable()
     if col.total and not any(len(df) for df in tables.values()):
         refuse_if_all_set_aside(path, col)
+    drop_duplicate_events(tables, warnings)
     drop_zero_ts(tables, warnings)
     check_time_resolution(path, tables, warnings)
     drop_colliding_correlations(tables, warnings)
     capture = drop_captured_launches(tables)
     span = span_of(tables)
-    meta = trace_meta(obj, span)
+    meta = trace_meta(obj, span, warnings)
     if rank is None:
         rank = _rank(meta, path)
     py_df = frame(col.pyfuncs) if keep_python_functions else None

@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 
 from gpuadvisor.errors import InputError
+from gpuadvisor.trace._stream import is_blank
 from gpuadvisor.trace.collect import Collector
-from gpuadvisor.trace.decode import Progress
+from gpuadvisor.trace.decode import Progress, lone_surrogates_note, without_lone_surrogates
 from gpuadvisor.trace.identify import describe_document
 from gpuadvisor.trace.limits import TraceLimits, too_many_events
 from gpuadvisor.trace.read import Damage, read_bytes
@@ -89,7 +90,7 @@ def _parse_lenient(path: Path, data: bytes, warnings: list[str]) -> Any:
 
 
 def parse_document(path: Path, data: bytes, warnings: list[str], damage: Damage | None = None) -> dict[str, Any]:
-    if not data.strip():
+    if is_blank(data):
         raise InputError(f"{path}: empty file, not a trace")
     obj: Any = None
     parsed = False
@@ -101,6 +102,14 @@ def parse_document(path: Path, data: bytes, warnings: list[str], damage: Damage 
         # One repair, never a loop: replace the bad bytes and parse once more.
         data = data.decode("utf-8", errors="replace").encode("utf-8")
         warnings.append(f"{path.name} holds invalid UTF-8; the bad bytes were replaced with U+FFFD.")
+        try:
+            obj, parsed = orjson.loads(data), True
+        except orjson.JSONDecodeError as exc:
+            msg = str(exc)
+    if not parsed and "surrogate" in msg:
+        # One repair: escaped lone surrogates (half a UTF-16 pair) read as U+FFFD, then parse once more.
+        data, count = without_lone_surrogates(data)
+        warnings.append(lone_surrogates_note(path.name, count))
         try:
             obj, parsed = orjson.loads(data), True
         except orjson.JSONDecodeError as exc:

@@ -24,6 +24,7 @@ from gpuadvisor.trace.model import (
     RUNTIME_COLUMNS,
     TraceMeta,
 )
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,12 +32,68 @@ if TYPE_CHECKING:
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\(\s*(\w+)\s*->\s*(\w+)\s*\)")
 
 
-def trace_meta(obj: dict[str, Any], span: float) -> TraceMeta:
-    props = obj.get("deviceProperties")
+# What a GPU's deviceProperties may hold (Kineto writes ints; the analysis divides by them, compares
+# peaks with them and prints them): a value outside these ranges, or not a number, is left out.
+DEVICE_PROPERTY_RANGES: dict[str, tuple[float, float]] = {
+    "id": (0, 1 << 16),
+    "numSms": (1, 100_000),
+    "totalGlobalMem": (1, 1 << 50),
+    "computeMajor": (1, 99),
+    "computeMinor": (0, 99),
+    "maxThreadsPerBlock": (1, 1 << 20),
+    "maxThreadsPerMultiprocessor": (1, 1 << 20),
+    "regsPerBlock": (1, 1 << 24),
+    "regsPerMultiprocessor": (1, 1 << 24),
+    "warpSize": (1, 1024),
+    "sharedMemPerBlock": (0, 1 << 32),
+    "sharedMemPerBlockOptin": (0, 1 << 32),
+    "sharedMemPerMultiprocessor": (0, 1 << 32),
+}
+
+
+def device_properties(props: Any, warnings: list[str]) -> list[dict[str, Any]]:
+    """The trace's deviceProperties with every value checked once: a known number out of its range or
+    not a number, or a name that is not text, is left out, said in a note."""
+    if not isinstance(props, list):
+        return []
+    out = []
+    for i, p in enumerate(props):
+        if not isinstance(p, dict):
+            continue
+        dropped = []
+        kept = {}
+        for key, value in p.items():
+            limits = DEVICE_PROPERTY_RANGES.get(key)
+            if key == "name":
+                ok = isinstance(value, str)
+            elif limits is not None:
+                ok = (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                    and limits[0] <= value <= limits[1]
+                )
+            else:
+                ok = True
+            if ok:
+                kept[key] = value
+            else:
+                shown = repr(value)
+                dropped.append(f"{key} {shown[:40] + '...' if len(shown) > 40 else shown}")
+        if dropped:
+            warnings.append(
+                f"deviceProperties of GPU {i}: {', '.join(dropped)}: not values a GPU has; left out (unknown "
+                "to the analysis unless environment.json or the GPU's name tells them)."
+            )
+        out.append(kept)
+    return out
+
+
+def trace_meta(obj: dict[str, Any], span: float, warnings: list[str]) -> TraceMeta:
     dist = obj.get("distributedInfo")
     return TraceMeta(
         schema_version=int_or_none(obj.get("schemaVersion")),
-        device_properties=[p for p in props if isinstance(p, dict)] if isinstance(props, list) else [],
+        device_properties=device_properties(obj.get("deviceProperties"), warnings),
         cuda_driver_version=int_or_none(obj.get("cuda_driver_version")),
         cuda_runtime_version=int_or_none(obj.get("cuda_runtime_version")),
         with_stack=bool_or_none(obj.get("with_stack")),
@@ -155,6 +212,38 @@ def _parse_copy_name(name: str) -> tuple[str, str, str]:
         return "other", "other", "other"
     direction = m.group(1) if m.group(1) in ("HtoD", "DtoH", "DtoD", "PtoP") else "other"
     return direction, m.group(2), m.group(3)
+
+
+def drop_duplicate_events(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
+    """Keep once each event that appears again equal in every field. A trace merged with itself holds
+    every event twice: every launch's correlation id then repeats, the links between launches and
+    kernels are dropped as colliding, and every finding that follows a launch vanishes. Two real events
+    are never equal in every field (ids, stream, start and duration to the nanosecond)."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
+    import numpy as np
+
+    dropped = 0
+    for key, df in tables.items():
+        ts = df["ts"].to_numpy()
+        if len(ts) < 2:
+            continue
+        # tables are sorted by ts: equal events are neighbours, and most tables have no equal starts
+        same = ts[1:] == ts[:-1]
+        if not same.any():
+            continue
+        near = np.zeros(len(ts), dtype=bool)
+        near[1:] |= same
+        near[:-1] |= same
+        again = df[near].duplicated(keep="first")
+        if again.any():
+            drop = df.index[near][again.to_numpy()]
+            tables[key] = df.drop(index=drop).reset_index(drop=True)
+            dropped += len(drop)
+    if dropped:
+        warnings.append(
+            f"{plural(dropped, 'event')} appeared again, equal in every field (a trace merged with itself?): "
+            "each was kept once."
+        )
 
 
 def drop_zero_ts(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
