@@ -51,6 +51,10 @@ _NEXT = re.compile(rb"\s*,\s*\{")
 _WS = b" \t\r\n"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _MAX_TRIES = 32  # cut candidates tried per block before reading a bigger block
+# The longest text read without an event ending in it (or before the traceEvents array): a Kineto event
+# is at most kilobytes (a cat of thousands of tensors), so this much is a decompression bomb (nested
+# brackets, one endless string, number or object), refused before it is held whole.
+MAX_EVENT_BYTES = 64 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _SPLIT_SEARCH = 64 * 1024 * 1024  # a split point with no event boundary this far after it: no split
 _AFTER_BOUNDARY = 64  # bytes read past a handover boundary to see the comma and '{' after it
@@ -193,7 +197,12 @@ class EventStream:
             m = _OPEN.search(buf)
             if m is not None:
                 break
-            if eof or len(buf) > 4 * self.chunk_bytes:
+            if len(buf) > MAX_EVENT_BYTES:
+                raise InputError(
+                    f"{self.path}: no traceEvents array in the first {MAX_EVENT_BYTES >> 20} MiB of its text "
+                    "(a Kineto trace's header is a few KB): not a trace gpuadvisor reads"
+                )
+            if eof:
                 raise StreamFallback("no traceEvents array")
             more = self._read(reader, raw, total)
             eof = not more
@@ -296,6 +305,11 @@ class EventStream:
                     continue
             events, rest = _cut(buf, decode)
             if events is None:  # no clean cut in this text (one huge event): read on
+                if size > MAX_EVENT_BYTES:
+                    raise InputError(
+                        f"{self.path}: holds a single event of more than {MAX_EVENT_BYTES >> 20} MiB of text (a "
+                        "profiler's events are at most kilobytes): not a trace gpuadvisor reads"
+                    )
                 need = 2 * size
                 continue
             base += size - len(rest)

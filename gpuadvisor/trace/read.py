@@ -8,8 +8,11 @@ streaming reader (`gpuadvisor.trace._stream`) applies the same limits block by b
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, cast
 
 from gpuadvisor.errors import InputError
 from gpuadvisor.trace.limits import TraceLimits, too_many_bytes
@@ -40,38 +43,92 @@ def _inflates_past(raw: bytes, limit: int) -> bool:
     return False
 
 
+# Blocks of decompressed text: one that is whitespace only is kept as one byte (whitespace between
+# JSON tokens means nothing; inside a string, a hostile file loses a run of blanks, as in the stream).
+_BLOCK = 4 << 20
+_WS = b" \t\r\n"
+
+
+def _compact(blocks: Iterator[bytes]) -> bytes:
+    """The text of `blocks` with each block of whitespace alone reduced to one byte: a decompression
+    bomb of whitespace costs its time, not its memory. Gathered in one growing buffer (the blocks are
+    freed as they come; joining a list of them would hold the text twice)."""
+    text = bytearray()
+    for block in blocks:
+        if block.isspace() and b"\x0b" not in block and b"\x0c" not in block:  # JSON whitespace only
+            if text and text[-1] in _WS:
+                continue
+            block = b" "
+        text += block
+    # a bytearray reads as bytes everywhere the whole-document path uses it (find, slices, parsers)
+    return cast(bytes, text)
+
+
+def _inflated_blocks(raw: bytes, path: Path, warnings: list[str], damage: Damage | None) -> Iterator[bytes]:
+    """The decompressed text of a (multi-member) gzip in blocks; a truncated stream gives up its complete
+    part with a note, a corrupt one is an InputError."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data = raw
+    produced = False
+    while True:
+        try:
+            block = d.decompress(data, _BLOCK)
+        except zlib.error:
+            if produced:  # damage after some text: what came before is read, as of a truncated stream
+                break
+            raise InputError(f"{path}: corrupt gzip data, cannot be read") from None
+        if block:
+            produced = True
+            yield block
+        if d.eof:
+            data = d.unused_data
+            if not data:
+                return
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
+        else:
+            data = d.unconsumed_tail
+            if not data and not block:
+                break
+    rest = d.flush()
+    if rest:
+        yield rest
+    warnings.append(f"The gzip stream of {path.name} is truncated; only its complete part was read.")
+    if damage is not None:
+        damage.truncated = True
+
+
+def _file_blocks(fh: IO[bytes]) -> Iterator[bytes]:
+    while block := fh.read(_BLOCK):
+        yield block
+
+
 def read_bytes(
     path: Path, warnings: list[str], damage: Damage | None = None, limits: TraceLimits | None = None
 ) -> bytes:
+    """The decompressed text of a trace file, whitespace-only blocks reduced to one byte, a byte-order
+    mark dropped."""
+    if limits is None:
+        limits = TraceLimits.from_env()
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+            fh.seek(0)
+            if gz:
+                raw = fh.read()
+                if limits.max_bytes > 0 and _inflates_past(raw, limits.max_bytes):
+                    raise too_many_bytes(path, limits.max_bytes)
+                text = _compact(_inflated_blocks(raw, path, warnings, damage))
+            else:
+                if limits.bytes_exceeded(os.fstat(fh.fileno()).st_size):
+                    raise too_many_bytes(path, limits.max_bytes)
+                text = _compact(_file_blocks(fh))
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a trace file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-    if limits is None:
-        limits = TraceLimits.from_env()
-    if raw[:2] != b"\x1f\x8b" and limits.bytes_exceeded(len(raw)):
-        raise too_many_bytes(path, limits.max_bytes)
-    if raw[:2] == b"\x1f\x8b" and limits.max_bytes > 0 and _inflates_past(raw, limits.max_bytes):
-        raise too_many_bytes(path, limits.max_bytes)
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return _without_bom(gzip.decompress(raw), path, warnings)
-        except (OSError, EOFError, zlib.error):
-            # A truncated gzip: decompress what is there, then salvage the JSON prefix.
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            try:
-                data = d.decompress(raw)
-            except zlib.error:
-                raise InputError(f"{path}: corrupt gzip data, cannot be read") from None
-            warnings.append(f"The gzip stream of {path.name} is truncated; only its complete part was read.")
-            if damage is not None:
-                damage.truncated = True
-            return _without_bom(data, path, warnings)
-    return _without_bom(raw, path, warnings)
+    return _without_bom(text, path, warnings)
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"

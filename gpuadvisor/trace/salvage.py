@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,22 @@ from gpuadvisor.trace.identify import describe_document
 from gpuadvisor.trace.limits import TraceLimits, too_many_events
 from gpuadvisor.trace.read import Damage, read_bytes
 
+_LEADING_WS = re.compile(rb"\s*")
+
+
+def _first_char(data: bytes) -> bytes:
+    """The first character after leading whitespace (without copying a large text)."""
+    start = _LEADING_WS.match(data)
+    at = start.end() if start else 0
+    return data[at : at + 1]
+
 
 def _salvage_truncated(data: bytes) -> Any | None:
     """Cut a truncated Kineto JSON after its last complete event and close the array and object.
 
     Tries the last few `}` positions, newest first (an event's args dict also ends with `}`).
     """
-    if data.lstrip().startswith(b"["):
+    if _first_char(data) == b"[":
         key, closing = data.find(b"["), b"]"  # a truncated bare event array
     else:
         key, closing = data.find(b'"traceEvents"'), b"]}"
@@ -120,8 +130,7 @@ def parse_document(path: Path, data: bytes, warnings: list[str], damage: Damage 
         obj = _parse_lenient(path, data, warnings)
         parsed = obj is not _UNPARSED
     if not parsed:
-        stripped = data.lstrip()
-        if not stripped.startswith((b"{", b"[")):
+        if _first_char(data) not in (b"{", b"["):
             raise InputError(f"{path}: not a JSON trace (does not start with '{{')") from None
         if "recursion" in msg.lower():
             raise InputError(
