@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuadvisor import __version__, rundir
 from gpuadvisor.redact import redact_argv
+from gpuadvisor.words import after_steps
 
 __all__ = [
     "CaptureState",
@@ -117,6 +118,21 @@ class Degraded(str, enum.Enum):
     OUTPUT_INCOMPLETE = rundir.DEGRADED_OUTPUT_INCOMPLETE
 
 
+_DEGRADED_PROSE: dict[Degraded, str] = {
+    Degraded.NVML_UNAVAILABLE: "GPU samples (NVML) were not recorded.",
+    Degraded.CUDA_UNAVAILABLE: "CUDA was not available to torch: only CPU activity was recorded.",
+    Degraded.NO_GPU_KERNELS: "No GPU kernels were recorded (CUPTI unavailable or no GPU work).",
+    Degraded.TOO_FEW_STEPS: "The script ran too few steps to fill the capture window.",
+    Degraded.SHORT_RUN: "The script ended before the capture window: the trace holds its first steps.",
+    Degraded.NO_STEPS_DETECTED: "No training step was detected (no optimizer step, model call, batch or time step).",
+    Degraded.SCRIPT_FAILED: "The script failed: the record holds what ran before it.",
+    Degraded.INTERRUPTED: "The run was interrupted: the record holds what ran before it.",
+    Degraded.KILLED: "The training process was killed: the record holds what was saved before it.",
+    Degraded.TRACE_NOT_EXPORTED: "The trace was not exported.",
+    Degraded.USER_PROFILER: "The script runs its own torch.profiler: gpuadvisor's profiler could not record.",
+    Degraded.OUTPUT_INCOMPLETE: "Some output of the capture could not be written.",
+}
+
 _FAILED_AT = re.compile(r"^script_failed_at_step_(\d+)$")
 
 
@@ -131,6 +147,12 @@ class DegradedFlag:
         if self.kind is Degraded.SCRIPT_FAILED and self.step is not None:
             return f"script_failed_at_step_{self.step}"
         return self.kind.value
+
+    def describe(self) -> str:
+        """The flag in words, for a report's notes (the id itself stays in manifest.json)."""
+        if self.kind is Degraded.SCRIPT_FAILED and self.step is not None:
+            return f"The script failed {after_steps(self.step)}: the record holds what ran before it."
+        return _DEGRADED_PROSE[self.kind]
 
     @classmethod
     def parse(cls, text: str) -> DegradedFlag | None:
@@ -234,6 +256,9 @@ class StepEvent:
         )
 
 
+MAX_STEP_RECORDS = 20_000  # step boundaries and per-step waits the capture keeps (capture.window)
+
+
 @dataclass(frozen=True)
 class CaptureWindow:
     """`manifest.capture`: the profiler window and the host-timed step boundaries.
@@ -270,6 +295,15 @@ class CaptureWindow:
     step_events_dropped: int = 0
     observe_steps: int | None = None
     observe_seconds: float | None = None
+    # the run the user pays for (issue 38): the step the window opened at once the step time had settled
+    # (`settle_capped`: opened at the cap instead), the seconds the host waited in DataLoader __next__
+    # during each timed step (step, s), a window recorded before the optimizer's first step (`provisional`),
+    # and torch.compile's compilation seconds (None: not compiled or not known)
+    settled_at_step: int | None = None
+    settle_capped: bool = False
+    step_data_wait: tuple[tuple[int, float], ...] = ()
+    provisional: bool = False
+    compile_seconds: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -309,6 +343,14 @@ class CaptureWindow:
             speculation_end_step=self.speculation_end_step,
             cupti_teardown=self.cupti_teardown,
         )
+        if self.settled_at_step is not None:
+            out.update(settled_at_step=self.settled_at_step, settle_capped=self.settle_capped)
+        if self.step_data_wait:
+            out["step_data_wait"] = [[k, round(v, 6)] for k, v in self.step_data_wait]
+        if self.provisional:
+            out["provisional"] = True
+        if self.compile_seconds is not None:
+            out["compile_seconds"] = round(self.compile_seconds, 3)
         if self.observe_steps is not None:
             out.update(
                 step_events=[e.to_json() for e in self.step_events],
@@ -329,6 +371,15 @@ class CaptureWindow:
                     c, t = _int(item[0]), _float(item[1])
                     if c is not None and t is not None:
                         ends.append((c, t))
+        waits: list[tuple[int, float]] = []
+        raw_waits = d.get("step_data_wait")
+        if isinstance(raw_waits, (list, tuple)):
+            for item in raw_waits[:MAX_STEP_RECORDS]:
+                if isinstance(item, (list, tuple)) and len(item) == 2:
+                    k, w = _int(item[0]), _float(item[1])
+                    if k is not None and w is not None and 0 <= w < 1e6:
+                        waits.append((k, w))
+        compile_s = _float(d.get("compile_seconds"))
         defaults = cls()
         return cls(
             skip_steps=_pick_int(d.get("skip_steps"), defaults.skip_steps),
@@ -356,6 +407,11 @@ class CaptureWindow:
             step_events_dropped=_int(d.get("step_events_dropped")) or 0,
             observe_steps=_int(d.get("observe_steps")),
             observe_seconds=_float(d.get("observe_seconds")),
+            settled_at_step=_int(d.get("settled_at_step")),
+            settle_capped=_bool(d.get("settle_capped")),
+            step_data_wait=tuple(waits),
+            provisional=_bool(d.get("provisional")),
+            compile_seconds=compile_s if compile_s is not None and 0 <= compile_s < 1e7 else None,
             extra=_extra(d, _known_keys(cls)),
         )
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpuadvisor.words import Base
 
 SCHEMA_VERSION = 1
 
@@ -53,7 +56,7 @@ class Severity(str, enum.Enum):
 
     @classmethod
     def from_impact(cls, impact: float | None) -> Severity:
-        """DESIGN.md: high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
+        """The README ("Rules"): high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
         if impact is None or not math.isfinite(impact):
             return cls.INFO
         if impact >= 0.20:
@@ -126,7 +129,45 @@ def kernel_base_name(name: str) -> str:
     for prefix in ("void ", "static "):
         if text.startswith(prefix):
             text = text[len(prefix) :].strip()
+    if _WRAPPER_KERNEL.search(text):
+        # a generic launcher (cutlass::Kernel2<cutlass_80_simt_sgemm_...>): its name says nothing, its
+        # first template argument is the kernel
+        first = _first_template_argument(name, text)
+        if first:
+            text = f"{text}<{first}>"
     return text or name
+
+
+# Launchers whose name is the same for every kernel they run: CUTLASS's `Kernel`, `Kernel2`,
+# `device_kernel`; the first template argument names the kernel.
+_WRAPPER_KERNEL = re.compile(r"(?:^|::)(?:Kernel\d*|device_kernel)$")
+_WRAPPED_MAX = 80
+
+
+def _first_template_argument(name: str, base: str) -> str | None:
+    """The first top-level template argument after `base` in `name`, cut to _WRAPPED_MAX with "…"."""
+    at = name.find(base.rsplit("::", 1)[-1] + "<")
+    if at < 0:
+        return None
+    depth = 0
+    start = name.index("<", at) + 1
+    for i in range(start, len(name)):
+        ch = name[i]
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            if depth == 0:
+                arg = name[start:i].strip()
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            arg = name[start:i].strip()
+            break
+    else:
+        arg = name[start:].strip()
+    if not arg:
+        return None
+    return arg if len(arg) <= _WRAPPED_MAX else arg[: _WRAPPED_MAX - 1].rstrip() + "…"
 
 
 @dataclass(frozen=True)
@@ -174,6 +215,15 @@ class Finding:
         }
 
 
+def impact_base(f: Finding) -> Base:
+    """What the finding's impact is a share of: the time per sample when its remedy changes the batch
+    (the step itself grows then: "87.5% less time per sample", never "87.5% of step time"), else the
+    step."""
+    if f.prediction is not None and f.prediction.get("per") == "sample":
+        return Base.SAMPLE
+    return Base.STEP
+
+
 def rank_impact(f: Finding) -> float:
     """What a finding ranks by: its impact, or its group's combined impact when larger (the findings
     of one problem, e.g. GA501 and GA502 on launch overhead, are fixed together: the problem ranks by
@@ -191,7 +241,8 @@ def group_note(f: Finding, findings: Sequence[Finding]) -> str | None:
     `findings` (ranked order); None for the others and for a finding that ranks by its own impact."""
     own = f.impact if f.impact is not None else -1.0
     combined = rank_impact(f)
-    if combined <= own or f.prediction is None:
+    # a combined gain the printed percentages cannot tell from the finding's own says nothing new
+    if round(100 * combined) <= round(100 * own) or f.prediction is None:
         return None
     if f.group is not None and next((g for g in findings if g.group == f.group), f) is not f:
         return None

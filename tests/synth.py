@@ -22,7 +22,7 @@ Example::
     model = load_trace(path)
 
 Methods return the correlation id (GPU activities) or external id (cpu ops) they created, so tests
-can check the flow links. Names follow docs/FIELD_NOTES.md (real torch 2.11 / H100/H200 spellings).
+can check the flow links. Names follow docs/trace-inputs.md (real torch 2.11 / H100/H200 spellings).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ H100_PROPERTIES: dict[str, Any] = {
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 DATALOADER_NEXT_MP = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
-# Real kernel names (FIELD_NOTES / H100 traces) for tests.
+# Real kernel names (docs/trace-inputs.md / H100 traces) for tests.
 K_NVJET_BF16 = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
 K_XMMA_BF16 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
 K_XMMA_FFMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
@@ -168,15 +168,15 @@ class SyntheticTrace:
         external_id: int | None = None,
         seq: int | None = None,
         tid: int | None = None,
+        without_seq: bool = False,
     ) -> int:
         """A cpu_op (aten op). Returns its external id. Its autograd "Sequence number" is `seq` (default:
-        the external id); `tid` its thread (default: the main thread)."""
+        the external id; none with `without_seq`: an op run with grad mode off, such as a backward
+        formula's); `tid` its thread (default: the main thread)."""
         ext = external_id if external_id is not None else self.new_external_id()
-        args: dict[str, Any] = {
-            "External id": ext,
-            "Sequence number": ext if seq is None else seq,
-            "Fwd thread id": 0,
-        }
+        args: dict[str, Any] = {"External id": ext}
+        if not without_seq:
+            args.update({"Sequence number": ext if seq is None else seq, "Fwd thread id": 0})
         if input_dims is not None:
             args["Input Dims"] = [list(d) for d in input_dims]
         if input_types is not None:
@@ -255,6 +255,7 @@ class SyntheticTrace:
         op_ts: float | None = None,
         op_dur: float | None = None,
         op_seq: int | None = None,
+        op_without_seq: bool = False,
         launch_tid: int | None = None,
         with_args: bool = True,
         num_sms: int = 132,
@@ -276,6 +277,7 @@ class SyntheticTrace:
                 flops=op_flops,
                 seq=op_seq,
                 tid=launch_tid,
+                without_seq=op_without_seq,
             )
         self.add_runtime(launch_name, lts, launch_dur, correlation=corr, external_id=ext, tid=launch_tid)
         blocks = grid[0] * grid[1] * grid[2]

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from gpuadvisor.result import AnalysisResult
+from gpuadvisor.testing import share_fields_over_one, shares_over_the_whole
 from tests.compared import same_number_comparisons
 from tests.sample_results import analyzed
 
@@ -163,23 +164,25 @@ def test_diff_of_planted_and_fixed_shows_the_improvement() -> None:
 
 
 def test_the_headline_step_is_the_unprofiled_one() -> None:
-    """Terminal, Markdown, the HTML key metrics and `diff` lead with the step the run ran outside the
-    profiler; the profiled step is said as such (issue 30 item 2: sync_bound-planted said "step 28.37
-    ms" against 9.35 ms unprofiled, and diff compared -75.2% where the run got -67%)."""
+    """Terminal, Markdown, the HTML verdict and `diff` lead with the step the run ran outside the
+    profiler, the mean step of the run (issue 38); the profiled step is said as such (issue 30 item 2:
+    sync_bound-planted said "step 28.37 ms" against 9.35 ms unprofiled, and diff compared -75.2% where the
+    run got -67%)."""
     from gpuadvisor.diff import diff_results
     from gpuadvisor.render import markdown, text
-    from gpuadvisor.render.html import _key_metrics, _verdict
+    from gpuadvisor.render.html import _verdict
 
     planted = _result("sync_bound-planted")
     unprofiled = planted.metrics["unprofiled_step_time_ms"]
     profiled = planted.metrics["step_time_ms"]
+    mean = planted.metrics["run_mean_step_ms"]
     assert unprofiled < 0.5 * profiled  # the profiler's cost on this host-bound run
-    said = f"{unprofiled:.2f} ms (unprofiled; {profiled:.2f} ms profiled)"
+    assert mean == pytest.approx(unprofiled, rel=0.02)  # no stalls, no costs between steps
+    said = f"{mean:.2f} ms (mean of the run; {profiled:.2f} ms profiled)"
     assert f"Metrics: step {said}" in text.render(planted)
-    assert f"step time (median) {said}" in markdown.render(planted)
+    assert f"step time {said}" in markdown.render(planted)
     verdict = _verdict(planted)
-    assert verdict["step_time"] == f"{unprofiled:.2f} ms" and "unprofiled" in verdict["step_time_note"]
-    assert [m["key"] for m in _key_metrics(planted.metrics)][:2] == ["unprofiled_step_time_ms", "step_time_ms"]
+    assert verdict["step_time"] == f"{mean:.2f} ms" and "mean of the run" in verdict["step_time_note"]
     # GA201's idle time is a share of the profiled step, and says so
     ga201 = next(f for f in planted.findings if f.rule == "GA201")
     assert f"of the {profiled:.1f} ms profiled step" in ga201.message
@@ -199,11 +202,12 @@ def test_the_headline_step_is_the_unprofiled_one() -> None:
 )
 def test_a_title_whose_share_is_not_the_impact_says_which_is_which(run: str, rule: str) -> None:
     """Issue 30 item 3: "waits for data 44%" with an impact of 88%, "FP32 matmuls (8% of the step):
-    bf16 saves 15%". The share is of the profiled trace's step; the impact a predicted gain on the
-    replayed unprofiled step: the title names both."""
+    bf16 saves 15%". The share is of the profiled trace's step (GA301) or of the replayed step (GA701's
+    kernel time: issue 41), the impact a predicted gain on the run's unprofiled step: the title names both."""
     f = next(f for f in _result(run).findings if f.rule == rule)
     assert f.impact is not None
-    assert "profiled step" in f.title and f"predicted to save {100 * f.impact:.0f}%" in f.title, f.title
+    step = "replayed step" if rule == "GA701" else "profiled step"
+    assert step in f.title and f"predicted to save {100 * f.impact:.0f}%" in f.title, f.title
 
 
 @pytest.mark.parametrize(
@@ -229,15 +233,43 @@ def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     top = result.findings[0]
     assert top.rule == "GA1002" and top.severity.value == "high", [f.rule for f in result.findings]
     assert top.evidence["straggler_rank"] == 1
-    # Inside the window rank 1 is 212 ms late; the unprofiled steps (72 ms) bound it to 63 ms without the
-    # profiler: 88% of the step, where the fix measured 9.86x (90% recovered).
+    # Inside the window rank 1 is 97 ms late (the profiler's stop is in no step); the unprofiled steps
+    # (72 ms) bound it to 66 ms without the profiler: 91% of the step, where the fix measured 9.86x (90%
+    # recovered).
     assert top.evidence["late_ms_per_step"] < top.evidence["late_ms_per_step_in_window"]
-    assert top.impact == pytest.approx(0.88, abs=0.03)
-    # The fixed run's lateness (17 ms, inside the window only: at most 2.5 ms outside it) is the
-    # profiler's: info, no gain claimed (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
+    assert top.impact == pytest.approx(0.90, abs=0.03)
+    # The fixed run's lateness (10.6 ms, inside the window only) is the profiler's: outside it the
+    # unprofiled step (9.6 ms) leaves at most 5.0 ms beyond the others' compute and the collective, half
+    # the step, what a healthy job's host overhead leaves (it runs without a straggler plain): info, no
+    # gain claimed (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
     fixed = [f for f in _result("ddp_straggler-fixed").findings if f.rule == "GA1002"]
     assert len(fixed) == 1 and fixed[0].severity.value == "info" and fixed[0].impact is None
-    assert fixed[0].evidence["max_late_ms_per_step_outside_window"] < 0.5 * fixed[0].evidence["unprofiled_step_ms"]
+    ev = fixed[0].evidence
+    assert ev["max_late_ms_per_step_outside_window"] < 0.6 * ev["unprofiled_step_ms"]
+
+
+@pytest.mark.slow
+def test_ddp_straggler_names_the_slow_ranks_extra_host_work_and_where() -> None:
+    """Issue 42 item 3: GA1002 said "rank 1", raw JSON and a DistributedSampler example, a cause it had
+    ruled out. Rank 1 of the recording normalizes each of its 512 samples on the host (the planted
+    `slow_transform()`, ddp_straggler.py:96) before it copies the batch at line 98."""
+    from gpuadvisor.render.html import render_html
+
+    result = _result("ddp_straggler-planted")
+    top = result.findings[0]
+    assert top.rule == "GA1002"
+    ops = top.evidence["extra_cpu_ops"]
+    assert {"aten::mean", "aten::std"} <= set(ops) and ops["aten::mean"]["calls_per_step"] == 512
+    assert top.evidence["share_before_batch_copy"] > 0.9
+    assert top.evidence["extra_ms_to_batch_copy"] > 100  # 107 ms: rank 0 copies its batch 2-3 ms into a step
+    where = top.locations[0]
+    assert (where.file, where.line) == ("benchmarks/workloads/ddp_straggler.py", 98)
+    assert "aten::mean x512" in top.message and "batch's preparation" in top.message
+    assert "DistributedSampler" not in top.recommendation and "ddp_straggler.py:98" in top.recommendation
+    page = render_html(result, generated_at="x")
+    card = page.split('class="ga-card ga-finding ')[1]
+    assert "x = slow_transform(x, straggle_ms)" in card  # the source lines above the copy: the planted call
+    assert "DistributedSampler" not in card.split("Rule documentation")[0]
 
 
 # The recordings whose batches change shape from step to step: varlen_memory pads each batch to its
@@ -407,3 +439,96 @@ def test_no_finding_compares_a_number_with_itself(run: str) -> None:
         for text in (f.title, f.message, f.recommendation, f.impact_explanation or ""):
             assert not same_number_comparisons(text), (f.rule, text)
         assert not re.search(r"(\d+\.\d+) ms per step now, \1 ms per step at", f.message), (f.rule, f.message)
+
+
+def test_every_share_says_its_base_on_two_tower() -> None:
+    """Issue 42 item 2 (the parts that do not depend on which step is the base): GA401's impact is a
+    share of the time per sample, and read "87.5% of step time"; the card's "GPU busy" (a share of the
+    profiled steps) and GA401's "busy 25%" (of the step the replay is calibrated to) are two
+    definitions, each now labelled."""
+    from gpuadvisor.render.html import render_html
+    from gpuadvisor.render.markdown import render as markdown
+
+    result = _result("two_tower-planted")
+    ga401 = next(f for f in result.findings if f.rule == "GA401")
+    assert ga401.prediction is not None and ga401.prediction.get("per") == "sample"
+    page = render_html(result, generated_at="x")
+    card = page.split('class="ga-card ga-finding ')[1 + result.findings.index(ga401)]
+    assert "impact: 87.5% of the time per sample" in card and "of step time" not in card
+    assert "GPU busy (compute), share of the profiled steps" in page
+    assert "busy 25% of the unprofiled step" in ga401.title and "unprofiled step" in ga401.message
+    assert "| 87.5% per sample |" in markdown(result)
+
+
+def test_the_base_helpers_say_the_base() -> None:
+    from gpuadvisor.words import Base, duration_of, share_of
+
+    assert share_of(0.44, Base.PROFILED_STEP) == "44% of the profiled step"
+    assert share_of(0.875, Base.SAMPLE, 1) == "87.5% of the time per sample"
+    assert share_of(0.0004, Base.MEAN_STEP, 1) == "<0.1% of the mean step"
+    assert duration_of(11.7, Base.PROFILED_STEP) == "the 11.70 ms profiled step"
+    assert duration_of(0.35, Base.SAMPLE) == "0.35 ms per sample"
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(n, marks=() if n in {f"{q}-planted" for q in QUICK} else pytest.mark.slow)
+        for n in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+    ],
+)
+def test_no_share_of_a_whole_passes_100_percent(run: str) -> None:
+    """No "N% of the step/run", "saves N%" above 100% in a finding's words, and no share field above 1 in
+    the result's JSON (findings and metrics): issue 41's "FP32 loss ... (169% of the step)"."""
+    result = _result(run)
+    for f in result.findings:
+        assert not shares_over_the_whole(f), (f.rule, shares_over_the_whole(f))
+    assert not share_fields_over_one(result.to_dict().get("metrics"), "metrics")
+
+
+@pytest.mark.slow
+def test_the_profilers_stop_is_in_no_step_and_no_finding() -> None:
+    """Every recording ends with one `cudaDeviceSynchronize` right after the last ProfilerStep: the
+    profiler's stop, called from the capture's step hook, waiting for the GPU's backlog (0.1-232 ms).
+    It is the tool's cost: outside every analyzed step, in no host wait a rule reads, and GA202 never
+    reports it (it did: "explicit synchronize at dlrm.py:156 opt.step()" on dlrm-fixed, whose script
+    never synchronizes)."""
+    runs = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
+    checked = 0
+    for run in runs:
+        result = _result(run)
+        detail = result.metrics_detail
+        if detail is None or result.source.ranks != (0,):
+            continue
+        model = detail.model
+        trace = model.trace
+        rt = trace.runtime
+        last_cpu_end = float(trace.steps["cpu_end"].max())
+        stop = rt[(rt["ts"] >= last_cpu_end) & rt["name"].astype(str).str.contains("DeviceSynchronize")]
+        assert len(stop) == 1, run
+        ts = float(stop["ts"].iloc[0])
+        assert not ((model.window.starts <= ts) & (ts < model.window.ends)).any(), run
+        host = model.host
+        assert not ((host["ts"] == ts) & (host["step"] >= 0)).any(), run
+        assert all(f.rule != "GA202" for f in result.findings), (run, [f.title for f in result.findings])
+        checked += 1
+    assert checked >= 70
+
+
+def test_timms_bursty_loader_is_priced_on_the_mean_step() -> None:
+    """timm's train.py (ResNet-50, b128, 4 workers) on an H200 (issue 38): the workers deliver in bursts,
+    every 4th step waits; the run is priced on its mean step and 8 workers are predicted from the
+    loader's pace. Measured on the same host in the same session: -j 8 saved 25.0% (93.1 -> 69.8 ms)."""
+    from gpuadvisor.remedies import RemedyId
+    from gpuadvisor.stepmodel.predict import predict
+
+    result = _result("timm_resnet50_j4-real")
+    m = result.metrics
+    assert m["run_stall_cause"] == "data" and m["run_stall_period"] == 4
+    assert m["run_mean_step_ms"] > 1.3 * m["run_median_step_ms"]
+    top = result.findings[0]
+    assert top.rule == "GA301" and top.severity.value == "high" and "mean step" in top.title
+    assert result.metrics_detail is not None
+    model = result.metrics_detail.model
+    eight = predict(model, RemedyId.DATALOADER_WORKERS, workers=8, current_workers=4).recovered_fraction
+    assert abs(eight - (1 - 69.8 / 93.1)) <= 0.10, eight
