@@ -9,7 +9,9 @@ too. A phase's time is its own (exclusive): time spent in a timed function it ca
 that function's phase. "other" is what no phase claims (option parsing, run information, notes,
 the result object). The split read is off unless `--split` (its worker process is not timed here,
 only this process's wait). `--repeat` runs fresh processes and prints the median of each phase.
-`--cprofile OUT` writes a cProfile of one run instead (open it with `python -m pstats OUT`).
+`--cprofile OUT` writes a cProfile of one run instead (open it with `python -m pstats OUT`). Each
+phase's "(peak MB)" is the process's peak RSS when that phase last ended; "cpu" is the process's CPU
+seconds (on shared cores the wall times stretch, CPU time much less).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,9 +48,14 @@ PHASES: tuple[tuple[str, str, str], ...] = (
 _RENDER = "render"
 
 
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 class Timer:
     def __init__(self) -> None:
         self.own: dict[str, float] = {}
+        self.peak: dict[str, float] = {}  # the process's peak RSS (MB) when the phase last ended
         self._stack: list[list[float]] = []  # [start, time of timed children]
 
     def wrap(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,6 +69,7 @@ class Timer:
                 self._stack.pop()
                 spent = time.perf_counter() - frame[0]
                 self.own[phase] = self.own.get(phase, 0.0) + spent - frame[1]
+                self.peak[phase] = _peak_rss_mb()
                 if self._stack:
                     self._stack[-1][1] += spent
 
@@ -110,7 +119,10 @@ def run_once(trace: str, fmt: str) -> dict[str, float]:
     out.update({phase: round(v, 4) for phase, v in timer.own.items()})
     out["other"] = total - sum(timer.own.values())
     out["total"] = time.perf_counter() - _START
-    return {k: round(v, 3) for k, v in out.items()}
+    result = {k: round(v, 3) for k, v in out.items()}
+    result.update({f"{k} (peak MB)": round(v, 1) for k, v in timer.peak.items()})
+    result["cpu"] = round(time.process_time(), 3)
+    return result
 
 
 def main() -> int:
@@ -151,7 +163,9 @@ def main() -> int:
     width = max(len(p) for p in phases)
     for p in phases:
         vals = [r.get(p, 0.0) for r in runs]
-        print(f"{p:<{width}}  {statistics.median(vals):7.3f} s" + (f"  ({min(vals):.3f}-{max(vals):.3f})" if len(vals) > 1 else ""))
+        unit = "MB" if p.endswith("(peak MB)") else "s"
+        spread = f"  ({min(vals):.3f}-{max(vals):.3f})" if len(vals) > 1 else ""
+        print(f"{p:<{width}}  {statistics.median(vals):9.3f} {unit}{spread}")
     return 0
 
 
