@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -174,26 +175,27 @@ BOMBS = {
 }  # fmt: skip
 
 
+def _gzip_member(data: bytes) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return c.compress(data) + c.flush()
+
+
+def write_bomb(path: Path, name: str, mib: int = 256) -> Path:
+    """Write BOMBS[name] as a gzip of `mib` MiB inflated (one compressed MiB repeated: seconds)."""
+    head, unit, tail = BOMBS[name]
+    one = _gzip_member(unit)
+    with path.open("wb") as fh:
+        fh.write(_gzip_member(head) if head else b"")
+        for _ in range(mib):
+            fh.write(one)
+        fh.write(_gzip_member(tail) if tail else b"")
+    return path
+
+
 def build_bombs(folder: Path, mib: int = 256) -> list[dict[str, Any]]:
-    """Write each of BOMBS as a gzip of `mib` MiB inflated (one compressed MiB repeated: seconds)."""
-    import zlib
-
-    def member(data: bytes) -> bytes:
-        c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-        return c.compress(data) + c.flush()
-
     folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for name, (head, unit, tail) in BOMBS.items():
-        path = folder / f"{name}.json.gz"
-        one = member(unit)
-        with path.open("wb") as fh:
-            fh.write(member(head) if head else b"")
-            for _ in range(mib):
-                fh.write(one)
-            fh.write(member(tail) if tail else b"")
-        out.append({"path": str(path), "bytes": path.stat().st_size, "inflated_mib": mib})
-    return out
+    paths = [write_bomb(folder / f"{name}.json.gz", name, mib) for name in BOMBS]
+    return [{"path": str(p), "bytes": p.stat().st_size, "inflated_mib": mib} for p in paths]
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ too. A phase's time is its own (exclusive): time spent in a timed function it ca
 that function's phase. "other" is what no phase claims (option parsing, run information, notes,
 the result object). The split read is off unless `--split` (its worker process is not timed here,
 only this process's wait). `--repeat` runs fresh processes and prints the median of each phase.
+A phase whose function this version of the code does not have is left out, so that the same script
+times the code before a change (`PYTHONPATH=OLD_CHECKOUT python benchmarks/scale/phases.py ...`).
 `--cprofile OUT` writes a cProfile of one run instead (open it with `python -m pstats OUT`). Each
 phase's "(peak MB)" is the process's peak RSS when that phase last ended; "cpu" is the process's CPU
 seconds (on shared cores the wall times stretch, CPU time much less).
@@ -36,7 +38,9 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("rule loading", "gpuadvisor.engine", "load_rules"),
     ("read + decode + columns", "gpuadvisor.trace.load", "_collect_streaming"),
     ("read + decode + columns", "gpuadvisor.trace.salvage", "collect_whole"),
+    ("read + decode + columns", "gpuadvisor.trace.load", "_collect_whole"),  # before the loader's split
     ("event tables", "gpuadvisor.trace.tables", "build_tables"),
+    ("event tables", "gpuadvisor.trace.load", "_build_tables"),  # before the loader's split
     ("trace checks + steps + kind", "gpuadvisor.trace.load", "load_trace"),
     ("step model", "gpuadvisor.stepmodel.model", "build_step_model"),
     ("kernel table", "gpuadvisor.stepmodel.kernels", "build_kernel_table"),
@@ -79,12 +83,17 @@ class Timer:
 def _install(timer: Timer, phase: str, module_name: str, attr: str) -> None:
     import importlib
 
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:  # another version of the code: a phase it does not have
+        return
     owner: Any = module
     *path, name = attr.split(".")
     for part in path:
         owner = getattr(owner, part)
-    fn = getattr(owner, name)
+    fn = getattr(owner, name, None)
+    if fn is None:
+        return
     timed = timer.wrap(phase, fn)
     if owner is not module:
         setattr(owner, name, timed)

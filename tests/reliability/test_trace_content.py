@@ -14,13 +14,13 @@ import json
 import subprocess
 import sys
 import tempfile
-import zlib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.scale.make_traces import BOMBS, write_bomb
 from tests.reliability.test_cases import SAMPLE_RUNS, _env, ga, no_traceback
 
 pytestmark = pytest.mark.slow
@@ -230,35 +230,13 @@ def test_issue39_10_one_lone_surrogate(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- issue 43: bombs, bounded memory
 
 
-def _member(data: bytes) -> bytes:
-    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return c.compress(data) + c.flush()
-
-
-# (head, one MiB repeated, tail): SYNTHETIC gzips of 256 MiB inflated, written in a second each
-BOMBS = {
-    "whitespace then junk": (b"", b" " * (1 << 20), b"x"),
-    "whitespace in an object": (b"{", b" " * (1 << 20), b"}"),
-    "nested brackets in traceEvents": (b'{"traceEvents":', b"[" * (1 << 20), b""),
-    "one endless event": (b'{"traceEvents":[{', b'"a":1,' * ((1 << 20) // 6), b'"b":2}]}'),
-    "one endless number": (b'{"traceEvents":[{"ph":"X","cat":"kernel","ts":1', b"0" * (1 << 20), b',"dur":1}]}'),
-    "one endless header string": (b'{"x":"', b"a" * (1 << 20), b'","traceEvents":[]}'),
-}
-
-
 @pytest.mark.parametrize("bomb", list(BOMBS))
 def test_issue43_bombs_are_answered_in_bounded_memory(tmp_path: Path, bomb: str) -> None:
     """Issue 43: "whitespace and other bombs answered in under 500 MB" (a 256 MiB whitespace gzip peaked
-    at 610 MB). The whole-document path keeps a block of whitespace as one byte; the streaming reader
-    refuses 64 MiB of text without an event ending in it (or before the traceEvents array)."""
-    head, unit, tail = BOMBS[bomb]
-    path = tmp_path / "bomb.json.gz"
-    one = _member(unit)
-    with path.open("wb") as fh:
-        fh.write(_member(head) if head else b"")
-        for _ in range(256):
-            fh.write(one)
-        fh.write(_member(tail) if tail else b"")
+    at 610 MB); the SYNTHETIC bombs of benchmarks/scale/make_traces.py, 256 MiB inflated. The
+    whole-document path keeps a block of whitespace as one byte; the streaming reader refuses 64 MiB of
+    text without an event ending in it (or before the traceEvents array)."""
+    path = write_bomb(tmp_path / "bomb.json.gz", bomb)
     status, _cpu, rss, err = cpu_measured("analyze", str(path), "--format", "json", "-o", str(tmp_path / "o.json"))
     assert status in (0, 2), err
     assert "Traceback" not in err and "internal error" not in err, err
