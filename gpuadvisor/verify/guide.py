@@ -15,6 +15,10 @@ shows only once the data levers keep up (timm's ResNet-50 on an H200: more worke
 with bf16 and channels_last on top 3.36x). A group carried so is priced at least at its members' own
 typical speed-ups composed.
 
+A finding whose remedy frees a loader that sets the loop's pace (GA301) names the compute remedies that
+pay once it keeps up (`prediction.behind_the_loader`, their speed-ups on the typical step): they form
+one more set with the data remedy, priced as the product of the speed-ups (an upper bound).
+
 **The measured bottleneck.** Each trial measures its mean step and the time the loop waited in
 DataLoader `__next__` (gpuadvisor/verify/measure.py). On the configuration B the search stands on
 (the baseline first), with mean step S and data wait W:
@@ -190,6 +194,20 @@ def predicted_sets(
                 own[remedies[0]] = max(own.get(remedies[0], 0.0), speedup)
         if pred and isinstance(pred.get("group"), str):
             groups.setdefault(str(pred["group"]), []).append(rule)
+        behind = pred.get("behind_the_loader") if pred else None
+        if remedies and speedup is not None and isinstance(behind, list):
+            # GA301: the compute remedies that pay once the loader keeps up, one set with the data remedy
+            # (each is worth nothing alone on a loader-bound loop), priced as the product (at most)
+            extra = [
+                (str(b["remedy"]), float(b["typical_speedup"]))
+                for b in behind
+                if isinstance(b, Mapping) and isinstance(b.get("remedy"), str) and _pos(b.get("typical_speedup"))
+            ]
+            if extra:
+                price = speedup
+                for _, x in extra:
+                    price *= x
+                raw.append(([*remedies, *(r for r, _ in extra)], price, f"{rule} (the loader, then its compute)"))
     for f in findings:
         pred = f.get("prediction") if isinstance(f.get("prediction"), Mapping) else None
         group, speedup = (pred.get("group"), pred.get("group_speedup")) if pred else (None, None)

@@ -259,3 +259,18 @@ def test_compute_sets_are_priced_on_the_typical_step_where_the_loader_sets_the_p
     e.run(ENV_OK)
     assert e.best is not None and {"channels_last", "bf16_autocast", "num_workers"} <= set(e.best.levers)
     assert e.comparison(e.best).speedup == pytest.approx(170.0 / 45.0, rel=0.02)
+
+
+def test_the_compute_behind_a_loader_is_one_set_with_the_workers() -> None:
+    """timm's ResNet-50 with 4 workers (the H200 recording sample_runs/timm_resnet50_j4-real): every 4th
+    step waits, so channels_last and bf16 are worth nothing on the mean step and their rules stay quiet;
+    GA301 names them behind the loader, and the search gets workers + channels_last + bf16 as one set."""
+    ga301 = finding("GA301", "dataloader_workers", 1.47)
+    ga301["prediction"]["behind_the_loader"] = [
+        {"remedy": "channels_last", "typical_speedup": 1.33},
+        {"remedy": "bf16_autocast", "typical_speedup": 1.15},
+    ]
+    sets = guide.predicted_sets([ga301], None, {lv.name: lv for lv in levers()}, ENV_OK)
+    together = [s for s in sets if {"num_workers", "channels_last", "bf16_autocast"} <= set(s.levers)]
+    assert together and together[0].speedup == pytest.approx(1.47 * 1.33 * 1.15, rel=1e-3)
+    assert sets[0] is together[0]  # priced highest: measured first
