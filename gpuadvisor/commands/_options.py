@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from gpuadvisor._atomic import why_not_written, write_text_atomic
-from gpuadvisor.errors import OutputLostError
+from gpuadvisor.errors import OutputLostError, UsageError
 from gpuadvisor.render._format import color_enabled
 from gpuadvisor.trace import limits
 
@@ -149,6 +149,26 @@ def trace_limit_options(f: F) -> F:
     )(f)
 
 
+def check_output_folder(ctx: click.Context | None, param: click.Parameter | None, output: Path | None) -> Path | None:
+    """-o FILE's folder must exist and be writable: checked when the option is read, before any analysis
+    (a usage error, exit 2), not found out when the result is written (exit 74). A click callback."""
+    del ctx, param
+    if output is None:
+        return None
+    folder = output.parent
+    if not folder.is_dir():
+        blocker = next((p for p in output.parents if p.exists()), None)
+        why = (
+            f"{blocker} is a file, not a folder"
+            if blocker is not None and not blocker.is_dir()
+            else f"the folder {folder} does not exist"
+        )
+        raise UsageError(f"cannot write {output}: {why}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {output}: the folder {folder} is not writable")
+    return output
+
+
 def output_option(f: F) -> F:
     """-o/--output FILE (default: stdout)."""
     return click.option(
@@ -156,7 +176,8 @@ def output_option(f: F) -> F:
         "--output",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Write the output to FILE instead of stdout.",
+        callback=check_output_folder,
+        help="Write the output to FILE instead of stdout (its folder must exist).",
     )(f)
 
 
@@ -213,8 +234,8 @@ def step_time_option(f: F) -> F:
         callback=_check_step_time,
         help="The step time your run reaches without the profiler (from its logs: batch size / "
         "samples per second). The replay calibrates its host work to it; without it a run directory "
-        "uses the steps gpuadvisor timed before the window, and a trace from another tool its "
-        "host work as recorded.",
+        "uses the steps gpuadvisor timed without the profiler after the window (before it when too few "
+        "ran after), and a trace from another tool its host work as recorded.",
     )(f)
 
 

@@ -212,7 +212,7 @@ def test_cli_exit_codes(prepared: dict[str, AnalysisResult]) -> None:
     )
     allowed = invoke("base", "h200", "--allow-mismatch", "--fail-on-regression", "5")
     assert allowed.exit_code == 1
-    assert "WARNING: comparing runs from different environments" in allowed.output
+    assert "WARNING: comparing runs that differ" in allowed.output
 
     assert invoke("base", "slow", "--fail-on-regression", "-3").exit_code == 2
     assert invoke("base", "slow", "--format", "xml").exit_code == 2
@@ -223,7 +223,7 @@ def test_cli_formats(prepared: dict[str, AnalysisResult], tmp_path: Path) -> Non
     prepared["slow"] = result_with_steps("slow", [12.0, 12.2, 11.8, 12.1, 11.9], copy_ms=5.0)
     out = invoke("base", "slow", "--format", "json", "--fail-on-regression", "5")
     assert out.exit_code == 1
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     assert data["schema_version"] == 1 and data["regressed"] is True and data["fail_on_regression"] == 5.0
     assert data["step_time"]["delta_pct"] == pytest.approx(20.0)
     assert {c["key"]: c["delta_ms"] for c in data["categories"]}["copy"] == pytest.approx(2.0)
@@ -244,8 +244,8 @@ def test_cli_unreadable_input_is_exit_2(tmp_path: Path, monkeypatch: pytest.Monk
 def test_cli_internal_error_and_lost_output(prepared: dict[str, AnalysisResult], tmp_path: Path) -> None:
     prepared["base"] = result_with_steps("base", [10.0, 10.0, 10.0])
     unwritable = tmp_path / "no" / "such" / "dir" / "out.md"
-    lost = invoke("base", "base", "-o", str(unwritable))
-    assert lost.exit_code == 74 and "cannot write" in lost.output
+    lost = invoke("base", "base", "-o", str(unwritable))  # refused before the analysis (issue 42 item 9)
+    assert lost.exit_code == 2 and "does not exist" in lost.output
     broken = invoke("base", "missing-key")  # the fake analyze raises KeyError: a bug, not bad input
     assert broken.exit_code == 70 and "internal error: KeyError" in broken.output
 
@@ -275,3 +275,40 @@ def test_runs_from_different_gpus_are_refused_before_either_is_analyzed(
     assert refused.exit_code == 2, refused.output
     assert "different GPU: NVIDIA H100 80GB HBM3 (base) vs NVIDIA H200 (new)" in refused.output
     assert analyzed == []
+
+
+def test_runs_of_different_scripts_or_devices_are_not_comparable() -> None:
+    """Issue 42 item 6: `diff sample_runs/sync_bound-planted sample_runs/transfer_bound-planted` said
+    "slower: step time +104.1%", exit 0; a CPU run against an H200 run named only "different torch"."""
+    a = {**ENV, "script": "benchmarks/workloads/sync_bound.py"}
+    assert compare_environments(a, {**a, "script": "./benchmarks/workloads/sync_bound.py"}) == ([], [])
+    # one script in two checkouts (absolute paths): the file names are compared
+    assert compare_environments({**a, "script": "/work/a/train.py"}, {**a, "script": "/work/b/train.py"})[0] == []
+    mismatches, _ = compare_environments(a, {**a, "script": "benchmarks/workloads/transfer_bound.py"})
+    assert mismatches == [
+        "different script: benchmarks/workloads/sync_bound.py (base) vs benchmarks/workloads/transfer_bound.py (new)"
+    ]
+    cpu = {"cuda_available": False, "torch": ENV["torch"]}
+    mismatches, _ = compare_environments(cpu, ENV)
+    assert mismatches == ["different device: CPU only (base) vs NVIDIA H100 80GB HBM3 (new)"]
+
+
+@pytest.mark.parametrize("new", ["transfer_bound-planted", "sync_bound-fixed"])
+def test_diff_of_two_sample_runs_refuses_different_scripts(new: str) -> None:
+    """Refused before either run is analyzed (exit 2, documented in `diff --help`); the planted and fixed
+    runs of one workload are one script with `--fixed`, and compare."""
+    samples = Path(__file__).resolve().parents[2] / "sample_runs"
+    from gpuadvisor.diff import recorded_environment
+
+    early, _ = compare_environments(
+        recorded_environment(samples / "sync_bound-planted") or {}, recorded_environment(samples / new) or {}
+    )
+    if new == "sync_bound-fixed":
+        assert early == []
+        return
+    assert early == [
+        "different script: benchmarks/workloads/sync_bound.py (base) vs benchmarks/workloads/transfer_bound.py (new)"
+    ]
+    res = CliRunner().invoke(cli, ["diff", str(samples / "sync_bound-planted"), str(samples / new)])
+    assert res.exit_code == 2 and "different script" in res.output and "--allow-mismatch" in res.output
+    assert "runs of different scripts" in CliRunner().invoke(cli, ["diff", "--help"]).output
