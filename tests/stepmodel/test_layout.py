@@ -259,3 +259,16 @@ def test_the_table_gives_the_ratio_of_the_nearest_measured_size_and_variant() ->
     assert t.conversion_ps_per_element("fp32") is None
     direct = NhwcTable.from_json({**doc, "conversion": {"bf16": 4.0}, "converts_back": ["instance_norm"]})
     assert direct.conversion_ps_per_element("bf16") == 4.0 and direct.converts_back == {"instance_norm"}
+
+
+def test_advice_that_survives_groupnorm_says_what_stays_nchw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GroupNorm gives back NCHW, but the conversions are cheap here (a tenth of cuDNN's transposes): the
+    # conversion still pays, and the finding says which time stays NCHW and what the conversions cost
+    table = _table(conversion=SLOW_CONVERSION_PS / 15, group_norm=1.0, upsample=1.0)
+    findings = _ga1102(tmp_path, monkeypatch, table)
+    assert len(findings) == 1
+    f = findings[0]
+    assert "GroupNorm give back NCHW tensors on the GPU" in f.message
+    assert "100% of it after a family that gives back NCHW" in f.message  # the upsampling
+    families = {d["family"]: d for d in f.evidence["families"]}  # type: ignore[union-attr]
+    assert families["conv"]["conversion_per_step_us"] == pytest.approx(5 * 2 * 120.0 / 10)
