@@ -57,10 +57,6 @@ KNOWN_WRONG_TOP: dict[str, str] = {
         "chains per step (a one-off chain such as control_inference's 29% input normalization is left alone); "
         "compiling the loss measured 1.52x (34%), the default-mode replay of it says 27%"
     ),
-    "eval_every_n": (
-        "since issue 38 GA304 reports a cost only when it came twice in the timed steps; the recording timed "
-        "100 steps with one evaluation (step 50) after the start-up one: evaluating less often measured 21%"
-    ),
 }
 
 # One workload of each kind runs in the quick tier (`pytest -m "not slow"`); all of them run in CI.
