@@ -424,21 +424,30 @@ class StepModel:
         more than one pattern means the shapes change between steps (variable sequence lengths,
         multi-scale images, data-dependent sizes). Independent of `record_shapes`."""
         if self._patterns is None:
+            # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+            import numpy as np
+            import pandas as pd
+
             o = self.ops
-            k = o[
-                (o["kind"] == "kernel")
-                & o["launch_ts"].notna()
-                & ~o["in_optimizer"].astype(bool)
-                & ~o["is_collective"].astype(bool)
-            ]
+            lts = o["launch_ts"].to_numpy(dtype=np.float64)
+            sel = (
+                (o["kind"] == "kernel").to_numpy(dtype=bool)
+                & ~np.isnan(lts)
+                & ~o["in_optimizer"].astype(bool).to_numpy(dtype=bool)
+                & ~o["is_collective"].astype(bool).to_numpy(dtype=bool)
+            )
             # by the step that launched them (the GPU may run a step's kernels during the next one)
-            k = k.assign(launch_step=self.window.step_index(k["launch_ts"].to_numpy(dtype="float64")))
-            k = k[k["launch_step"] >= 0]
-            patterns = {
-                tuple(sorted(zip(g["name"].astype(str).tolist(), g["blocks"].fillna(-1.0).tolist(), strict=True)))
-                for _, g in k.groupby("launch_step")
-            }
-            self._patterns = (len(patterns), int(k["launch_step"].nunique()))
+            step = np.asarray(self.window.step_index(lts[sel]), dtype=np.int64)
+            mine = step >= 0
+            step = step[mine]
+            # each (name, grid size) as one integer: a step's pattern is the sorted run of its kernels' codes
+            name_code = pd.factorize(o["name"].astype(str).to_numpy(dtype=object)[sel][mine])[0]
+            grid_code = pd.factorize(o["blocks"].fillna(-1.0).to_numpy(dtype=np.float64)[sel][mine])[0]
+            code = name_code.astype(np.int64) * (int(grid_code.max()) + 1 if len(grid_code) else 1) + grid_code
+            order = np.lexsort((code, step))
+            runs = np.split(code[order], np.flatnonzero(np.diff(step[order])) + 1) if len(order) else []
+            patterns = {r.tobytes() for r in runs}
+            self._patterns = (len(patterns), len(runs))
         return self._patterns
 
     @property
