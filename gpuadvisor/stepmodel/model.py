@@ -270,7 +270,7 @@ class StepModel:
         and shared by every reader: read-only."""
         out = self._frames.get("window_ops")
         if out is None:
-            out = self._frames["window_ops"] = self.ops[self.ops["step"] >= 0]
+            out = self._frames["window_ops"] = _rows(self.ops, (self.ops["step"] >= 0).to_numpy(dtype=bool))
         return out
 
     @property
@@ -279,7 +279,7 @@ class StepModel:
         out = self._frames.get("window_kernels")
         if out is None:
             o = self.window_ops
-            out = self._frames["window_kernels"] = o[o["kind"] == "kernel"]
+            out = self._frames["window_kernels"] = _rows(o, (o["kind"] == "kernel").to_numpy(dtype=bool))
         return out
 
     @property
@@ -645,6 +645,20 @@ def _run_gpu_name(run: RunInfo | None) -> str | None:
         if g and g.get("name"):
             return str(g.get("name"))
     return None
+
+
+def _rows(frame: pd.DataFrame, mask: Any) -> pd.DataFrame:
+    """`frame[mask]`; when the chosen rows are one run (the analyzed steps of a time-sorted table, a
+    table of kernels only) a slice of it: the same rows and index, no copy (copy-on-write)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    chosen = np.flatnonzero(mask)
+    if len(chosen) and chosen[-1] - chosen[0] + 1 == len(chosen):
+        run: pd.DataFrame = frame.iloc[int(chosen[0]) : int(chosen[-1]) + 1]
+        return run
+    out: pd.DataFrame = frame[mask]
+    return out
 
 
 def _table_sm_count(gpu_name: str | None) -> int | None:
