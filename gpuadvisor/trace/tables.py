@@ -5,6 +5,7 @@ shared by several calls, launches recorded into a CUDA graph, and the trace's me
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -110,11 +111,8 @@ def trace_meta(obj: dict[str, Any], span: float, warnings: list[str]) -> TraceMe
 def drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
     """Remove the runtime calls recorded into a CUDA/HIP graph during stream capture (they never ran
     as such: not GPU work, no kernel of their own) and return what the scan found."""
-    gpu_corr = [
-        *tables["kernels"]["correlation"],
-        *tables["copies"]["correlation"],
-        *tables["memsets"]["correlation"],
-    ]
+    # read only when the trace captured a graph (a generator: no list of every GPU event's id)
+    gpu_corr = itertools.chain.from_iterable(tables[key]["correlation"] for key in ("kernels", "copies", "memsets"))
     scan, captured = scan_graph_captures(tables["runtime"], gpu_corr)
     if captured.any():
         tables["runtime"] = tables["runtime"][~captured].reset_index(drop=True)
