@@ -365,7 +365,8 @@ class _Lookup:
         import numpy as np
         import pandas as pd
 
-        return pd.Series(self._take(values, np.nan, np.float64), index=self.index)
+        out: pd.Series = pd.Series(self._take(values, np.nan, np.float64), index=self.index)
+        return out
 
     def objects(self, values: pd.Series) -> pd.Series:
         """object, NaN where not found; <NA> everywhere when nothing is found (as `map` of a nullable
@@ -374,10 +375,11 @@ class _Lookup:
         import numpy as np
         import pandas as pd
 
-        out = self._take(values.to_numpy(dtype=object), np.nan, object)
-        if len(out) and pd.isna(out).all():
-            out[:] = pd.NA
-        return pd.Series(out, index=self.index, dtype=object)
+        taken = self._take(values.to_numpy(dtype=object), np.nan, object)
+        if len(taken) and pd.isna(taken).all():
+            taken[:] = pd.NA
+        out: pd.Series = pd.Series(taken, index=self.index, dtype=object)
+        return out
 
     def ints(self, values: pd.Series) -> pd.Series:
         """Int64, <NA> where not found (or NA in `values`)."""
@@ -388,7 +390,8 @@ class _Lookup:
         arr = values.astype("Int64").array
         data = self._take(arr.fillna(0).to_numpy(dtype=np.int64), 0, np.int64)
         mask = self._take(arr.isna(), True, bool)
-        return pd.Series(pd.arrays.IntegerArray(data, mask), index=self.index)
+        out: pd.Series = pd.Series(pd.arrays.IntegerArray(data, mask), index=self.index)
+        return out
 
 
 def _join_launch(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
