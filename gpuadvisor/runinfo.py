@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import gzip
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from gpuadvisor import rundir
 from gpuadvisor.errors import InputError
 from gpuadvisor.manifest import ChildState, Manifest
+from gpuadvisor.received import MAX_NVML_BYTES, inside, read_json_file, run_file, trace_entry
+from gpuadvisor.runcheck import check_callsites, check_environment, check_manifest
 from gpuadvisor.trace.identify import sniff_file
 
 if TYPE_CHECKING:
@@ -81,27 +83,25 @@ class RunInfo:
         return first if isinstance(first, dict) else None
 
 
-def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
-    if not path.is_file():
-        notes.append(f"{path.name} is missing.")
-        return {}
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        notes.append(f"{path.name} could not be read ({type(exc).__name__}); it was ignored.")
+def _read_json(run_dir: Path, name: str, notes: list[str]) -> dict[str, Any]:
+    data = read_json_file(run_dir, name, notes)
+    if data is None:
+        if not os.path.lexists(run_dir / name):
+            notes.append(f"{name} is missing.")
         return {}
     if not isinstance(data, dict):
-        notes.append(f"{path.name} is not a JSON object; it was ignored.")
+        notes.append(f"{name} is not a JSON object; it was ignored.")
         return {}
     return data
 
 
-def _read_nvml(path: Path) -> tuple[pd.DataFrame | None, str | None]:
+def _read_nvml(run_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
     # lazy: pandas stays out of `import gpuadvisor.api`
     import pandas as pd
 
-    if not path.is_file():
-        return None, f"{path.name} is missing"
+    path, why = run_file(run_dir, rundir.NVML, max_bytes=MAX_NVML_BYTES)
+    if path is None:
+        return None, why or f"{rundir.NVML} is missing"
     try:
         with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
             df = pd.read_csv(fh, dtype={"gpu_uuid": str})
@@ -122,15 +122,34 @@ def _read_nvml(path: Path) -> tuple[pd.DataFrame | None, str | None]:
     return df, None
 
 
-def _find_traces(run_dir: Path, manifest: dict[str, Any]) -> list[Path]:
+def _find_traces(run_dir: Path, manifest: dict[str, Any], notes: list[str] | None = None) -> list[Path]:
+    """The run's traces: the manifest's `traces` list (paths inside the run directory only), else the
+    trace files of RUN/trace/. A refused entry or file is left out with a note (`received.run_file`)."""
+    refused: list[str] = []
     listed = manifest.get("traces")
     paths: list[Path] = []
     if isinstance(listed, list):
-        paths = [run_dir / str(p) for p in listed if isinstance(p, str) and (run_dir / p).is_file()]
+        for entry in listed:
+            if not isinstance(entry, str):
+                continue
+            path, why = trace_entry(run_dir, entry)
+            if path is not None:
+                paths.append(path)
+            elif why is not None:
+                refused.append(why)
     if not paths:
         tdir = run_dir / rundir.TRACE_DIR
-        if tdir.is_dir():
-            paths = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
+        if tdir.is_dir() and inside(run_dir, tdir):
+            for p in sorted(tdir.iterdir()):
+                if not _is_trace_name(p):
+                    continue
+                path, why = run_file(run_dir, p.relative_to(run_dir), what="trace")
+                if path is not None:
+                    paths.append(path)
+                elif why is not None:
+                    refused.append(why)
+    if notes is not None:
+        notes.extend(dict.fromkeys(refused))
     return paths
 
 
@@ -147,7 +166,7 @@ def _completed_manifest(run_dir: Path, manifest: dict[str, Any], notes: list[str
     run is said to be cut off, so that no reader sees "0 steps" beside a trace of 9."""
     if manifest.get("ended_unix_s") is not None or manifest.get("exit_reason") not in (None, "not_started"):
         return manifest
-    state = _read_json(run_dir / CHILD_STATE_FILE, [])
+    state = _read_json(run_dir, CHILD_STATE_FILE, [])
     if not state:
         return manifest
     merged = Manifest.from_json(manifest).with_child(ChildState.from_json(state))
@@ -162,6 +181,18 @@ def _completed_manifest(run_dir: Path, manifest: dict[str, Any], notes: list[str
     return out
 
 
+def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
+    """RUN/manifest.json, completed from the training process's hand-over when the parent never
+    finished it, every value checked (`runcheck.check_manifest`); {} when missing or unreadable.
+    The reasons go to `notes`."""
+    return check_manifest(_completed_manifest(run_dir, _read_json(run_dir, rundir.MANIFEST, notes), notes), notes)
+
+
+def read_environment(run_dir: Path, notes: list[str]) -> dict[str, Any]:
+    """RUN/environment.json, every value checked (`runcheck.check_environment`); {} when missing."""
+    return check_environment(_read_json(run_dir, rundir.ENVIRONMENT, notes), notes)
+
+
 def load_run_info(run_dir: Path) -> RunInfo:
     """Read manifest.json, environment.json, callsites.json and nvml.csv.gz of a run directory.
 
@@ -171,9 +202,9 @@ def load_run_info(run_dir: Path) -> RunInfo:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run directory")
     notes: list[str] = []
-    manifest = _completed_manifest(run_dir, _read_json(run_dir / rundir.MANIFEST, notes), notes)
-    environment = _read_json(run_dir / rundir.ENVIRONMENT, notes)
-    cs = _read_json(run_dir / rundir.CALLSITES, notes)
+    manifest = read_manifest(run_dir, notes)
+    environment = read_environment(run_dir, notes)
+    cs = check_callsites(_read_json(run_dir, rundir.CALLSITES, notes), notes)
     callsites_raw = cs.get("callsites")
     callsites = [c for c in callsites_raw if isinstance(c, dict)] if isinstance(callsites_raw, list) else []
     steps_counted: int | None = None
@@ -188,7 +219,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
     if nvml_meta.get("available") is False:
         reason = str(nvml_meta.get("reason") or "NVML was not available during the run")
     else:
-        nvml, reason = _read_nvml(run_dir / rundir.NVML)
+        nvml, reason = _read_nvml(run_dir)
     return RunInfo(
         run_dir=run_dir,
         manifest=manifest,
@@ -197,7 +228,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
         steps_counted=steps_counted,
         nvml=nvml,
         nvml_reason=reason,
-        trace_paths=_find_traces(run_dir, manifest),
+        trace_paths=_find_traces(run_dir, manifest, notes),
         notes=notes,
     )
 
@@ -215,8 +246,7 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if rundir.is_run_dir(path):
-        manifest = _read_json(path / rundir.MANIFEST, [])
-        return "run", path, _find_traces(path, manifest)
+        return "run", path, _find_traces(path, read_manifest(path, []))
     if path.is_file():
         if not _is_trace_name(path):
             # Another name: a trace all the same (read it), or say what it is.

@@ -709,7 +709,7 @@ def short_name(name: str, limit: int = 110) -> str:
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
-    view = source_view(loc, result.run, recorded_sites(result.run))
+    view = source_view(loc, recorded_sites(result.run))
     what = []
     if loc.function:
         what.append(("function", loc.function))

@@ -1,0 +1,238 @@
+"""Issue 39: a run directory someone sends you is data, not a key to your machine; outputs never destroy
+inputs. Each probe of the issue, with its input built here by code: a REAL recording of sample_runs/
+(tutorial_cnn-planted, recorded on an H200) copied and edited on purpose, or SYNTHETIC files. The
+commands run in-process through the CLI (`gpuadvisor.cli`, click's runner: the exit codes, stdout and
+stderr a user sees) so that the quick tier keeps them; docs/capture.md lists them ("A run directory
+someone sent you")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuadvisor.cli import cli
+from tests.reliability.test_cases import SAMPLE_RUNS
+
+REAL = "tutorial_cnn-planted"  # REAL, H200: two findings located at the DataLoader's line
+
+
+@pytest.fixture(autouse=True)
+def _elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every command runs from an empty folder (no pyproject.toml of the repository above it)."""
+    home = tmp_path / "cwd"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("NO_COLOR", "1")
+    yield
+
+
+def ga(*args: str) -> Result:
+    """`gpuadvisor ARGS` in this process: exit code, stdout and stderr as the user sees them."""
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def received(tmp_path: Path, name: str = REAL) -> Path:
+    """A copy of a REAL recording, as someone sends it."""
+    run = tmp_path / "received" / "RUN"
+    shutil.copytree(SAMPLE_RUNS / name, run)
+    return run
+
+
+def edit(run: Path, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+    doc = json.loads((run / name).read_text(encoding="utf-8"))
+    change(doc)
+    (run / name).write_text(json.dumps(doc), encoding="utf-8")
+
+
+def _records(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for key in ("callsites", "dataloaders", "optimizers", "model_calls"):
+        for row in doc.get(key) or []:
+            if isinstance(row, dict) and "file" in row:
+                yield row
+
+
+def point_sites_at(run: Path, file: str) -> None:
+    """Every recorded call site names `file`, with neither its line's text nor a snippet (as a run
+    recorded before snippets existed, or edited to read the recipient's files)."""
+
+    def change(doc: dict[str, Any]) -> None:
+        for row in _records(doc):
+            row["file"] = file
+            row.pop("code", None)
+            row.pop("snippet", None)
+
+    edit(run, "callsites.json", change)
+    edit(run, "environment.json", change)
+
+
+def json_out(run: Path, *extra: str) -> dict[str, Any]:
+    out = run.parent / "out.json"
+    r = ga("analyze", str(run), "--format", "json", "-o", str(out), *extra)
+    assert r.exit_code == 0, r.output
+    return dict(json.loads(out.read_text(encoding="utf-8")))
+
+
+# ------------------------------------------------------------------ 1. local file disclosure
+
+
+def test_issue39_01_report_never_reads_a_file_named_by_an_absolute_path(tmp_path: Path) -> None:
+    """1. "A received run dir whose callsites.json rows name an absolute `.py` path (no recorded
+    snippet) ...: `gpuadvisor report` reads 'today's file' and embeds its lines in report.html: a private
+    settings file's DB_PASSWORD". The report shows the recorded line only and says the snippet is
+    missing."""
+    secret = tmp_path / "private" / "settings.py"
+    secret.parent.mkdir()
+    secret.write_text("".join(f"DB_PASSWORD_{i} = 'hunter{i}'\n" for i in range(200)), encoding="utf-8")
+    run = received(tmp_path)
+    point_sites_at(run, str(secret))
+    r = ga("report", str(run), "-o", str(tmp_path / "report.html"))
+    assert r.exit_code == 0, r.output
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "hunter" not in page and "DB_PASSWORD" not in page
+    assert "the run recorded no lines around" in page
+
+
+def test_issue39_01_report_never_follows_a_symlink_out_of_the_run_dir(tmp_path: Path) -> None:
+    """1. "... or a `.py`-named symlink shipped inside the run dir: ... through the symlink the first
+    lines of the system's passwd file"."""
+    target = tmp_path / "system-passwd"
+    target.write_text("root:x:0:0:root:/root:/bin/bash\n" * 100, encoding="utf-8")
+    run = received(tmp_path)
+    (run / "settings.py").symlink_to(target)
+    edit(run, "manifest.json", lambda d: d.update(cwd=str(run)))
+    point_sites_at(run, "settings.py")
+    r = ga("report", str(run), "-o", str(tmp_path / "report.html"))
+    assert r.exit_code == 0, r.output
+    assert "root:x:0:0" not in (tmp_path / "report.html").read_text(encoding="utf-8")
+
+
+def test_issue39_01_sarif_names_no_file_uri_of_the_recipient(tmp_path: Path) -> None:
+    """1. "SARIF carries `file:///` URIs of the recipient's paths": a path outside the recorded
+    working directory is named (a logical location), never a URI a viewer would open here."""
+    run = received(tmp_path)
+    point_sites_at(run, "/etc/gpuadvisor-probe/settings.py")
+    r = ga("analyze", str(run), "--format", "sarif")
+    assert r.exit_code == 0, r.output
+    log = json.loads(r.stdout)
+    assert "file:" not in r.stdout
+    names = [
+        loc["logicalLocations"][0]["name"]
+        for res in log["runs"][0]["results"]
+        for loc in res.get("locations", [])
+        if "logicalLocations" in loc
+    ]
+    assert any(n.startswith("/etc/gpuadvisor-probe/settings.py:") for n in names), names
+
+
+@pytest.mark.parametrize("entry", ["../../outside.json.gz", "ABSOLUTE"])
+def test_issue39_01_manifest_traces_outside_the_run_dir_are_refused(tmp_path: Path, entry: str) -> None:
+    """1. "manifest `traces` entries pointing outside the run dir (`../../x`, absolute) are loaded and
+    analyzed": they are left out with a note; the run is analyzed without them."""
+    run = received(tmp_path)
+    outside = tmp_path / "outside.json.gz"
+    shutil.move(run / "trace" / "rank0.json.gz", outside)
+    name = str(outside) if entry == "ABSOLUTE" else entry
+    edit(run, "manifest.json", lambda d: d.update(traces=[name]))
+    doc = json_out(run)
+    assert not doc["findings"] or all(f["rule"] == "GA001" for f in doc["findings"]), doc["findings"]
+    assert any("holds no trace" in n for n in doc["notes"]), doc["notes"]
+    assert any("outside the run directory" in n or "by an absolute path" in n for n in doc["notes"]), doc[
+        "notes"
+    ]
+
+
+def test_issue39_01_a_trace_linked_out_of_the_run_dir_is_refused(tmp_path: Path) -> None:
+    """A trace file, or a recorded JSON file, that is a symbolic link out of the run directory is not
+    read: the note says so."""
+    run = received(tmp_path)
+    outside = tmp_path / "elsewhere.json.gz"
+    shutil.move(run / "trace" / "rank0.json.gz", outside)
+    (run / "trace" / "rank0.json.gz").symlink_to(outside)
+    shutil.move(run / "environment.json", tmp_path / "env.json")
+    (run / "environment.json").symlink_to(tmp_path / "env.json")
+    doc = json_out(run)
+    notes = " ".join(doc["notes"])
+    assert "trace/rank0.json.gz is a symbolic link out of the run directory" in notes, notes
+    assert "environment.json is a symbolic link out of the run directory" in notes, notes
+    assert doc["environment"].get("torch") is None or doc["environment"]["torch"] == "n/a"
+
+
+def test_issue39_01_links_inside_the_run_dir_still_work(tmp_path: Path) -> None:
+    """The policy refuses only what leads outside: a run directory reached through a link, and a trace
+    linked to another file of the same run directory, are read as before."""
+    run = received(tmp_path)
+    shutil.move(run / "trace" / "rank0.json.gz", run / "kept.json.gz")
+    (run / "trace" / "rank0.json.gz").symlink_to(run / "kept.json.gz")
+    alias = tmp_path / "alias"
+    alias.symlink_to(run)
+    doc = json_out(alias)
+    assert {f["rule"] for f in doc["findings"]} >= {"GA301"}, doc["findings"]
+
+
+# ------------------------------------------------------------------ 3. loops whose length comes from the input
+
+
+def _timed(run: Path) -> tuple[float, dict[str, Any]]:
+    started = time.monotonic()
+    doc = json_out(run)
+    return time.monotonic() - started, doc
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(
+            lambda c: c["step_ends"].append([1_000_000_000, c["step_ends"][-1][1] + 1]), id="step-1e9"
+        ),
+        pytest.param(lambda c: c["step_ends"].append([10**300, c["step_ends"][-1][1] + 1]), id="step-1e300"),
+        pytest.param(lambda c: c.update(last_recorded_step=1e300), id="last-1e300"),
+        pytest.param(lambda c: c.update(speculation_end_step=2**63), id="speculation-2^63"),
+        pytest.param(lambda c: c.update(first_recorded_step=-(10**15)), id="first-negative"),
+        pytest.param(
+            lambda c: c.update(skip_steps=0, first_recorded_step=10**11, last_recorded_step=10**11 + 4),
+            id="window-at-1e11",
+        ),
+    ],
+)
+def test_issue39_03_step_numbers_never_set_a_loop_length(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None]
+) -> None:
+    """3. "One `[1000000000, t]` entry appended to manifest `capture.step_ends` makes analyze/report/diff
+    iterate `range(last + 2, max(ends))` forever." Any such number: answered in seconds, the value
+    left out or used without a loop over its span, a note naming it where it was left out."""
+    run = received(tmp_path)
+    edit(run, "manifest.json", lambda d: change(d["capture"]))
+    took, doc = _timed(run)
+    assert took < 30, took
+    assert doc["metrics"]["step_time_ms"] > 0
+
+
+def test_issue39_03_a_number_left_out_is_named_in_a_note(tmp_path: Path) -> None:
+    run = received(tmp_path)
+    edit(run, "manifest.json", lambda d: d["capture"]["step_ends"].append([10**300, 1.0]))
+    doc = json_out(run)
+    mine = [
+        n for n in doc["notes"] if n.startswith("manifest.json: 1 value of the wrong type or out of range")
+    ]
+    assert len(mine) == 1 and "capture.step_ends[" in mine[0], doc["notes"]
+    # the capture's own boundaries are untouched: the same step time as the unedited recording
+    clean = json_out(received(tmp_path / "clean"))
+    assert doc["metrics"]["step_time_ms"] == clean["metrics"]["step_time_ms"]
+
+
+def test_issue39_03_diff_and_report_answer_too(tmp_path: Path) -> None:
+    run = received(tmp_path)
+    edit(run, "manifest.json", lambda d: d["capture"]["step_ends"].append([1_000_000_000, 2e9]))
+    started = time.monotonic()
+    r = ga("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert r.exit_code == 0, r.output
+    r = ga("diff", str(received(tmp_path / "base")), str(run))
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - started < 60
