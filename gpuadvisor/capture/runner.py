@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import importlib.machinery
 import importlib.util
 import os
 import select
@@ -165,17 +166,29 @@ def validate_script(path: str) -> Path:
 
 
 def validate_module(name: str) -> None:
-    """Usage error unless `name` resolves to a module spec (imports parent packages only)."""
+    """Usage error unless `name` resolves to a module from the current directory (`find_module`)."""
+    find_module(name, Path(os.getcwd()))
+
+
+def find_module(name: str, cwd: Path) -> None:
+    """Usage error unless `name` resolves to a module as `python -m` run from `cwd` would find it.
+    Nothing of it runs here: each part is looked up in its package's folders without importing the
+    package (importlib.util.find_spec would run the parents' __init__.py in this process; verify
+    checks a received run's module this way)."""
     if not name or any(not part.isidentifier() for part in name.split(".")):
         raise UsageError(f"not a module name: {name!r}")
+    top, *rest = name.split(".")
     saved = list(sys.path)
-    sys.path.insert(0, os.getcwd())  # `python -m` looks in the cwd first
+    sys.path.insert(0, str(cwd))  # `python -m` looks in the cwd first
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(top)  # a top-level name: found, never imported
     except (ImportError, ValueError) as err:
         raise UsageError(f"module not found: {name} ({err})") from err
     finally:
         sys.path[:] = saved
+    for part in rest:
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        spec = importlib.machinery.PathFinder.find_spec(part, locations) if locations else None
     if spec is None:
         raise UsageError(f"module not found: {name}")
 

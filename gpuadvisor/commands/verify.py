@@ -91,6 +91,15 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
     help="Write verify.json here (a file, or a folder) instead of RUN/verify.json; needed for a run "
     "directory tracked by git.",
 )
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    metavar="PATH",
+    help="The interpreter the trials run (default: the one running gpuadvisor). The interpreter "
+    "RUN/manifest.json names is never run: a run directory is data.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 def verify(
     run: Path,
@@ -103,6 +112,7 @@ def verify(
     explore: bool,
     allow_other_machine: bool,
     output: Path | None,
+    python: str | None,
     quiet: bool,
 ) -> None:
     """Apply the remedies of RUN's findings that need no edit of the script, one trial process each,
@@ -128,6 +138,7 @@ def verify(
         explore=explore,
         allow_other_machine=allow_other_machine,
         output=output,
+        python=python,
     )
     try:
         outcome = verify_run(run, options, analyze=finding_dicts)

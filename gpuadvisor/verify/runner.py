@@ -25,9 +25,11 @@ from typing import IO, Any
 
 from gpuadvisor import __version__, rundir
 from gpuadvisor.capture._io import write_json_atomic
-from gpuadvisor.capture.runner import validate_module, validate_script
+from gpuadvisor.capture.runner import find_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
+from gpuadvisor.received import read_json_file
 from gpuadvisor.remedies import REMEDIES, RemedyId, explore_levers
+from gpuadvisor.runinfo import read_environment, read_manifest
 from gpuadvisor.verify import explore as ex
 from gpuadvisor.verify.explore import estimate_text
 from gpuadvisor.verify.plan import (
@@ -67,6 +69,7 @@ class VerifyOptions:
     explore: bool = False  # every applicable lever, then the best combination (explore.py)
     allow_other_machine: bool = False  # measure although the recording was made elsewhere
     output: Path | None = None  # verify.json's path (default RUN/verify.json)
+    python: str | None = None  # the trials' interpreter (--python); default: the one running verify
 
     def validate(self) -> None:
         if self.trials < 1:
@@ -122,7 +125,7 @@ Analyzer = Callable[[Path], Sequence[Mapping[str, Any]]]
 def _findings_of(run_dir: Path, analyze: Analyzer | None) -> list[dict[str, Any]]:
     """RUN/findings.json's findings, else a fresh analysis of the run by the caller's `analyze` (verify
     runs below the analysis and does not import it)."""
-    doc = _read_json(run_dir / rundir.FINDINGS)
+    doc = read_json_file(run_dir, rundir.FINDINGS)  # inside the run directory only, bounded
     if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
         return [f for f in doc["findings"] if isinstance(f, dict)]
     if analyze is None:
@@ -147,10 +150,15 @@ class RecordedCommand:
         return p if p.is_absolute() else self.cwd / p
 
 
-def recorded_command(manifest: Mapping[str, Any], argv: Sequence[str] | None = None) -> RecordedCommand:
+def recorded_command(
+    manifest: Mapping[str, Any], argv: Sequence[str] | None = None, python: str | None = None
+) -> RecordedCommand:
     """The recorded command, validated as `gpuadvisor profile` validates it (UsageError otherwise).
     `argv`: the script's real sys.argv when the caller has it (`profile --verify`); the manifest's
-    has its credentials masked (`argv_redacted`) and cannot be re-run as recorded."""
+    has its credentials masked (`argv_redacted`) and cannot be re-run as recorded. `python`: the
+    interpreter the user named (`--python`); without it, the one running verify. The manifest's own
+    `python` is never run: a run directory is data (gpuadvisor/received.py), and a received one may
+    name an executable it ships (`recorded_python_note` says when the two differ)."""
     if manifest.get("distributed") or len(manifest.get("ranks") or []) > 1:
         raise UsageError("verify re-runs single-process scripts; this run was launched with torchrun")
     target = manifest.get("target")
@@ -166,25 +174,33 @@ def recorded_command(manifest: Mapping[str, Any], argv: Sequence[str] | None = N
     cwd = Path(str(manifest.get("cwd") or "."))
     if not cwd.is_dir():
         raise UsageError(f"the run's working directory {cwd} does not exist here")
-    recorded_python = str(manifest.get("python") or "")
-    python = recorded_python if recorded_python and os.access(recorded_python, os.X_OK) else sys.executable
+    if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise UsageError(f"--python {python}: not an executable file")
     cmd = RecordedCommand(
         kind=str(target.get("kind") or "script"),
         target=str(target["path_or_name"]),
         args=tuple(argv[1:]),
         cwd=cwd,
-        python=python,
+        python=python or sys.executable,
     )
     if cmd.kind == "module":
-        saved = os.getcwd()
-        os.chdir(cwd)  # `python -m` resolves from the recorded cwd
-        try:
-            validate_module(cmd.target)
-        finally:
-            os.chdir(saved)
+        find_module(cmd.target, cwd)
     else:
         validate_script(str(cmd.script_path()))
     return cmd
+
+
+def recorded_python_note(manifest: Mapping[str, Any], cmd: RecordedCommand) -> str | None:
+    """What to say when the run was recorded with another interpreter than the trials use."""
+    recorded = manifest.get("python")
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    if os.path.realpath(recorded) == os.path.realpath(cmd.python):
+        return None
+    return (
+        f"the run was recorded with {recorded}; the trials run {cmd.python} (verify never runs an "
+        "interpreter a run directory names: pass --python PATH to choose it)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- trials
@@ -506,16 +522,20 @@ def verify_run(
         raise UsageError(
             f"{run} is not a run directory (no manifest.json): verify needs `gpuadvisor profile`'s run"
         )
-    manifest = _read_json(run / rundir.MANIFEST)
-    environment = _read_json(run / rundir.ENVIRONMENT)
-    if not isinstance(manifest, dict):
-        raise InputError(f"{run / rundir.MANIFEST} is not a JSON object")
-    environment = environment if isinstance(environment, dict) else {}
-    cmd = recorded_command(manifest, argv)
+    read_notes: list[str] = []
+    manifest = read_manifest(run, read_notes)  # every value checked once (gpuadvisor/runcheck.py)
+    environment = read_environment(run, read_notes)
+    if not manifest:
+        raise InputError(f"{run / rundir.MANIFEST} is not a readable JSON object: {'; '.join(read_notes)}")
+    cmd = recorded_command(manifest, argv, options.python)
     path = output_path(run, options.output)
     machine = check_machine(manifest, environment, cmd, allow_other=options.allow_other_machine)
     if machine["differences"]:
         _say(out, options.quiet, f"measuring on another machine than the recording's: {where_text(machine)}")
+    python_note = recorded_python_note(manifest, cmd) if argv is None else None
+    if python_note:
+        _say(out, options.quiet, python_note)
+    machine["notes"] = [*read_notes, *([python_note] if python_note else [])]  # into verify.json's notes
     num_workers = options.num_workers or default_num_workers()
     if options.explore:
         return explore_run(
@@ -803,7 +823,8 @@ def _tracked_by_git(run: Path) -> bool:
         return False
     try:
         r = subprocess.run(
-            [git, "-C", str(run), "ls-files", "--error-unmatch", rundir.MANIFEST],
+            # no fsmonitor: a received run directory may ship a .git/config naming a program for it
+            [git, "-c", "core.fsmonitor=false", "-C", str(run), "ls-files", "--error-unmatch", rundir.MANIFEST],
             capture_output=True,
             text=True,
             timeout=30,
@@ -821,7 +842,8 @@ def check_machine(
     A difference is a UsageError unless `allow_other`: numbers measured elsewhere do not say what the
     recording's machine would gain."""
     recorded = recorded_machine(manifest, environment)
-    here = probe(cmd.python, cmd.cwd)
+    # the machine as the trials' interpreter sees it, from here: nothing the run directory names runs
+    here = probe(cmd.python, Path(os.getcwd()))
     here["cwd"] = os.getcwd()
     diffs = compare_machines(recorded, here)
     machine = {
@@ -849,8 +871,10 @@ def where_text(machine: Mapping[str, Any]) -> str:
 
 
 def stamp_machine(document: dict[str, Any], machine: Mapping[str, Any]) -> None:
-    """verify.json's `machine`; on another machine every measured entry says where it was measured."""
+    """verify.json's `machine` (its `notes` join the document's); on another machine every measured
+    entry says where it was measured."""
     document["machine"] = dict(machine)
+    document["notes"] = [*document.get("notes", []), *machine.get("notes", [])]
     if machine.get("same"):
         return
     where = str(machine.get("measured_text"))

@@ -236,3 +236,82 @@ def test_issue39_03_diff_and_report_answer_too(tmp_path: Path) -> None:
     r = ga("diff", str(received(tmp_path / "base")), str(run))
     assert r.exit_code == 0, r.output
     assert time.monotonic() - started < 60
+
+
+# ------------------------------------------------------------------ 2. verify runs nothing the run names
+
+
+def _planted_command(tmp_path: Path, run: Path, **manifest: Any) -> Path:
+    """The run's command pointed at a SYNTHETIC script in a folder of this machine, with `manifest`
+    entries over it; returns the marker file any planted program writes."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "train.py").write_text("print('synthetic')\n", encoding="utf-8")
+    marker = tmp_path / "PLANTED-RAN"
+
+    def change(d: dict[str, Any]) -> None:
+        d.update(cwd=str(work), target={"kind": "script", "path_or_name": "train.py", "argv": ["train.py"]})
+        d.pop("argv_redacted", None)
+        d.update(manifest)
+
+    edit(run, "manifest.json", change)
+    return marker
+
+
+def test_issue39_02_verify_never_runs_the_python_the_manifest_names(tmp_path: Path) -> None:
+    """2. "manifest `python` set to an executable shipped in the run dir: `gpuadvisor verify RUN` runs it
+    (the machine probe) before it refuses the run as recorded elsewhere." The probe runs the interpreter
+    running gpuadvisor (or --python), from here; the refusal is the same."""
+    run = received(tmp_path)
+    shipped = run / "python"
+    marker = _planted_command(tmp_path, run, python=str(shipped))
+    shipped.write_text(f"#!/bin/sh\ntouch {marker}\necho '{{}}'\n", encoding="utf-8")
+    shipped.chmod(0o755)
+    r = ga("verify", str(run), "-o", str(tmp_path / "verify.json"))
+    assert r.exit_code == 2, r.output
+    assert "verify measures on the recording's machine" in r.output
+    assert not marker.exists()
+
+
+def test_issue39_02_verify_never_imports_the_recorded_module(tmp_path: Path) -> None:
+    """Checking a recorded `-m pkg.mod` finds it without importing `pkg` (its __init__.py would run in
+    gpuadvisor's own process)."""
+    run = received(tmp_path)
+    marker = _planted_command(tmp_path, run)
+    pkg = tmp_path / "work" / "plantedpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
+    (pkg / "train.py").write_text("print('synthetic')\n", encoding="utf-8")
+    edit(run, "manifest.json", lambda d: d.update(target={"kind": "module", "path_or_name": "plantedpkg.train"}))
+    r = ga("verify", str(run), "-o", str(tmp_path / "verify.json"))
+    assert r.exit_code == 2, r.output
+    assert not marker.exists()
+    # a module that is not there is still a clear usage error
+    edit(run, "manifest.json", lambda d: d.update(target={"kind": "module", "path_or_name": "plantedpkg.nope"}))
+    r = ga("verify", str(run), "-o", str(tmp_path / "verify.json"))
+    assert r.exit_code == 2 and "module not found: plantedpkg.nope" in r.output and not marker.exists()
+
+
+def test_issue39_02_python_option_must_be_an_executable(tmp_path: Path) -> None:
+    run = received(tmp_path)
+    _planted_command(tmp_path, run)
+    r = ga("verify", str(run), "--python", str(tmp_path / "missing"), "-o", str(tmp_path / "verify.json"))
+    assert r.exit_code == 2 and "--python" in r.output and "not an executable file" in r.output, r.output
+
+
+def test_issue39_02_the_git_check_runs_no_program_of_the_run_dir(tmp_path: Path) -> None:
+    """verify asks git whether the run directory is tracked (then it writes verify.json elsewhere);
+    a received run directory can ship a .git/config whose `core.fsmonitor` names a program, which
+    `git ls-files` runs: verify's question turns it off."""
+    import subprocess
+
+    run = received(tmp_path)
+    marker = _planted_command(tmp_path, run)
+    subprocess.run(["git", "init", "-q", str(run)], check=True)
+    monitor = run / "monitor.sh"
+    monitor.write_text(f"#!/bin/sh\ntouch {marker}\n", encoding="utf-8")
+    monitor.chmod(0o755)
+    subprocess.run(["git", "-C", str(run), "config", "core.fsmonitor", str(monitor)], check=True)
+    r = ga("verify", str(run))
+    assert r.exit_code == 2, r.output
+    assert not marker.exists()
