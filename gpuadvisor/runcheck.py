@@ -23,8 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "MAX_NVML_COLUMNS",
+    "MAX_NVML_HEADER",
+    "MAX_NVML_INFLATED",
     "MAX_STEP",
     "MAX_STEP_ENDS",
+    "NVML_RANGES",
     "check_callsites",
     "check_environment",
     "check_manifest",
@@ -42,6 +46,34 @@ MAX_SECONDS = 1e7  # a duration (115 days)
 MAX_STR = 1 << 20  # characters of one string
 MAX_DEPTH = 64  # nesting of unknown keys
 EXAMPLES = 3  # dropped values named in a note
+
+# nvml.csv.gz (read with pandas in gpuadvisor/runinfo.py): each reading's range (a value outside it is
+# left out), the header's length and columns (the sampler writes 20 in ~250 characters) and the inflated
+# text (10 samples a second of 8 GPUs for a day is ~1.3 GB of CSV).
+NVML_RANGES: dict[str, tuple[float, float]] = {
+    "t_unix_s": (1.0, MAX_UNIX_S),
+    "gpu_index": (0, 65535),
+    "util_gpu_pct": (0, 100),
+    "util_mem_pct": (0, 100),
+    "mem_used_bytes": (0, 2**50),
+    "mem_total_bytes": (0, 2**50),
+    "power_w": (0, 10_000),
+    "power_limit_w": (0, 10_000),
+    "temp_c": (-60, 200),
+    "sm_clock_mhz": (0, 100_000),
+    "sm_clock_max_mhz": (0, 100_000),
+    "mem_clock_mhz": (0, 100_000),
+    "pcie_tx_kbps": (0, 1e9),
+    "pcie_rx_kbps": (0, 1e9),
+    "pcie_gen": (1, 16),
+    "pcie_width": (1, 64),
+    "pcie_gen_max": (1, 16),
+    "pcie_width_max": (1, 64),
+    "throttle_reasons": (0, 2.0**64),
+}
+MAX_NVML_HEADER = 64 << 10
+MAX_NVML_COLUMNS = 1000
+MAX_NVML_INFLATED = 4 << 30
 
 
 class _Drop(Exception):

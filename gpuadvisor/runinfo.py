@@ -7,8 +7,10 @@ only a path that is neither a run directory, a trace file nor a folder of traces
 
 from __future__ import annotations
 
+import csv
 import functools
 import gzip
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,16 @@ from gpuadvisor import rundir
 from gpuadvisor.errors import InputError
 from gpuadvisor.manifest import ChildState, Manifest
 from gpuadvisor.received import MAX_NVML_BYTES, inside, read_json_file, run_file, trace_entry
-from gpuadvisor.runcheck import check_callsites, check_environment, check_manifest
+from gpuadvisor.runcheck import (
+    EXAMPLES,
+    MAX_NVML_COLUMNS,
+    MAX_NVML_HEADER,
+    MAX_NVML_INFLATED,
+    NVML_RANGES,
+    check_callsites,
+    check_environment,
+    check_manifest,
+)
 from gpuadvisor.trace.identify import sniff_file
 
 if TYPE_CHECKING:
@@ -95,7 +106,29 @@ def _read_json(run_dir: Path, name: str, notes: list[str]) -> dict[str, Any]:
     return data
 
 
-def _read_nvml(run_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
+class _Inflated(io.RawIOBase):
+    """A binary stream that stops with ValueError once more than `limit` bytes were read from it (a
+    gzip that inflates without bound)."""
+
+    def __init__(self, raw: gzip.GzipFile, limit: int) -> None:
+        self.raw, self.left = raw, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(min(len(buffer), self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise ValueError(f"inflates past {MAX_NVML_INFLATED:,} bytes")
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _read_nvml(run_dir: Path, notes: list[str]) -> tuple[pd.DataFrame | None, str | None]:
+    """nvml.csv.gz as a DataFrame of rundir.NVML_COLUMNS, every reading checked against its range
+    (`runcheck.NVML_RANGES`: one out of range becomes empty, a row without a valid time is left out,
+    both counted in a note); only the known columns are parsed, and the inflated text is bounded."""
     # lazy: pandas stays out of `import gpuadvisor.api`
     import pandas as pd
 
@@ -103,23 +136,58 @@ def _read_nvml(run_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
     if path is None:
         return None, why or f"{rundir.NVML} is missing"
     try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
-            df = pd.read_csv(fh, dtype={"gpu_uuid": str})
+        with gzip.open(path, "rb") as raw, io.TextIOWrapper(
+            io.BufferedReader(_Inflated(raw, MAX_NVML_INFLATED)), encoding="utf-8", newline=""
+        ) as fh:
+            header = fh.readline(MAX_NVML_HEADER + 1)
+            if len(header) > MAX_NVML_HEADER:
+                return None, f"{path.name} has a header of more than {MAX_NVML_HEADER:,} characters; it was not read"
+            names = next(csv.reader([header]), [])
+            if len(names) > MAX_NVML_COLUMNS:
+                return None, f"{path.name} has {len(names):,} columns (the sampler writes 20); it was not read"
+            known = [c for c in dict.fromkeys(names) if c in rundir.NVML_COLUMNS]
+            df = pd.read_csv(
+                fh, header=None, names=names, usecols=known, dtype={"gpu_uuid": str}, index_col=False
+            )
     except (OSError, EOFError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
         # A sampler killed mid-write leaves a truncated gzip: keep the rows pandas could read? gzip
         # streams cannot be resumed, so report it instead of guessing.
-        return None, f"{path.name} could not be read ({type(exc).__name__})"
+        return None, f"{path.name} could not be read ({type(exc).__name__}: {exc})"
+    columns = {}
     for col in rundir.NVML_COLUMNS:
-        if col not in df.columns:
-            df[col] = pd.NA if col == "gpu_uuid" else float("nan")
-    for col in rundir.NVML_COLUMNS:
-        if col != "gpu_uuid":
-            df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    df = df[list(rundir.NVML_COLUMNS)].sort_values(["t_unix_s", "gpu_index"], kind="stable")
-    df = df.reset_index(drop=True)
+        if col == "gpu_uuid":
+            columns[col] = df[col] if col in df.columns else pd.Series(pd.NA, index=df.index, dtype="object")
+        else:
+            values = df[col] if col in df.columns else pd.Series(float("nan"), index=df.index)
+            columns[col] = pd.to_numeric(values, errors="coerce").astype("float64")
+    df = pd.DataFrame(columns)
+    df = _in_range(df, path.name, notes)
+    df = df.sort_values(["t_unix_s", "gpu_index"], kind="stable").reset_index(drop=True)
     if len(df) == 0:
         return None, f"{path.name} holds no samples"
     return df, None
+
+
+def _in_range(df: pd.DataFrame, name: str, notes: list[str]) -> pd.DataFrame:
+    """`df` with every reading outside its range emptied and the rows without a valid time left out;
+    one note counts them and names the first few."""
+    dropped: list[str] = []
+    count = 0
+    for col, (lo, hi) in NVML_RANGES.items():
+        values = df[col]
+        bad = values.notna() & ~values.between(lo, hi)
+        if bad.any():
+            count += int(bad.sum())
+            dropped.append(f"{col} {values[bad].iloc[0]:g}")
+            df.loc[bad, col] = float("nan")
+    untimed = df["t_unix_s"].isna()
+    if untimed.any():
+        dropped.append(f"{int(untimed.sum())} row(s) without a valid t_unix_s")
+        df = df[~untimed]
+    if dropped:
+        shown = "; ".join(dropped[:EXAMPLES]) + ("; ..." if len(dropped) > EXAMPLES else "")
+        notes.append(f"{name}: {count} reading(s) out of range left out ({shown})")
+    return df
 
 
 def _find_traces(run_dir: Path, manifest: dict[str, Any], notes: list[str] | None = None) -> list[Path]:
@@ -219,7 +287,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
     if nvml_meta.get("available") is False:
         reason = str(nvml_meta.get("reason") or "NVML was not available during the run")
     else:
-        nvml, reason = _read_nvml(run_dir)
+        nvml, reason = _read_nvml(run_dir, notes)
     return RunInfo(
         run_dir=run_dir,
         manifest=manifest,

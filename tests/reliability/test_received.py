@@ -7,6 +7,8 @@ someone sent you")."""
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import shutil
 import time
@@ -315,3 +317,45 @@ def test_issue39_02_the_git_check_runs_no_program_of_the_run_dir(tmp_path: Path)
     r = ga("verify", str(run))
     assert r.exit_code == 2, r.output
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------ 3 and 10. nvml.csv.gz
+
+
+def _nvml_rows(run: Path) -> list[dict[str, str]]:
+    with gzip.open(run / "nvml.csv.gz", "rt", encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _write_nvml(run: Path, rows: list[dict[str, str]]) -> None:
+    with gzip.open(run / "nvml.csv.gz", "wt", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_issue39_10_nvml_readings_out_of_range_are_left_out_with_a_note(tmp_path: Path) -> None:
+    """10. "NVML readings out of range (-50% utilisation, 1e300 W) reach the metrics": each reading
+    outside its range is left out, and one note counts them."""
+    run = received(tmp_path)
+    rows = _nvml_rows(run)
+    for row in rows:
+        row.update(util_gpu_pct="-50", power_w="1e300")
+    _write_nvml(run, rows)
+    doc = json_out(run)
+    metrics = doc["metrics"]
+    assert metrics["nvml_util_mean_pct"] is None and metrics["nvml_power_mean_w"] is None, metrics
+    mine = [n for n in doc["notes"] if n.startswith("nvml.csv.gz: ")]
+    assert len(mine) == 1 and f"{2 * len(rows)} reading(s) out of range" in mine[0], doc["notes"]
+    assert "util_gpu_pct -50" in mine[0] and "power_w 1e+300" in mine[0]
+
+
+def test_issue39_10_a_tiny_nvml_file_with_100k_columns_costs_no_minutes(tmp_path: Path) -> None:
+    """10. "a 433-byte nvml.csv.gz with 100k columns costs 3 minutes": refused in a moment, said why."""
+    run = received(tmp_path)
+    header = ",".join(["t_unix_s", *(["x"] * 100_000)])
+    (run / "nvml.csv.gz").write_bytes(gzip.compress((header + "\n" + "1," * 100_000 + "\n").encode(), 9))
+    assert (run / "nvml.csv.gz").stat().st_size < 1000
+    took, doc = _timed(run)
+    assert took < 20, took
+    assert "nvml.csv.gz has a header of more than 65,536 characters" in json.dumps(doc)
