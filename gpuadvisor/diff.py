@@ -43,7 +43,6 @@ refuses unless --allow-mismatch). A value only one side knows is listed in `note
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -59,6 +58,7 @@ from gpuadvisor.errors import ConfigError
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.model import Finding, jsonable
 from gpuadvisor.result import AnalysisResult
+from gpuadvisor.runinfo import read_environment
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -478,12 +478,11 @@ def recorded_environment(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The GPU/driver/CUDA/torch a run directory's environment.json recorded, read without analyzing
     the run (None for a raw trace, or a run without a readable environment.json): `diff` compares
     these first and refuses before spending seconds analyzing two runs it will not compare."""
-    file = Path(os.fspath(path)) / rundir.ENVIRONMENT
-    try:
-        env = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
-    except (OSError, ValueError):
+    folder = Path(os.fspath(path))
+    if not (folder / rundir.ENVIRONMENT).exists():
         return None
-    if not isinstance(env, dict):
+    env = read_environment(folder, [])  # read and checked as the analysis reads it
+    if not env:
         return None
     out = {k: v for k, v in env.items() if k in ("driver", "cuda_runtime", "torch")}
     gpus = env.get("gpus")

@@ -359,3 +359,53 @@ def test_issue39_10_a_tiny_nvml_file_with_100k_columns_costs_no_minutes(tmp_path
     took, doc = _timed(run)
     assert took < 20, took
     assert "nvml.csv.gz has a header of more than 65,536 characters" in json.dumps(doc)
+
+
+# ------------------------------------------------------------------ 9. wrong types in a run directory
+
+
+WRONG_TYPES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("optimizers-number", lambda e: e.update(optimizers=1e300)),
+    ("torch-number", lambda e: e.update(torch=-1)),
+    ("gpus-string", lambda e: e.update(gpus="H100")),
+    ("settings-list", lambda e: e.update(settings=[1, 2])),
+    ("dataloaders-object", lambda e: e.update(dataloaders={"a": 1})),
+    ("memory-string", lambda e: e.update(memory="lots")),
+    ("model-calls-numbers", lambda e: e.update(model_calls=[1, "x", None])),
+    ("framework-number", lambda e: e.update(framework=3)),
+    ("loader-fields", lambda e: [d.update(batch_size="64", num_workers=-3, code=[1]) for d in e["dataloaders"]]),
+    ("optimizer-fields", lambda e: [o.update({"class": 7, "param_tensors": "8", "fused": "no"}) for o in e["optimizers"]]),
+    ("gpu-fields", lambda e: [g.update(sm_count="132", name=7, total_memory_bytes=-1) for g in e.get("gpus") or []]),
+]
+
+
+@pytest.mark.parametrize("change", [c for _, c in WRONG_TYPES], ids=[n for n, _ in WRONG_TYPES])
+def test_issue39_09_a_wrong_typed_environment_never_makes_report_exit_70(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None]
+) -> None:
+    """9. "a wrong-typed environment.json makes `report` exit 70": the value is left out where the
+    run directory is loaded, a note names it, and every output is written."""
+    from gpuadvisor.analysis import analyze
+    from gpuadvisor.render import github, junit, markdown, sarif, text
+
+    run = received(tmp_path)
+    edit(run, "environment.json", change)
+    r = ga("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert r.exit_code == 0, r.output
+    result = analyze(run)  # what `analyze --format F` renders
+    for renderer in (text, markdown, github, junit, sarif):
+        renderer.render(result)
+    assert any(n.startswith("environment.json: ") for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize("steps", ["many", 2.5, [3], 1e300])
+def test_issue39_09_ga502_with_a_non_integer_optimizer_step_count(tmp_path: Path, steps: Any) -> None:
+    """9. "GA502 raises on a non-integer optimizer `steps`": the count is left out (with a note) and
+    GA502 judges the optimizer as before."""
+    run = received(tmp_path, "dlrm-planted")
+    edit(run, "environment.json", lambda e: [o.update(steps=steps) for o in e["optimizers"]])
+    doc = json_out(run, "--fail-on", "none")
+    statuses = {s["rule"]: s["status"] for s in doc["rules"]}
+    assert statuses["GA502"] != "error", doc["rules"]
+    assert "GA502" in {f["rule"] for f in doc["findings"]}
+    assert any("optimizers[0].steps" in n for n in doc["notes"]), doc["notes"]
