@@ -7,7 +7,7 @@ RUN/
   callsites.json      host-sync and host->device calls in user code (file:line, call, count per step)
   trace/rank0.json.gz the Kineto trace as torch.profiler exported it
   nvml.csv.gz         one row per GPU per sample
-  findings.json, report.html   derived
+  findings.json, report.html, verify.json   derived
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ TRACE_DIR = "trace"
 NVML = "nvml.csv.gz"
 FINDINGS = "findings.json"
 REPORT = "report.html"
+VERIFY = "verify.json"  # derived: `gpuadvisor verify`
 LOG = "gpuadvisor.log"
 
 # NVML CSV columns, in order. Units in the names; empty cell = not available on this GPU (never 0 for N/A).

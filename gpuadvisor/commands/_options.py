@@ -167,6 +167,7 @@ def emit(text: str, output: Path | None, *, color: bool = False) -> None:
         click.echo(text, nl=False, color=color or None)
         return
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)  # check_output saw a writable folder above it
         write_text_atomic(output, text)
     except OSError as err:
         raise OutputLostError(f"cannot write {output}: {why_not_written(output, err)}") from None

@@ -27,6 +27,7 @@ from gpuadvisor.diff import (
     verdict,
 )
 from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from gpuadvisor.outputs import check_output
 from gpuadvisor.render._ci import fmt_impact
 from gpuadvisor.render._format import Style
 from gpuadvisor.render.markdown import render_diff
@@ -141,6 +142,8 @@ def diff(
     different GPU/driver/CUDA/torch without --allow-mismatch; 70 internal error; 130 interrupted.
     """
     del verbose  # nothing in a diff is shortened; the error boundary reads it
+    if output is not None:
+        check_output(output, [base, new])  # before any analysis: never over an input, exit 2
     pct = parse_regression_pct(fail_on_regression)
     recorded = recorded_environment(base), recorded_environment(new)
     if recorded[0] is not None and recorded[1] is not None and not allow_mismatch:

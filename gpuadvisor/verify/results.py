@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuadvisor import rundir
 from gpuadvisor.model import Finding, predicted_speedup, summary_line
 from gpuadvisor.received import read_json_file
 from gpuadvisor.render._explore import explore_note  # the one-line note is how the reports say it too
@@ -31,7 +32,7 @@ __all__ = [
     "summary_line",
 ]
 
-VERIFY_FILE = "verify.json"
+VERIFY_FILE = rundir.VERIFY
 VERIFY_SCHEMA_VERSION = 1
 
 # The keys of a verify.json trial copied into Finding.verified.

@@ -27,6 +27,7 @@ from gpuadvisor import __version__, rundir
 from gpuadvisor.capture._io import write_json_atomic
 from gpuadvisor.capture.runner import find_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
+from gpuadvisor.outputs import check_output
 from gpuadvisor.received import read_json_file
 from gpuadvisor.remedies import REMEDIES, RemedyId, explore_levers
 from gpuadvisor.runinfo import read_environment, read_manifest
@@ -806,14 +807,15 @@ def output_path(run: Path, output: Path | None) -> Path:
     run directory holds recordings tracked by git (the repository's sample runs): measurements made
     here do not belong next to them."""
     if output is not None:
-        if output.is_dir():
-            return output / VERIFY_FILE
-        return output
+        path = output / VERIFY_FILE if output.is_dir() else output
+        check_output(path, [run])  # never over a file of the run directory, a FIFO, a device node
+        return path
     if _tracked_by_git(run):
         raise UsageError(
             f"{run} is tracked by git (recordings kept in a repository): verify does not write "
             f"{VERIFY_FILE} next to them; pass -o FILE to choose where it goes"
         )
+    check_output(run / VERIFY_FILE, [run], option="verify.json at")
     return run / VERIFY_FILE
 
 

@@ -239,17 +239,18 @@ def test_internal_error_is_one_line_and_exit_70(item_trace: Path, monkeypatch: p
 
 
 def test_typed_errors_keep_their_exit_codes(item_trace: Path, tmp_path: Path) -> None:
+    """An output folder that cannot hold the file is a usage error before any analysis (issue 39)."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
     res = CliRunner().invoke(cli, ["analyze", str(item_trace), "-o", str(blocker / "out.txt")])
-    assert res.exit_code == 74
-    assert res.stderr.splitlines()[-1].startswith("gpuadvisor: error: cannot write")
-    assert res.stderr.splitlines()[-1].endswith(f"{blocker} is a file, not a folder")
-    res = CliRunner().invoke(cli, ["report", str(item_trace), "-o", str(blocker / "sub" / "r.html")])
-    assert res.exit_code == 74
+    assert res.exit_code == 2
     assert res.stderr.splitlines()[-1] == (
-        f"gpuadvisor: error: could not write the report to {blocker / 'sub' / 'r.html'}: "
-        f"{blocker} is a file, not a folder"
+        f"gpuadvisor: error: -o {blocker / 'out.txt'}: {blocker} is a file, not a folder"
+    )
+    res = CliRunner().invoke(cli, ["report", str(item_trace), "-o", str(blocker / "sub" / "r.html")])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[-1] == (
+        f"gpuadvisor: error: -o {blocker / 'sub' / 'r.html'}: {blocker} is a file, not a folder"
     )
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing.json")])
     assert res.exit_code == 2 and "Traceback" not in res.output

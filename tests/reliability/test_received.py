@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -409,3 +411,110 @@ def test_issue39_09_ga502_with_a_non_integer_optimizer_step_count(tmp_path: Path
     assert statuses["GA502"] != "error", doc["rules"]
     assert "GA502" in {f["rule"] for f in doc["findings"]}
     assert any("optimizers[0].steps" in n for n in doc["notes"]), doc["notes"]
+
+
+# ------------------------------------------------------------------ 4. -o never destroys
+
+
+def _bytes(*paths: Path) -> list[bytes]:
+    return [p.read_bytes() for p in paths]
+
+
+def test_issue39_04_the_output_is_never_the_input(tmp_path: Path) -> None:
+    """4. "`analyze t.json.gz -o t.json.gz` overwrites the input": exit 2 before any analysis, the input
+    as it was (also when -o reaches it through a link or a second hard link)."""
+    run = received(tmp_path)
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(run / "trace" / "rank0.json.gz", trace)
+    (tmp_path / "hard.json.gz").hardlink_to(trace)
+    (tmp_path / "soft.json.gz").symlink_to(trace)
+    before = _bytes(trace)
+    for out in ("t.json.gz", "hard.json.gz", "soft.json.gz"):
+        r = ga("analyze", str(trace), "-o", str(tmp_path / out))
+        assert r.exit_code == 2, (out, r.output)
+        assert _bytes(trace) == before
+    assert "is the input" in ga("analyze", str(trace), "-o", str(trace)).output
+
+
+@pytest.mark.parametrize("target", ["trace/rank0.json.gz", "manifest.json", "environment.json", "nvml.csv.gz",
+                                    "callsites.json", "trace/rank1.json.gz"])  # fmt: skip
+def test_issue39_04_no_command_writes_a_file_of_the_recording(tmp_path: Path, target: str) -> None:
+    """4. "`report RUN -o RUN/trace/rank0.json.gz` or `-o RUN/manifest.json` destroys the recording":
+    every command with -o refuses the recording's files (and the names it would read as such)."""
+    run = received(tmp_path)
+    (run / "environment.json").unlink()  # a recorded name is refused even where it is missing
+    files = sorted(p for p in run.rglob("*") if p.is_file())
+    before = _bytes(*files)
+    other = received(tmp_path / "other")
+    for args in (
+        ("report", str(run)),
+        ("analyze", str(run), "--format", "json"),
+        ("analyze", str(other)),
+        ("diff", str(other), str(other)),
+        ("verify", str(other)),
+    ):
+        r = ga(*args, "-o", str(run / target))
+        assert r.exit_code == 2, (args, r.output)
+        assert "recording" in r.output or "is the input" in r.output, r.output
+    assert sorted(p for p in run.rglob("*") if p.is_file()) == files and _bytes(*files) == before
+
+
+def test_issue39_04_derived_outputs_of_a_run_dir_are_still_written(tmp_path: Path) -> None:
+    run = received(tmp_path)
+    assert ga("report", str(run)).exit_code == 0 and (run / "report.html").is_file()
+    r = ga("analyze", str(run), "--format", "json", "-o", str(run / "findings.json"))
+    assert r.exit_code == 0 and json.loads((run / "findings.json").read_text())["findings"]
+
+
+def _special_files(tmp_path: Path) -> dict[str, Path]:
+    out = {"fifo": tmp_path / "fifo", "stdout-link": tmp_path / "to-stdout.txt", "file-link": tmp_path / "link.txt"}
+    os.mkfifo(out["fifo"])
+    out["stdout-link"].symlink_to("/dev/stdout")
+    (tmp_path / "kept.txt").write_text("kept\n")
+    out["file-link"].symlink_to(tmp_path / "kept.txt")
+    if os.geteuid() == 0:  # a device node of our own (the same device as /dev/null), never the system's
+        out["device"] = tmp_path / "null-device"
+        os.mknod(out["device"], stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return out
+
+
+def test_issue39_04_special_files_are_never_replaced(tmp_path: Path) -> None:
+    """4. "`-o` naming a device node, a FIFO or a stdout symlink replaces it with a regular file and
+    exits 0 (as root, `-o /dev/full` replaced the system's device node)": exit 2, each left as it was.
+    (The device node is one this test makes, as root; never a node of /dev.)"""
+    run = received(tmp_path)
+    for name, path in _special_files(tmp_path).items():
+        mode = path.lstat().st_mode
+        for args in (("analyze", str(run)), ("report", str(run)), ("diff", str(run), str(run))):
+            r = ga(*args, "-o", str(path))
+            assert r.exit_code == 2, (name, args, r.output)
+            assert "not a regular file" in r.output, r.output
+            assert path.lstat().st_mode == mode
+    assert (tmp_path / "kept.txt").read_text() == "kept\n"
+
+
+def test_issue39_04_the_rename_goes_only_over_a_regular_file(tmp_path: Path) -> None:
+    """The last step of every write checks again (a FIFO put there after the check stays a FIFO)."""
+    from gpuadvisor._atomic import NotARegularFile, write_text_atomic
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    fifo = folder / "late-fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotARegularFile):
+        write_text_atomic(fifo, "x")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and [p.name for p in folder.iterdir()] == ["late-fifo"]
+    write_text_atomic(folder / "plain.txt", "y")
+    assert (folder / "plain.txt").read_text() == "y"
+
+
+def test_issue39_04_the_output_folder_is_checked_before_the_analysis(tmp_path: Path) -> None:
+    """An output under a file, or in a folder that cannot be written, is exit 2 before the analysis
+    (it was exit 74 after it); a missing folder is made."""
+    run = received(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    r = ga("analyze", str(run), "-o", str(tmp_path / "afile" / "out.txt"))
+    assert r.exit_code == 2 and "is a file, not a folder" in r.output, r.output
+    assert "analyzed" not in r.output
+    r = ga("analyze", str(run), "-o", str(tmp_path / "new" / "deeper" / "out.txt"))
+    assert r.exit_code == 0 and (tmp_path / "new" / "deeper" / "out.txt").is_file()
