@@ -100,6 +100,13 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
     help="The interpreter the trials run (default: the one running gpuadvisor). The interpreter "
     "RUN/manifest.json names is never run: a run directory is data.",
 )
+@click.option(
+    "--allow-writes",
+    is_flag=True,
+    help="Run the trials in the recorded working directory itself instead of a scratch copy (what the "
+    "script writes there, checkpoints and logs, replaces your files); needed where the working "
+    "directory is too large to copy.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 def verify(
     run: Path,
@@ -113,6 +120,7 @@ def verify(
     allow_other_machine: bool,
     output: Path | None,
     python: str | None,
+    allow_writes: bool,
     quiet: bool,
 ) -> None:
     """Apply the remedies of RUN's findings that need no edit of the script, one trial process each,
@@ -139,6 +147,7 @@ def verify(
         allow_other_machine=allow_other_machine,
         output=output,
         python=python,
+        allow_writes=allow_writes,
     )
     try:
         outcome = verify_run(run, options, analyze=finding_dicts)

@@ -31,6 +31,7 @@ from gpuadvisor.outputs import check_output
 from gpuadvisor.received import read_json_file
 from gpuadvisor.remedies import REMEDIES, RemedyId, explore_levers
 from gpuadvisor.runinfo import read_environment, read_manifest
+from gpuadvisor.terminal import strip_controls
 from gpuadvisor.verify import explore as ex
 from gpuadvisor.verify.explore import estimate_text
 from gpuadvisor.verify.plan import (
@@ -46,6 +47,7 @@ from gpuadvisor.verify.plan import (
 from gpuadvisor.verify.probe import compare as compare_machines
 from gpuadvisor.verify.probe import describe, probe, recorded_machine
 from gpuadvisor.verify.results import VERIFY_FILE, VERIFY_SCHEMA_VERSION, noise_band_text
+from gpuadvisor.verify.scratch import Workplace, prepare
 from gpuadvisor.verify.stats import BatchSamples, batch_samples, compare, measured, other_factor
 from gpuadvisor.verify.trial import TrialConfig
 from gpuadvisor.words import plural
@@ -71,6 +73,7 @@ class VerifyOptions:
     allow_other_machine: bool = False  # measure although the recording was made elsewhere
     output: Path | None = None  # verify.json's path (default RUN/verify.json)
     python: str | None = None  # the trials' interpreter (--python); default: the one running verify
+    allow_writes: bool = False  # run the trials in the working directory itself (no scratch copy)
 
     def validate(self) -> None:
         if self.trials < 1:
@@ -210,7 +213,8 @@ def recorded_python_note(manifest: Mapping[str, Any], cmd: RecordedCommand) -> s
 def _say(stream: IO[str], quiet: bool, msg: str) -> None:
     if quiet:
         return
-    stream.write(f"verify: {msg}\n")
+    # it quotes the run directory, the script's exception texts and paths: data for a terminal or a CI log
+    stream.write(f"verify: {strip_controls(msg)}\n")
     stream.flush()
 
 
@@ -228,8 +232,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 class _TrialRunner:
-    def __init__(self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int) -> None:
+    def __init__(
+        self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int, place: Workplace
+    ) -> None:
         self.cmd = cmd
+        self.place = place
         self.options = options
         self.workdir = workdir
         self.num_workers = num_workers
@@ -246,7 +253,9 @@ class _TrialRunner:
         trial_cfg = TrialConfig(
             target={
                 "kind": self.cmd.kind,
-                "path_or_name": self.cmd.target,
+                "path_or_name": self.place.translate(self.cmd.cwd, self.cmd.target)
+                if self.cmd.kind == "script"
+                else self.cmd.target,
                 "argv": [*self.cmd.args, *config.extra_args],
             },
             result=str(result_path),
@@ -257,6 +266,7 @@ class _TrialRunner:
             num_workers=self.num_workers,
             batch_multiplier=multiplier,
             alloc_conf_before=alloc_before,
+            guard=self.place.guard(),
         )
         cfg_path = self.workdir / f"{tag}.config.json"
         cfg_path.write_text(json.dumps(trial_cfg.to_json()), encoding="utf-8")
@@ -271,7 +281,7 @@ class _TrialRunner:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 argv,
-                cwd=self.cmd.cwd,
+                cwd=self.place.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -599,8 +609,9 @@ def verify_run(
     done = 0
     budget_hit = False
     interrupted = False
+    place = workplace(cmd, run, options, out) if len(configs) > 1 else prepare(cmd.cwd, allow_writes=True)
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-verify-"))
-    runner = _TrialRunner(cmd, options, workdir, num_workers)
+    runner = _TrialRunner(cmd, options, workdir, num_workers, place)
     try:
         for _round in range(options.trials if len(configs) > 1 else 0):
             for c in configs:
@@ -636,6 +647,7 @@ def verify_run(
         notes.append("interrupted (Ctrl-C): the remaining trials were not run")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        place.remove()
 
     if budget_hit:
         notes.append(
@@ -664,6 +676,7 @@ def verify_run(
             "notes": notes,
         }
     )
+    place.stamp(document, [r for c in configs for r in c.results])
     stamp_machine(document, machine)
     write_document(path, document)
     for t in trials:
@@ -800,6 +813,14 @@ def _summary(t: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- where
+
+
+def workplace(cmd: RecordedCommand, run: Path, options: VerifyOptions, out: IO[str]) -> Workplace:
+    """Where the trials run (gpuadvisor/verify/scratch.py), said before the first trial; UsageError
+    when the working directory cannot be copied and --allow-writes is off."""
+    place = prepare(cmd.cwd, allow_writes=options.allow_writes, skip=[run])
+    _say(out, options.quiet, place.text)
+    return place
 
 
 def output_path(run: Path, output: Path | None) -> Path:
@@ -996,8 +1017,9 @@ def explore_run(
 
     started_wall = time.time()
     started = time.monotonic()
+    place = workplace(cmd, run, options, out)
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-explore-"))
-    runner = _TrialRunner(cmd, options, workdir, num_workers)
+    runner = _TrialRunner(cmd, options, workdir, num_workers, place)
     first: list[float] = []
     # the count each value lever multiplied in its first trial: its later trials run the same command
     # (a batch axis learnt meanwhile changes the count for the ladder's next rungs only)
@@ -1100,6 +1122,7 @@ def explore_run(
         notes.append("interrupted (Ctrl-C): the trials measured so far are kept")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        place.remove()
     if explorer.budget_hit:
         notes.append(f"the explore budget of {budget:g} s ended after {explorer.done} trials")
 
@@ -1207,6 +1230,7 @@ def explore_run(
             "notes": notes,
         }
     )
+    place.stamp(document, [r for c in (explorer.baseline, *explorer.configs.values()) for r in c.results])
     stamp_machine(document, machine)
     write_document(path, document)
     where = f" [measured on {machine.get('measured_text')}]" if not machine.get("same") else ""

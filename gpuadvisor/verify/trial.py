@@ -31,6 +31,7 @@ from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
 from gpuadvisor.capture.execfile import run_module, run_script
 from gpuadvisor.capture.hooks import Recorder
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.verify import guard
 from gpuadvisor.verify.inject import Injections, TrialSkip
 
 __all__ = ["TrialComplete", "TrialConfig", "run_trial"]
@@ -66,6 +67,7 @@ class TrialConfig:
     batch_multiplier: int = 4
     alloc_conf_before: str | None = None
     forward_fallback_calls: int = 3  # top-module calls without optimizer step or batch -> count calls
+    guard: dict[str, list[str]] | None = None  # the write guard (gpuadvisor.verify.guard); None: none
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -440,6 +442,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
     else:
         target = cfg.target
         try:
+            guard.install(cfg.guard)  # the script's writes stay in the scratch copy of its folder
             if target["kind"] == "module":
                 run_module(target["path_or_name"], list(target["argv"]))
             else:
@@ -493,6 +496,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         notes=list(injections.notes),
         script_options=sorted(options),
         script_option_values=dict(sorted(option_values.items())),
+        writes_refused=guard.refused()[:20],
     )
     return result
 
