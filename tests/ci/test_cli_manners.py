@@ -423,7 +423,7 @@ def test_github_text_cannot_inject_commands() -> None:
     lines = output.splitlines()
     assert len(lines) == 2 and not lines[1].startswith("::")
     # the carriage return is a terminal control: stripped (gpuadvisor/terminal.py) before the encoding
-    assert "%0A::error file=evil.py::injected%0A%250A" in lines[0]
+    assert "%0A:\u200b:error file=evil.py::injected%0A%250A" in lines[0]  # escaped, and no line starts with ::
     assert "file=a%2Cb%3Ac.py" in lines[0]
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpuadvisor.cli import cli
-from tests.reliability.test_cases import SAMPLE_RUNS
+from tests.reliability.test_cases import SAMPLE_RUNS, SCRIPTS
 
 REAL = "tutorial_cnn-planted"  # REAL, H200: two findings located at the DataLoader's line
 
@@ -518,3 +521,86 @@ def test_issue39_04_the_output_folder_is_checked_before_the_analysis(tmp_path: P
     assert "analyzed" not in r.output
     r = ga("analyze", str(run), "-o", str(tmp_path / "new" / "deeper" / "out.txt"))
     assert r.exit_code == 0 and (tmp_path / "new" / "deeper" / "out.txt").is_file()
+
+
+# ------------------------------------------------------------------ 5. verify never overwrites what the user keeps
+
+
+def _sub(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()
+    }
+
+
+@pytest.mark.slow  # slow: a real `gpuadvisor profile` and four trial processes (~60 s on 2 cores)
+def test_issue39_05_verify_trials_never_overwrite_the_users_checkpoint(tmp_path: Path) -> None:
+    """5. "A script that saves `ckpt.pt` every 5 steps: after `verify --only larger_batch`, ckpt.pt holds
+    a 5-step model trained with a 4x batch instead of the real run's step-510 checkpoint; no warning."
+    The trials run in a scratch copy of the working directory, said before the first trial; the
+    project's files are byte for byte what the real run left; --allow-writes is the opt-in."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(SCRIPTS / "checkpoints.py", project / "train.py")
+    fast = ("--skip-steps", "2", "--warmup-steps", "1", "--active-steps", "3", "--no-analyze", "-q")
+    r = _sub("profile", "-o", "RUN", *fast, "train.py", "--steps", "60", cwd=project)
+    assert r.returncode == 0, r.stderr
+    kept = _hashes(project)
+    assert {"ckpt.pt", "train.log"} <= set(kept)
+    trials = ("--only", "dataloader_workers", "--trials", "1", "--warmup-steps", "2", "--steps", "5")
+    r = _sub("verify", "RUN", *trials, cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert _hashes(project) == kept
+    said = r.stderr.index("the trials run in a scratch copy of")
+    assert said < r.stderr.index("trial 1/2"), r.stderr
+    doc = json.loads((project / "RUN" / "verify.json").read_text())
+    assert doc["workplace"]["scratch_copy"] is True and doc["baseline"]["status"] == "ok"
+    # the opt-in: the trials run in the project itself, and say so
+    r = _sub("verify", "RUN", *trials, "--allow-writes", "-o", str(tmp_path / "v.json"), cwd=project)
+    assert r.returncode == 0 and "--allow-writes: the trials run in" in r.stderr, r.stderr
+    assert _hashes(project)["ckpt.pt"] != kept["ckpt.pt"]
+
+
+# ------------------------------------------------------------------ 7. workflow commands, terminal, Markdown
+
+
+def _commands(text: str) -> list[str]:
+    """The lines GitHub Actions would run as workflow commands."""
+    return [ln for ln in text.splitlines() if ln.lstrip().startswith("::") or "##[" in ln]
+
+
+def test_issue39_07_a_file_name_cannot_emit_a_workflow_command(tmp_path: Path) -> None:
+    """7. "`--format github` prints the trace path raw in its summary line: a file named
+    `x<LF>::error title=INJECTED::...<LF>.json.gz` (git allows it; a pull request can add it) emits a
+    live workflow command." Nor in the text or Markdown output, nor in an error line."""
+    run = received(tmp_path)
+    hostile = tmp_path / "x\n::error title=INJECTED::pwned\n##[error]legacy.json.gz"
+    shutil.copy(run / "trace" / "rank0.json.gz", hostile)
+    github = ga("analyze", str(hostile), "--format", "github")
+    assert github.exit_code == 0, github.output
+    ours = [ln for ln in _commands(github.stdout) if ln.startswith(("::error title=gpuadvisor", "::warning title=gpuadvisor", "::notice title=gpuadvisor"))]  # fmt: skip
+    assert _commands(github.stdout) == ours and ours, github.stdout
+    assert "INJECTED" in github.stdout.splitlines()[-1]  # the path is still shown, as data
+    for fmt in ("text", "markdown"):
+        r = ga("analyze", str(hostile), "--format", fmt)
+        assert r.exit_code == 0 and not _commands(r.stdout), (fmt, r.stdout)
+    bad = tmp_path / "y\n::add-mask::secret\n.txt"
+    bad.write_text("not a trace")
+    r = ga("analyze", str(bad))
+    assert r.exit_code == 2 and not _commands(r.stderr) and not _commands(r.stdout), r.stderr
+
+
+def test_issue39_07_markdown_mentions_nobody_and_links_nowhere(tmp_path: Path) -> None:
+    """Strings from a received run in the Markdown summary (a PR comment): no @mention, no link."""
+    run = received(tmp_path)
+    point_sites_at(run, "@octocat/https://evil.example/www.evil.example/train.py")
+    r = ga("analyze", str(run), "--format", "markdown")
+    assert r.exit_code == 0, r.output
+    assert "@octocat" not in r.stdout and "https://evil" not in r.stdout and "www.evil" not in r.stdout
+    assert "octocat" in r.stdout  # shown, as text
