@@ -12,6 +12,7 @@ import functools
 import gzip
 import io
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,6 +21,7 @@ from gpuadvisor import rundir
 from gpuadvisor.errors import InputError
 from gpuadvisor.manifest import ChildState, Manifest
 from gpuadvisor.received import MAX_NVML_BYTES, inside, read_json_file, run_file, trace_entry
+from gpuadvisor.redact import redact_lines, redact_text
 from gpuadvisor.runcheck import (
     EXAMPLES,
     MAX_NVML_COLUMNS,
@@ -261,6 +263,17 @@ def read_environment(run_dir: Path, notes: list[str]) -> dict[str, Any]:
     return check_environment(_read_json(run_dir, rundir.ENVIRONMENT, notes), notes)
 
 
+def _redact_sites(callsites: Sequence[Any], environment: Mapping[str, Any]) -> None:
+    """The recorded lines masked (gpuadvisor.redact) as the capture masks them since issue 39: a run
+    recorded before, or elsewhere, puts no credential of a nearby line into findings.json or a report."""
+    for rec in rundir.site_records(callsites, environment):
+        if isinstance(rec.get("code"), str):
+            rec["code"] = redact_text(rec["code"])[0]
+        snippet = rec.get("snippet")
+        if isinstance(snippet, dict) and isinstance(snippet.get("lines"), list):
+            snippet["lines"] = redact_lines([str(x) for x in snippet["lines"]])
+
+
 def load_run_info(run_dir: Path) -> RunInfo:
     """Read manifest.json, environment.json, callsites.json and nvml.csv.gz of a run directory.
 
@@ -275,6 +288,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
     cs = check_callsites(_read_json(run_dir, rundir.CALLSITES, notes), notes)
     callsites_raw = cs.get("callsites")
     callsites = [c for c in callsites_raw if isinstance(c, dict)] if isinstance(callsites_raw, list) else []
+    _redact_sites(callsites, environment)
     steps_counted: int | None = None
     for value in (cs.get("steps_counted"), manifest.get("steps_seen")):
         if isinstance(value, int) and not isinstance(value, bool):

@@ -36,6 +36,7 @@ from gpuadvisor.capture.execfile import run_module, run_script, set_script_path,
 from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
 from gpuadvisor.capture.watchdog import TermWatchdog
 from gpuadvisor.manifest import Degraded, ExitReason
+from gpuadvisor.redact import unsealed_argv
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.session import CaptureSession
@@ -156,7 +157,8 @@ def run_child(
     are written (the existing-launcher mode merges the manifest there). Never returns.
     """
     cfg = dict(cfg)
-    target = cfg.pop("target")
+    target = dict(cfg.pop("target"))
+    target["argv"] = unsealed_argv(target["argv"], os.environ)  # the real one, if the file has it masked
 
     if target["kind"] != "module":
         set_script_path(target["path_or_name"])  # before the session imports torch (PyRunner order)

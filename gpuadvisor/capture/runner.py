@@ -43,6 +43,7 @@ from gpuadvisor.manifest import (
     Target,
     TargetKind,
 )
+from gpuadvisor.redact import sealed_argv
 from gpuadvisor.terminal import strip_controls
 
 CONFIG_FILE = ".child_config.json"
@@ -482,9 +483,13 @@ def _run_profile(
     cfg = dataclasses.asdict(
         SessionConfig.from_options(opts, str(run_dir.resolve()), distributed=launch is not None)
     )
-    cfg["target"] = {"kind": target_rec.kind.value, "path_or_name": target, "argv": args}
+    # a credential of the command line never reaches the disk: the file holds it masked, the child
+    # gets the real one in its environment (gpuadvisor.redact.sealed_argv), so a parent killed outright
+    # (also under torchrun, whose ranks read the file until the end) leaves no secret behind
+    file_args, argv_env = sealed_argv(args) if opts.redact else (args, {})
+    cfg["target"] = {"kind": target_rec.kind.value, "path_or_name": target, "argv": file_args}
     write_json_atomic(run_dir / CONFIG_FILE, cfg)
-    with contextlib.suppress(OSError):  # it holds the real command line: owner only
+    with contextlib.suppress(OSError):  # owner only
         os.chmod(run_dir / CONFIG_FILE, 0o600)
 
     sampler = NvmlSampler(run_dir, opts.nvml_interval, pcie_throughput=Suspect.NVML_PCIE not in off)
@@ -511,7 +516,7 @@ def _run_profile(
             "--term-grace",
             str(launch.term_grace_s),
         ]
-        popen_env = launch_env()
+        popen_env = {**launch_env(), **argv_env}
     returncode: int
     receipts: tuple[int, int] | None = None
     pass_fds: tuple[int, ...] = ()
@@ -520,7 +525,7 @@ def _run_profile(
         # each signal it gets to this pipe (gpuadvisor/capture/_lifeline.py).
         receipts = os.pipe()
         pass_fds = (receipts[1],)
-        popen_env = {**os.environ, ENV_PARENT_PID: str(os.getpid()), ENV_SIGNAL_FD: str(receipts[1])}
+        popen_env = {**os.environ, ENV_PARENT_PID: str(os.getpid()), ENV_SIGNAL_FD: str(receipts[1]), **argv_env}
     with _SignalRelay(receipts[0] if receipts is not None else None) as relay:
         if Suspect.NVML in off:
             sampler.reason = "disabled (overhead experiment)"

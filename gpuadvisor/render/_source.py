@@ -12,9 +12,11 @@ missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.rundir import site_records
 
 if TYPE_CHECKING:
     from gpuadvisor.model import Location
@@ -44,28 +46,12 @@ class SourceView:
     note: str | None = None
 
 
-def _site_records(run: RunInfo) -> Iterable[Mapping[str, Any]]:
-    yield from run.callsites
-    env = run.environment
-    for key in ("dataloaders", "optimizers", "model_calls"):
-        rows = env.get(key)
-        if isinstance(rows, list):
-            yield from (r for r in rows if isinstance(r, Mapping))
-    framework = env.get("framework")
-    if isinstance(framework, Mapping):
-        if isinstance(framework.get("call_site"), Mapping):
-            yield framework["call_site"]
-        sites = framework.get("call_sites")
-        if isinstance(sites, Mapping):
-            yield from (s for s in sites.values() if isinstance(s, Mapping))
-
-
 def recorded_sites(run: RunInfo | None) -> dict[tuple[str, int], Mapping[str, Any]]:
     """(file, line) -> the run's record of that call site (the one with a snippet when several)."""
     out: dict[tuple[str, int], Mapping[str, Any]] = {}
     if run is None:
         return out
-    for rec in _site_records(run):
+    for rec in site_records(run.callsites, run.environment):
         file, line = rec.get("file"), rec.get("line")
         if not isinstance(file, str) or not isinstance(line, int) or isinstance(line, bool):
             continue

@@ -29,6 +29,7 @@ from gpuadvisor.capture.runner import find_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.outputs import check_output
 from gpuadvisor.received import read_json_file
+from gpuadvisor.redact import sealed_argv
 from gpuadvisor.remedies import REMEDIES, RemedyId, explore_levers
 from gpuadvisor.runinfo import read_environment, read_manifest
 from gpuadvisor.terminal import strip_controls
@@ -249,6 +250,9 @@ class _TrialRunner:
         log_path = self.workdir / f"{tag}.log"
         planned = config.planned
         env, alloc_before = trial_environment(config.applies, os.environ)
+        # the real arguments (profile --verify has them, credentials too) never reach the config file
+        file_args, argv_env = sealed_argv([*self.cmd.args, *config.extra_args])
+        env.update(argv_env)
         multiplier = config.batch_multiplier or (planned.batch_multiplier if planned else None) or 1
         trial_cfg = TrialConfig(
             target={
@@ -256,7 +260,7 @@ class _TrialRunner:
                 "path_or_name": self.place.translate(self.cmd.cwd, self.cmd.target)
                 if self.cmd.kind == "script"
                 else self.cmd.target,
-                "argv": [*self.cmd.args, *config.extra_args],
+                "argv": file_args,
             },
             result=str(result_path),
             remedies=config.applies,

@@ -30,6 +30,7 @@ from gpuadvisor.capture._io import write_json_atomic
 from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
 from gpuadvisor.capture.execfile import run_module, run_script
 from gpuadvisor.capture.hooks import Recorder
+from gpuadvisor.redact import unsealed_argv
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.verify import guard
 from gpuadvisor.verify.inject import Injections, TrialSkip
@@ -442,11 +443,12 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
     else:
         target = cfg.target
         try:
+            argv = unsealed_argv(target["argv"], os.environ)  # the real one, if the file has it masked
             guard.install(cfg.guard)  # the script's writes stay in the scratch copy of its folder
             if target["kind"] == "module":
-                run_module(target["path_or_name"], list(target["argv"]))
+                run_module(target["path_or_name"], argv)
             else:
-                run_script(target["path_or_name"], list(target["argv"]))
+                run_script(target["path_or_name"], argv)
             reason = "ended"
         except TrialComplete:
             status = "ok"

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -604,3 +605,167 @@ def test_issue39_07_markdown_mentions_nobody_and_links_nowhere(tmp_path: Path) -
     assert r.exit_code == 0, r.output
     assert "@octocat" not in r.stdout and "https://evil" not in r.stdout and "www.evil" not in r.stdout
     assert "octocat" in r.stdout  # shown, as text
+
+
+# ------------------------------------------------------------------ 8. credentials
+
+
+SECRET = "Zq9SECRETvalue42"
+# The forms of issue 39 item 8 (19 of them leaked), and the earlier ones: argv as a script gets it.
+CREDENTIAL_FORMS: dict[str, list[str]] = {
+    "option-space": ["--api-key", SECRET],
+    "option-equals": [f"--password={SECRET}"],
+    "env-assign": [f"HF_TOKEN={SECRET}"],
+    "camel-case": ["--apiKey", SECRET],
+    "short-p": ["-p", SECRET],
+    "short-p-equals": [f"-p={SECRET}"],
+    "glued-p": [f"-p{SECRET}"],
+    "value-starting-with-dash": ["--password", f"-{SECRET}"],
+    "apitoken": ["--apitoken", SECRET],
+    "accesstoken": ["--accesstoken", SECRET],
+    "clientsecret": ["--clientsecret", SECRET],
+    "passw": ["--passw", SECRET],
+    "short-P": ["-P", SECRET],
+    "redis-empty-user": [f"redis://:{SECRET}@cache:6379/0"],
+    "url-password-with-at": [f"https://me:pa@{SECRET}@host/db"],
+    "url-password-with-slash": [f"postgres://me:{SECRET}/x@db.example:5432/app"],
+    "query-api-key": [f"https://api.example/v1?api_key={SECRET}&x=1"],
+    "query-token": [f"--url=https://api.example/v1?token={SECRET}"],
+    "json-argument": ["--config", f'{{"lr": 0.1, "api_key": "{SECRET}"}}'],
+    "json-password": [f'{{"password":"{SECRET}"}}'],
+    "colon-separator": [f"--hf-token:{SECRET}"],
+    "authorization-token": ["-H", f"Authorization: token {SECRET}"],
+    "authorization-basic": [f"Authorization: Basic {SECRET}"],
+    "header-api-key": ["-H", f"X-Api-Key: {SECRET}"],
+    "github-oauth": [f"gho_{SECRET}abcdefghij"],
+    "stripe-restricted": [f"rk_live_{SECRET}abcdef"],
+    "google-api-key": [f"AIza{SECRET}abcdefghijklmnopqrstu"],
+    "slack-webhook": [f"https://hooks.slack.com/services/T000/B000/{SECRET}"],
+    "private-key": ["--pem", f"-----BEGIN RSA PRIVATE KEY-----{SECRET}"],
+}
+NOT_CREDENTIALS = [["--tokenizer", "gpt2"], ["--max-tokens", "512"], ["--passes", "3"], ["--bypass", "1"],
+                   ["--keyframes", "4"], ["--lr", "3e-4"], ["--url", "https://example.com/a@v2"], ["--device", "cuda:0"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", list(CREDENTIAL_FORMS.values()), ids=list(CREDENTIAL_FORMS))
+def test_issue39_08_every_credential_form_on_the_command_line_is_masked(argv: list[str]) -> None:
+    """8. "argv: 19 of 28 common forms leak into manifest.json and report.html (glued `-pSECRET`, a value
+    starting with `-`, `--apitoken`/`--accesstoken`/`--clientsecret`/`--passw`, `-P X`, `redis://:pw@h`,
+    passwords containing `@` or `/`, `?api_key=`/`?token=`, JSON arguments, `--hf-token:V`,
+    `Authorization: token X`, `gho_`/`rk_live_`/`AIza`/Slack-webhook tokens)"."""
+    from gpuadvisor.redact import redact_argv
+
+    out, changed = redact_argv(["train.py", *argv])
+    assert SECRET not in " ".join(out) and changed, out
+
+
+@pytest.mark.parametrize("argv", NOT_CREDENTIALS, ids=[a[0] for a in NOT_CREDENTIALS])
+def test_issue39_08_arguments_that_are_no_credential_are_kept(argv: list[str]) -> None:
+    from gpuadvisor.redact import redact_argv
+
+    assert redact_argv(argv) == (argv, ())
+
+
+SOURCE_LINES = [
+    (f'token = "{SECRET}"', 'token = ***'),
+    (f"hf_token = os.environ.get('HF', '{SECRET}')", "hf_token = ***"),
+    (f'DB = "postgresql://app:{SECRET}@db/x"', 'DB = "postgresql://app:***@db/x"'),
+    (f"password: str = '{SECRET}'", None),
+    (f'client = Client(api_key="{SECRET}")', 'client = Client(api_key="***")'),
+    (f"headers = {{'Authorization': 'Bearer {SECRET}'}}", None),
+    (f"SECRET_KEY={SECRET}", "SECRET_KEY=***"),
+]
+CODE_KEPT = ["for key, value in d.items():", "key = jax.random.PRNGKey(0)", "if token == '<eos>':", "max_tokens = 512",
+             "tokenizer = AutoTokenizer.from_pretrained('gpt2')", "x = batch['input_ids']"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "want"), SOURCE_LINES)
+def test_issue39_08_credentials_in_recorded_source_lines_are_masked(line: str, want: str | None) -> None:
+    """8. "Source snippets recorded around call sites copy credentials on nearby lines (`token =
+    "hf_..."`, a postgres URL with a password)": the recorded lines pass the same module."""
+    from gpuadvisor.redact import redact_text
+
+    out, changed = redact_text(line)
+    assert SECRET not in out and changed and (want is None or out == want), out
+
+
+@pytest.mark.parametrize("line", CODE_KEPT)
+def test_issue39_08_ordinary_source_lines_are_kept(line: str) -> None:
+    from gpuadvisor.redact import redact_text
+
+    assert redact_text(line) == (line, False)
+
+
+def test_issue39_08_a_received_run_puts_no_recorded_credential_into_its_outputs(tmp_path: Path) -> None:
+    """A run recorded before the capture masked its snippets (or elsewhere): the loader masks its
+    recorded lines, so findings.json and report.html carry none."""
+    run = received(tmp_path)
+
+    def change(doc: dict[str, Any]) -> None:
+        for row in _records(doc):
+            row["code"] = f'loader = DataLoader(ds, token="{SECRET}")'
+            row["snippet"] = {"first_line": row["line"] - 1, "lines": [f"hub_token = '{SECRET}'", row["code"], "x = 1"]}
+
+    edit(run, "environment.json", change)
+    edit(run, "callsites.json", change)
+    assert ga("report", str(run)).exit_code == 0
+    doc = json_out(run)
+    assert SECRET not in json.dumps(doc) and SECRET not in (run / "report.html").read_text(encoding="utf-8")
+    assert "hub_token = ***" in (run / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow  # slow: a real `gpuadvisor profile` (~15 s)
+def test_issue39_08_profile_writes_no_credential_anywhere(tmp_path: Path) -> None:
+    """The command line (every form above) and the lines around the recorded call sites: in no file of
+    the run directory; the script itself gets its real arguments."""
+    argv = [a for form in CREDENTIAL_FORMS.values() for a in form]
+    marker = tmp_path / "seen.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(tmp_path / "RUN"), "--skip-steps", "2",
+         "--warmup-steps", "1", "--active-steps", "3", "-q", str(SCRIPTS / "holds_secrets.py"), *argv],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SECRETS_MARKER": str(marker)},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(marker.read_text())
+    assert seen["argv"][1:] == argv and seen["env"] is False  # the real command line, and no trace of ours
+    written = {p.name: p.read_bytes() for p in (tmp_path / "RUN").rglob("*") if p.is_file()}
+    assert {"manifest.json", "environment.json", "findings.json", "report.html"} <= set(written)
+    for name, data in written.items():
+        if name.endswith(".gz"):
+            data = gzip.decompress(data)
+        for secret in (SECRET, "SnippetPassw0rd", "ZZsnippetSECRET", "SnippetApiKeyValue123", "SnippetTypedPassword"):
+            assert secret.encode() not in data, (name, secret)
+    env = json.loads(written["environment.json"])
+    snippet = "\n".join(line for d in env["dataloaders"] for line in d["snippet"]["lines"])
+    assert "hub_token = ***" in snippet and "postgresql://trainer:***@db.internal" in snippet, snippet
+
+
+@pytest.mark.slow  # slow: torchrun on the CPU (~20 s)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun + gloo on Linux")
+def test_issue39_08_a_killed_parent_leaves_no_credential_in_the_child_config(tmp_path: Path) -> None:
+    """8. "A multi-rank run whose parent is SIGKILLed leaves `.child_config.json` with the unmasked
+    command line in the run dir": the file holds the masked command line; the ranks get the real one
+    through their environment, which they take out before the script runs."""
+    run = tmp_path / "RUN"
+    marker = tmp_path / "seen.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuadvisor", "profile", "--nproc-per-node", "1", "-o", str(run), "-q",
+         str(SCRIPTS / "holds_secrets.py"), "--api-key", SECRET, "--hold", "120"],
+        env={**os.environ, "SECRETS_MARKER": str(marker)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.stderr.read().decode() if proc.stderr else ""
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    seen = json.loads(marker.read_text())
+    assert seen["argv"][-3:] == ["--api-key", SECRET, "--hold"][-3:] or SECRET in seen["argv"]
+    assert seen["env"] is False
+    left = (run / ".child_config.json").read_text()
+    assert SECRET not in left and "***" in left
