@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +31,22 @@ def read_json(path: Path) -> Any:
             return json.load(fh)
     except (OSError, ValueError):
         return None
+
+
+# `python -m MODULE` puts the working directory first on sys.path, where a user's gpuadvisor.py (or
+# gpuadvisor/ folder) would stand in for ours: our processes start from this line instead, which takes
+# that entry out (unless the interpreter runs with -P / -I, which adds none) before anything is imported.
+_BOOT = (
+    "import sys\n"
+    "if not getattr(sys.flags, 'safe_path', 0) and not sys.flags.isolated and sys.path: del sys.path[0]\n"
+    "import runpy\n"
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+)
+
+
+def own_module_argv(module: str, *args: str, python_flags: bool = True) -> list[str]:
+    """The arguments after the interpreter that run our `module` as `python -m MODULE ARGS` would,
+    except that nothing of the working directory can replace gpuadvisor (`_BOOT`). `python_flags`: the
+    running interpreter's own flags first (-X, -W ...)."""
+    flags = subprocess._args_from_interpreter_flags() if python_flags else []  # type: ignore[attr-defined]
+    return [*flags, "-c", _BOOT.format(module=module), *args]

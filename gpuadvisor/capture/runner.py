@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuadvisor import rundir
 from gpuadvisor.capture import experiment
-from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture._io import own_module_argv, read_json, write_json_atomic
 from gpuadvisor.capture._lifeline import ENV_PARENT_PID, ENV_SIGNAL_FD
 from gpuadvisor.capture.experiment import Suspect
 from gpuadvisor.capture.nvml import NvmlSampler
@@ -493,28 +493,28 @@ def _run_profile(
         os.chmod(run_dir / CONFIG_FILE, 0o600)
 
     sampler = NvmlSampler(run_dir, opts.nvml_interval, pcie_throughput=Suspect.NVML_PCIE not in off)
-    child_cmd = [
-        sys.executable,
-        *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
-        "-m",
-        "gpuadvisor.capture.child",
-        str((run_dir / CONFIG_FILE).resolve()),
-    ]
+    # `python -m gpuadvisor.capture.child CONFIG`, never replaced by a gpuadvisor.py of the user's folder
+    child_cmd = [sys.executable, *own_module_argv("gpuadvisor.capture.child", str((run_dir / CONFIG_FILE).resolve()))]
     popen_env: dict[str, str] | None = None
     if launch is not None:
-        # torchrun starts the workers; each runs `python -u -m gpuadvisor.capture.rank --config ...`.
+        # torchrun starts the workers; each runs `python -u -m gpuadvisor.capture.rank --config ...`
+        # (as own_module_argv starts it: --no-python, the interpreter and its arguments given here).
         child_cmd = [
             sys.executable,
             *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
             "-m",
             "torch.distributed.run",
             *launch.torchrun_args(),
-            "-m",
-            "gpuadvisor.capture.rank",
-            "--config",
-            str((run_dir / CONFIG_FILE).resolve()),
-            "--term-grace",
-            str(launch.term_grace_s),
+            "--no-python",
+            sys.executable,
+            "-u",
+            *own_module_argv(
+                "gpuadvisor.capture.rank",
+                "--config",
+                str((run_dir / CONFIG_FILE).resolve()),
+                "--term-grace",
+                str(launch.term_grace_s),
+            ),
         ]
         popen_env = {**launch_env(), **argv_env}
     returncode: int

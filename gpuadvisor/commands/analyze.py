@@ -85,7 +85,7 @@ def analyze(
     """
     if output is not None:
         check_output(output, [path])  # before any analysis: never over the input, exit 2
-    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on)
+    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on, (path,))
     result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     renderer = importlib.import_module(_RENDERERS[fmt])
     color = fmt == "text" and stdout_color(output)

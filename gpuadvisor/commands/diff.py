@@ -153,7 +153,7 @@ def diff(
             raise UsageError(
                 f"runs are not comparable ({'; '.join(early)}); pass --allow-mismatch to compare anyway"
             )
-    config = resolve_options(select, ignore, rules_dirs, (), config_file, None)
+    config = resolve_options(select, ignore, rules_dirs, (), config_file, None, (base, new))
     result = diff_results(api.analyze(base, config=config), api.analyze(new, config=config))
     shown = terminal_safe_diff(result)  # what reaches the terminal: no escape sequence from a trace
     if not result.compatible and not allow_mismatch:

@@ -93,7 +93,7 @@ def report(
         raise UsageError(f"{path}: no such file or directory")
     target = output if output is not None else default_output(path)
     check_output(target, [path])  # before any analysis: never over the input, exit 2
-    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
+    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None, (path,))
     result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     written = write_report(result, target, cdn=cdn, shared_plotly=shared_plotly)
     click.echo(str(written))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuadvisor import __version__, rundir
-from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture._io import own_module_argv, write_json_atomic
 from gpuadvisor.capture.runner import find_module, validate_script
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
 from gpuadvisor.outputs import check_output
@@ -274,13 +274,8 @@ class _TrialRunner:
         )
         cfg_path = self.workdir / f"{tag}.config.json"
         cfg_path.write_text(json.dumps(trial_cfg.to_json()), encoding="utf-8")
-        argv = [
-            self.cmd.python,
-            *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
-            "-m",
-            "gpuadvisor.verify.trial",
-            str(cfg_path),
-        ]
+        # `python -m gpuadvisor.verify.trial CONFIG`, never replaced by a gpuadvisor.py of the script's folder
+        argv = [self.cmd.python, *own_module_argv("gpuadvisor.verify.trial", str(cfg_path))]
         started = time.monotonic()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(

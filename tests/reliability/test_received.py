@@ -769,3 +769,52 @@ def test_issue39_08_a_killed_parent_leaves_no_credential_in_the_child_config(tmp
     assert seen["env"] is False
     left = (run / ".child_config.json").read_text()
     assert SECRET not in left and "***" in left
+
+
+# ------------------------------------------------------------------ 10. smaller holes of a received run
+
+
+def test_issue39_10_a_pyproject_shipped_in_the_run_dir_imports_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10. "`cd RUN && gpuadvisor analyze .` silently imports rules named by a pyproject.toml shipped in
+    the run dir": the file is passed over, and said so; only the user's own project config counts."""
+    run = received(tmp_path)
+    marker = tmp_path / "IMPORTED"
+    (run / "evil").mkdir()
+    (run / "evil" / "planted_rule.py").write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
+    (run / "pyproject.toml").write_text('[tool.gpuadvisor]\nrules-dirs = ["evil"]\nfail-on = "low"\n')
+    monkeypatch.chdir(run)
+    r = ga("analyze", ".")
+    assert r.exit_code == 0, r.output  # the shipped fail-on = "low" is not applied either
+    assert not marker.exists()
+    assert f"not using {run / 'pyproject.toml'}: it lies in what is analyzed" in r.stderr, r.stderr
+    # the user's own project config (above the folder analyzed, outside it) still counts, and says what it loads
+    project = tmp_path / "received"
+    (project / "mine").mkdir()
+    (project / "mine" / "own_rule.py").write_text("# the user's own rules folder: no rule in it\n")
+    (project / "pyproject.toml").write_text('[tool.gpuadvisor]\nrules-dirs = ["mine"]\n')
+    monkeypatch.chdir(project)
+    r = ga("analyze", "RUN")
+    assert r.exit_code == 0 and f"loading rules from {project / 'mine'}" in r.stderr, r.output
+
+
+@pytest.mark.slow  # slow: a real `gpuadvisor profile` (~15 s)
+def test_issue39_10_a_gpuadvisor_py_beside_the_script_never_replaces_the_child(tmp_path: Path) -> None:
+    """10. "a `gpuadvisor.py` in the script's folder replaces the capture child and the findings blame
+    the OOM killer": our processes start without the working directory first on sys.path."""
+    entry = Path(sys.executable).parent / "gpuadvisor"  # the console script, as a user runs it
+    if not entry.is_file():
+        pytest.skip(f"no console script at {entry}")
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(SCRIPTS / "checkpoints.py", project / "train.py")
+    (project / "gpuadvisor.py").write_text("raise SystemExit('the user own gpuadvisor.py ran')\n")
+    r = subprocess.run(
+        [sys.executable, str(entry), "profile", "-o", "RUN", "--skip-steps", "2", "--warmup-steps", "1",
+         "--active-steps", "3", "-q", "--no-analyze", "train.py", "--steps", "20"],
+        cwd=project, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0 and "own gpuadvisor.py ran" not in r.stderr, r.stderr
+    doc = json.loads((project / "RUN" / "manifest.json").read_text())
+    assert doc["exit_reason"] in ("completed", "stopped_after_window") and (project / "RUN" / "trace").is_dir()
