@@ -267,11 +267,26 @@ def prepare_out_dir(out: Path, force: bool) -> None:
         raise
 
 
+def _written_by_gpuadvisor(out: Path) -> bool:
+    """Whether `out` holds a run directory gpuadvisor wrote (its manifest.json says so): a folder with a
+    manifest.json of another kind (a web app's, a project's) is not a previous run."""
+    doc = read_json(out / rundir.MANIFEST) if rundir.is_run_dir(out) else None
+    tool = doc.get("tool") if isinstance(doc, dict) else None
+    return isinstance(tool, dict) and tool.get("name") == "gpuadvisor"
+
+
 def _clear_out_dir(out: Path, force: bool) -> None:
-    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
+    """Refuse a folder that holds anything but a previous run (dot files aside), and a previous run
+    without `force`; with it, remove that run's files, and only those."""
+    if out.is_dir() and any(p.name != LOCK_FILE and not p.name.startswith(".") for p in out.iterdir()):
+        if not _written_by_gpuadvisor(out):
+            raise UsageError(
+                f"output directory {out} is not empty and holds no gpuadvisor run (no manifest.json written "
+                "by gpuadvisor): choose a new or empty folder (--force overwrites only a previous run, never "
+                "other files)"
+            )
         if not force:
-            what = "a previous run" if rundir.is_run_dir(out) else "a non-empty directory"
-            raise UsageError(f"output directory {out} already holds {what}; use --force to overwrite it")
+            raise UsageError(f"output directory {out} already holds a previous run; use --force to overwrite it")
         for name in (
             rundir.MANIFEST,
             rundir.ENVIRONMENT,

@@ -818,3 +818,45 @@ def test_issue39_10_a_gpuadvisor_py_beside_the_script_never_replaces_the_child(t
     assert r.returncode == 0 and "own gpuadvisor.py ran" not in r.stderr, r.stderr
     doc = json.loads((project / "RUN" / "manifest.json").read_text())
     assert doc["exit_reason"] in ("completed", "stopped_after_window") and (project / "RUN" / "trace").is_dir()
+
+
+def test_issue39_10_force_never_deletes_a_projects_own_files(tmp_path: Path) -> None:
+    """10. "`--force` into a project folder deletes the user's own manifest.json/report.html after
+    calling the folder 'a previous run'": a folder whose manifest.json gpuadvisor did not write is
+    not a run, and is refused, --force or not."""
+    from gpuadvisor.capture.runner import prepare_out_dir, release_out_dir
+    from gpuadvisor.errors import UsageError
+
+    project = tmp_path / "webapp"
+    project.mkdir()
+    (project / "manifest.json").write_text('{"name": "My PWA", "start_url": "/"}')
+    (project / "report.html").write_text("<p>my quarterly report</p>")
+    (project / "gpuadvisor.log").write_text("my own log")
+    before = _hashes(project)
+    for force in (False, True):
+        with pytest.raises(UsageError, match="holds no gpuadvisor run"):
+            prepare_out_dir(project, force)
+        release_out_dir(project)
+        assert _hashes(project) == before
+    # a previous run of ours is still overwritten with --force (and only its files)
+    run = received(tmp_path)
+    (run / "notes.txt").write_text("mine")
+    prepare_out_dir(run, True)
+    release_out_dir(run)
+    assert not (run / "manifest.json").exists() and (run / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.slow  # slow: a real `gpuadvisor profile` (~15 s)
+def test_issue39_10_a_run_directory_named_with_a_newline_keeps_its_trace(tmp_path: Path) -> None:
+    """10. "a run dir name with a newline loses the trace": Kineto's export dropped the newline when it
+    renamed its temporary file; the export now reaches the folder through a descriptor."""
+    out = tmp_path / "run\nname"
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(out), "--skip-steps", "2", "--warmup-steps", "1",
+         "--active-steps", "3", "-q", "--no-analyze", str(SCRIPTS / "checkpoints.py"), "--steps", "20"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (out / "trace" / "rank0.json.gz").is_file(), r.stderr
+    assert "trace_not_exported" not in json.loads((out / "manifest.json").read_text())["degraded"]
+    assert json_out(out)["metrics"]["steps_analyzed"] >= 1
