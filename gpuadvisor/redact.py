@@ -78,7 +78,9 @@ def _secret_name(name: str, *, text: bool = False) -> bool:
     for part in re.split(r"[-_.:\s]+", name.strip("-\"' ")):
         words = [part, *_WORD.findall(part)] if part else []
         for w in (x.lower() for x in words):
-            if w.endswith(SECRET_SUFFIXES) or (w in SECRET_WORDS and not (text and w in _TEXT_ONLY_WITH_MORE)):
+            if w.endswith(SECRET_SUFFIXES) or (
+                w in SECRET_WORDS and not (text and w in _TEXT_ONLY_WITH_MORE)
+            ):
                 return True
     return False
 
@@ -96,10 +98,14 @@ _TOKEN = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))"
 )
 # scheme://user:PASSWORD@host: the password runs to the last `@` of the word (it may hold `@` or `/`)
-_URL_PASSWORD = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^\s]*?)(?P<at>@)(?=[^@\s]*(?:\s|$))")
+_URL_PASSWORD = re.compile(
+    r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^\s]*?)(?P<at>@)(?=[^@\s]*(?:\s|$))"
+)
 # `name = rest of the line` (an assignment in code, with or without a type annotation): the whole
 # right-hand side is masked when `name` is a secret's (`hf_token = os.environ.get("X", "hf_...")`)
-_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.]*)(?P<sep>\s*(?::[^=\n]*)?(?<![=!<>])=(?!=)\s*)(?P<rest>[^\n]+)")
+_ASSIGNMENT = re.compile(
+    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.]*)(?P<sep>\s*(?::[^=\n]*)?(?<![=!<>])=(?!=)\s*)(?P<rest>[^\n]+)"
+)
 # `?name=value&`: a query string's parameters
 _QUERY = re.compile(r"(?P<name>(?<=[?&;])[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>=)(?P<rest>[^&#\s]+)")
 # NAME: VALUE, "NAME": "VALUE", NAME=VALUE inside a string (JSON, headers, key=value lists)
@@ -110,7 +116,12 @@ _NAMED = re.compile(
 
 
 def _masked_rest(m: re.Match[str]) -> str:
-    if not _secret_name(m.group("name"), text=True) or m.group("rest").strip() in ("None", "null", '""', "''"):
+    if not _secret_name(m.group("name"), text=True) or m.group("rest").strip() in (
+        "None",
+        "null",
+        '""',
+        "''",
+    ):
         return m.group(0)
     return f"{m.group('name')}{m.group('sep')}{MASK}"
 

@@ -146,7 +146,9 @@ def _too_large(cwd: Path, why: str) -> UsageError:
     )
 
 
-def prepare(cwd: Path, *, allow_writes: bool, skip: Sequence[Path] = (), temp_root: str | None = None) -> Workplace:
+def prepare(
+    cwd: Path, *, allow_writes: bool, skip: Sequence[Path] = (), temp_root: str | None = None
+) -> Workplace:
     """The trials' working place (see the module docstring). UsageError when the working directory
     cannot be copied and `allow_writes` is off: said before any trial runs."""
     cwd = Path(cwd)
@@ -174,7 +176,9 @@ def prepare(cwd: Path, *, allow_writes: bool, skip: Sequence[Path] = (), temp_ro
     free = shutil.disk_usage(base).free
     if copied_bytes * 2 > free:
         shutil.rmtree(base, ignore_errors=True)
-        raise _too_large(cwd, f"needs {copied_bytes >> 20} MiB copied, and {base.parent} has {free >> 20} MiB free")
+        raise _too_large(
+            cwd, f"needs {copied_bytes >> 20} MiB copied, and {base.parent} has {free >> 20} MiB free"
+        )
     copy = base / (cwd.name or "cwd")
     linked: list[str] = []
     try:

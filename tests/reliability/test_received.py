@@ -29,6 +29,9 @@ from gpuadvisor.cli import cli
 from tests.reliability.test_cases import SAMPLE_RUNS, SCRIPTS
 
 REAL = "tutorial_cnn-planted"  # REAL, H200: two findings located at the DataLoader's line
+# The quick tier keeps one probe of each item: the other inputs of a probe, each an analysis of a real
+# recording (1-5 s), run in the slow tier.
+SLOW_PARAM = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
@@ -107,6 +110,7 @@ def test_issue39_01_report_never_reads_a_file_named_by_an_absolute_path(tmp_path
     assert "the run recorded no lines around" in page
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_01_report_never_follows_a_symlink_out_of_the_run_dir(tmp_path: Path) -> None:
     """1. "... or a `.py`-named symlink shipped inside the run dir: ... through the symlink the first
     lines of the system's passwd file"."""
@@ -172,6 +176,7 @@ def test_issue39_01_a_trace_linked_out_of_the_run_dir_is_refused(tmp_path: Path)
     assert doc["environment"].get("torch") is None or doc["environment"]["torch"] == "n/a"
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_01_links_inside_the_run_dir_still_work(tmp_path: Path) -> None:
     """The policy refuses only what leads outside: a run directory reached through a link, and a trace
     linked to another file of the same run directory, are read as before."""
@@ -199,13 +204,20 @@ def _timed(run: Path) -> tuple[float, dict[str, Any]]:
         pytest.param(
             lambda c: c["step_ends"].append([1_000_000_000, c["step_ends"][-1][1] + 1]), id="step-1e9"
         ),
-        pytest.param(lambda c: c["step_ends"].append([10**300, c["step_ends"][-1][1] + 1]), id="step-1e300"),
-        pytest.param(lambda c: c.update(last_recorded_step=1e300), id="last-1e300"),
-        pytest.param(lambda c: c.update(speculation_end_step=2**63), id="speculation-2^63"),
-        pytest.param(lambda c: c.update(first_recorded_step=-(10**15)), id="first-negative"),
+        pytest.param(
+            lambda c: c["step_ends"].append([10**300, c["step_ends"][-1][1] + 1]),
+            id="step-1e300",
+            marks=SLOW_PARAM,
+        ),
+        pytest.param(lambda c: c.update(last_recorded_step=1e300), id="last-1e300", marks=SLOW_PARAM),
+        pytest.param(lambda c: c.update(speculation_end_step=2**63), id="speculation-2^63", marks=SLOW_PARAM),
+        pytest.param(
+            lambda c: c.update(first_recorded_step=-(10**15)), id="first-negative", marks=SLOW_PARAM
+        ),
         pytest.param(
             lambda c: c.update(skip_steps=0, first_recorded_step=10**11, last_recorded_step=10**11 + 4),
             id="window-at-1e11",
+            marks=SLOW_PARAM,
         ),
     ],
 )
@@ -235,6 +247,7 @@ def test_issue39_03_a_number_left_out_is_named_in_a_note(tmp_path: Path) -> None
     assert doc["metrics"]["step_time_ms"] == clean["metrics"]["step_time_ms"]
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_03_diff_and_report_answer_too(tmp_path: Path) -> None:
     run = received(tmp_path)
     edit(run, "manifest.json", lambda d: d["capture"]["step_ends"].append([1_000_000_000, 2e9]))
@@ -266,6 +279,7 @@ def _planted_command(tmp_path: Path, run: Path, **manifest: Any) -> Path:
     return marker
 
 
+@pytest.mark.slow  # slow: verify probes the machine with a child that imports torch (~5 s)
 def test_issue39_02_verify_never_runs_the_python_the_manifest_names(tmp_path: Path) -> None:
     """2. "manifest `python` set to an executable shipped in the run dir: `gpuadvisor verify RUN` runs it
     (the machine probe) before it refuses the run as recorded elsewhere." The probe runs the interpreter
@@ -281,6 +295,7 @@ def test_issue39_02_verify_never_runs_the_python_the_manifest_names(tmp_path: Pa
     assert not marker.exists()
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_02_verify_never_imports_the_recorded_module(tmp_path: Path) -> None:
     """Checking a recorded `-m pkg.mod` finds it without importing `pkg` (its __init__.py would run in
     gpuadvisor's own process)."""
@@ -290,12 +305,18 @@ def test_issue39_02_verify_never_imports_the_recorded_module(tmp_path: Path) -> 
     pkg.mkdir()
     (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
     (pkg / "train.py").write_text("print('synthetic')\n", encoding="utf-8")
-    edit(run, "manifest.json", lambda d: d.update(target={"kind": "module", "path_or_name": "plantedpkg.train"}))
+    edit(
+        run,
+        "manifest.json",
+        lambda d: d.update(target={"kind": "module", "path_or_name": "plantedpkg.train"}),
+    )
     r = ga("verify", str(run), "-o", str(tmp_path / "verify.json"))
     assert r.exit_code == 2, r.output
     assert not marker.exists()
     # a module that is not there is still a clear usage error
-    edit(run, "manifest.json", lambda d: d.update(target={"kind": "module", "path_or_name": "plantedpkg.nope"}))
+    edit(
+        run, "manifest.json", lambda d: d.update(target={"kind": "module", "path_or_name": "plantedpkg.nope"})
+    )
     r = ga("verify", str(run), "-o", str(tmp_path / "verify.json"))
     assert r.exit_code == 2 and "module not found: plantedpkg.nope" in r.output and not marker.exists()
 
@@ -307,6 +328,7 @@ def test_issue39_02_python_option_must_be_an_executable(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--python" in r.output and "not an executable file" in r.output, r.output
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_02_the_git_check_runs_no_program_of_the_run_dir(tmp_path: Path) -> None:
     """verify asks git whether the run directory is tracked (then it writes verify.json elsewhere);
     a received run directory can ship a .git/config whose `core.fsmonitor` names a program, which
@@ -379,13 +401,25 @@ WRONG_TYPES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("memory-string", lambda e: e.update(memory="lots")),
     ("model-calls-numbers", lambda e: e.update(model_calls=[1, "x", None])),
     ("framework-number", lambda e: e.update(framework=3)),
-    ("loader-fields", lambda e: [d.update(batch_size="64", num_workers=-3, code=[1]) for d in e["dataloaders"]]),
-    ("optimizer-fields", lambda e: [o.update({"class": 7, "param_tensors": "8", "fused": "no"}) for o in e["optimizers"]]),
-    ("gpu-fields", lambda e: [g.update(sm_count="132", name=7, total_memory_bytes=-1) for g in e.get("gpus") or []]),
+    (
+        "loader-fields",
+        lambda e: [d.update(batch_size="64", num_workers=-3, code=[1]) for d in e["dataloaders"]],
+    ),
+    (
+        "optimizer-fields",
+        lambda e: [o.update({"class": 7, "param_tensors": "8", "fused": "no"}) for o in e["optimizers"]],
+    ),
+    (
+        "gpu-fields",
+        lambda e: [g.update(sm_count="132", name=7, total_memory_bytes=-1) for g in e.get("gpus") or []],
+    ),
 ]
 
 
-@pytest.mark.parametrize("change", [c for _, c in WRONG_TYPES], ids=[n for n, _ in WRONG_TYPES])
+@pytest.mark.parametrize(
+    "change",
+    [pytest.param(c, id=n, marks=() if i < 2 else SLOW_PARAM) for i, (n, c) in enumerate(WRONG_TYPES)],
+)
 def test_issue39_09_a_wrong_typed_environment_never_makes_report_exit_70(
     tmp_path: Path, change: Callable[[dict[str, Any]], None]
 ) -> None:
@@ -404,7 +438,7 @@ def test_issue39_09_a_wrong_typed_environment_never_makes_report_exit_70(
     assert any(n.startswith("environment.json: ") for n in result.notes), result.notes
 
 
-@pytest.mark.parametrize("steps", ["many", 2.5, [3], 1e300])
+@pytest.mark.parametrize("steps", ["many", *(pytest.param(v, marks=SLOW_PARAM) for v in (2.5, [3], 1e300))])
 def test_issue39_09_ga502_with_a_non_integer_optimizer_step_count(tmp_path: Path, steps: Any) -> None:
     """9. "GA502 raises on a non-integer optimizer `steps`": the count is left out (with a note) and
     GA502 judges the optimizer as before."""
@@ -463,6 +497,7 @@ def test_issue39_04_no_command_writes_a_file_of_the_recording(tmp_path: Path, ta
     assert sorted(p for p in run.rglob("*") if p.is_file()) == files and _bytes(*files) == before
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_04_derived_outputs_of_a_run_dir_are_still_written(tmp_path: Path) -> None:
     run = received(tmp_path)
     assert ga("report", str(run)).exit_code == 0 and (run / "report.html").is_file()
@@ -471,7 +506,11 @@ def test_issue39_04_derived_outputs_of_a_run_dir_are_still_written(tmp_path: Pat
 
 
 def _special_files(tmp_path: Path) -> dict[str, Path]:
-    out = {"fifo": tmp_path / "fifo", "stdout-link": tmp_path / "to-stdout.txt", "file-link": tmp_path / "link.txt"}
+    out = {
+        "fifo": tmp_path / "fifo",
+        "stdout-link": tmp_path / "to-stdout.txt",
+        "file-link": tmp_path / "link.txt",
+    }
     os.mkfifo(out["fifo"])
     out["stdout-link"].symlink_to("/dev/stdout")
     (tmp_path / "kept.txt").write_text("kept\n")
@@ -667,7 +706,7 @@ def test_issue39_08_arguments_that_are_no_credential_are_kept(argv: list[str]) -
 
 
 SOURCE_LINES = [
-    (f'token = "{SECRET}"', 'token = ***'),
+    (f'token = "{SECRET}"', "token = ***"),
     (f"hf_token = os.environ.get('HF', '{SECRET}')", "hf_token = ***"),
     (f'DB = "postgresql://app:{SECRET}@db/x"', 'DB = "postgresql://app:***@db/x"'),
     (f"password: str = '{SECRET}'", None),
@@ -696,6 +735,7 @@ def test_issue39_08_ordinary_source_lines_are_kept(line: str) -> None:
     assert redact_text(line) == (line, False)
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_08_a_received_run_puts_no_recorded_credential_into_its_outputs(tmp_path: Path) -> None:
     """A run recorded before the capture masked its snippets (or elsewhere): the loader masks its
     recorded lines, so findings.json and report.html carry none."""
@@ -704,7 +744,10 @@ def test_issue39_08_a_received_run_puts_no_recorded_credential_into_its_outputs(
     def change(doc: dict[str, Any]) -> None:
         for row in _records(doc):
             row["code"] = f'loader = DataLoader(ds, token="{SECRET}")'
-            row["snippet"] = {"first_line": row["line"] - 1, "lines": [f"hub_token = '{SECRET}'", row["code"], "x = 1"]}
+            row["snippet"] = {
+                "first_line": row["line"] - 1,
+                "lines": [f"hub_token = '{SECRET}'", row["code"], "x = 1"],
+            }
 
     edit(run, "environment.json", change)
     edit(run, "callsites.json", change)
@@ -733,7 +776,13 @@ def test_issue39_08_profile_writes_no_credential_anywhere(tmp_path: Path) -> Non
     for name, data in written.items():
         if name.endswith(".gz"):
             data = gzip.decompress(data)
-        for secret in (SECRET, "SnippetPassw0rd", "ZZsnippetSECRET", "SnippetApiKeyValue123", "SnippetTypedPassword"):
+        for secret in (
+            SECRET,
+            "SnippetPassw0rd",
+            "ZZsnippetSECRET",
+            "SnippetApiKeyValue123",
+            "SnippetTypedPassword",
+        ):
             assert secret.encode() not in data, (name, secret)
     env = json.loads(written["environment.json"])
     snippet = "\n".join(line for d in env["dataloaders"] for line in d["snippet"]["lines"])
@@ -774,6 +823,7 @@ def test_issue39_08_a_killed_parent_leaves_no_credential_in_the_child_config(tmp
 # ------------------------------------------------------------------ 10. smaller holes of a received run
 
 
+@pytest.mark.slow  # slow: the quick tier keeps one probe of this item (the analysis of a real recording takes 1-5 s)
 def test_issue39_10_a_pyproject_shipped_in_the_run_dir_imports_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -817,7 +867,9 @@ def test_issue39_10_a_gpuadvisor_py_beside_the_script_never_replaces_the_child(t
     )  # fmt: skip
     assert r.returncode == 0 and "own gpuadvisor.py ran" not in r.stderr, r.stderr
     doc = json.loads((project / "RUN" / "manifest.json").read_text())
-    assert doc["exit_reason"] in ("completed", "stopped_after_window") and (project / "RUN" / "trace").is_dir()
+    assert (
+        doc["exit_reason"] in ("completed", "stopped_after_window") and (project / "RUN" / "trace").is_dir()
+    )
 
 
 def test_issue39_10_force_never_deletes_a_projects_own_files(tmp_path: Path) -> None:

@@ -50,7 +50,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_writes_stay_in_the_copy_and_linked_originals_are_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writes_stay_in_the_copy_and_linked_originals_are_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(scratch, "LINK_FROM_BYTES", 10)  # files over 10 bytes are linked, as large files are
     original = tmp_path / "project"
     (original / "sub").mkdir(parents=True)
