@@ -148,6 +148,16 @@ def recovered(speedup: float | None) -> float | None:
     return 1.0 - 1.0 / speedup
 
 
+def finding_params(result: Any, remedy: str) -> dict[str, Any] | None:
+    """The parameters the finding that names `remedy` priced it with, None without such a finding."""
+    for f in result.findings:
+        if f.remedy == remedy and isinstance(f.prediction, dict):
+            for entry in f.prediction.get("remedies") or []:
+                if entry.get("remedy") == remedy:
+                    return dict(entry.get("params") or {})
+    return None
+
+
 def remedy_params(remedy: str, model: Any, result: Any, multiplier: float | None) -> dict[str, Any]:
     """Parameters of a remedy derived from the recording, as the rules derive them."""
     from gpuadvisor.remedies import RemedyId
@@ -177,12 +187,10 @@ def remedy_params(remedy: str, model: Any, result: Any, multiplier: float | None
     if r is RemedyId.TORCH_COMPILE:
         # the finding that names it says which compile it priced (GA501: fusion + CUDA graphs; GA1106:
         # the default mode's fusion of hand-written chains in a GPU-bound step)
-        for f in result.findings:
-            if f.remedy == r.value and isinstance(f.prediction, dict):
-                for entry in f.prediction.get("remedies") or []:
-                    if entry.get("remedy") == r.value:
-                        return dict(entry.get("params") or {})
-        return {"fusion": True}
+        return finding_params(result, r.value) or {"fusion": True}
+    if r is RemedyId.DROP_ACTIVATION_CHECKPOINTING:
+        # GA803 prices the share of the recomputation whose activations fit in memory
+        return finding_params(result, r.value) or {}
     if r is RemedyId.FUSED_OPTIMIZER:
         from gpuadvisor.rulekit import gpuwork as gw
 

@@ -1,9 +1,11 @@
 """Minimal independent trace recorder (no gpuadvisor imports).
 
-    python3 benchmarks/raw_trace.py -o trace.json.gz [--skip 10] [--warmup 2] [--active 10] SCRIPT [ARGS...]
+    python3 benchmarks/raw_trace.py -o trace.json.gz [--skip 10] [--warmup 2] [--active 10] [--with-stack]
+                                    SCRIPT [ARGS...]
 
 Runs SCRIPT as `__main__` (also bound as `__mp_main__`, so spawn/forkserver DataLoader workers can
-unpickle classes defined in it) under torch.profiler (CPU + CUDA, record_shapes, with_flops, no stacks).
+unpickle classes defined in it) under torch.profiler (CPU + CUDA, record_shapes, with_flops; stacks with
+`--with-stack`, as many users record them).
 The profiler schedule advances on every optimizer step (global optimizer step post-hook): skip N steps,
 warm up, record the active window, export the Chrome trace (gzip when the path ends in .gz), then stop
 the script. Exit status: 0 when a trace was written, 1 when the script ended before the window, or the
@@ -33,6 +35,7 @@ def main() -> int:
     parser.add_argument("--skip", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--active", type=int, default=10)
+    parser.add_argument("--with-stack", action="store_true", help="record Python stacks (with_stack=True)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args()
@@ -67,7 +70,7 @@ def main() -> int:
         on_trace_ready=on_ready,
         record_shapes=True,
         with_flops=True,
-        with_stack=False,
+        with_stack=ns.with_stack,
     )
 
     def hook(optimizer: Any, args: Any, kwargs: Any) -> None:

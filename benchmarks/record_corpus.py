@@ -14,7 +14,8 @@ it writes RUNS/<workload>-<variant>/README.md from the run's environment.json an
 driver, CUDA/cuDNN, torch/Python, time, the exact command, the planted problems and fixes, the
 workload's docstring, and the measured samples/s when `--measurements` names measure.py JSONL files).
 
-RUNS is OUT/runs, or with `--tar` a temporary folder packed at the end into OUT/record[-sIofN].tar.gz
+`--planted-only` records the planted variant alone. RUNS is OUT/runs, or with `--tar` a temporary folder
+packed at the end into OUT/record[-sIofN].tar.gz
 (and -part2, -part3... when one archive would pass `--tar-max-mb`, default 15: machines that return
 few files of bounded size). Progress and failed runs' output go to stderr and OUT/record[-sIofN].log.
 `--readmes-only` records nothing: it rewrites the README.md of the run directories already in
@@ -213,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measurements", type=Path, nargs="*", default=[],
                         help="measure.py JSONL files: samples/s for the READMEs")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--planted-only", action="store_true",
+                        help="record the planted variant only (the replay predicts from it; the fixed one is a check)")
     opts = parser.parse_args(argv)
     try:
         workloads = by_name([n for n in opts.workloads.split(",") if n] or None)
@@ -237,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     with (opts.out / f"record{suffix}.log").open("w") as log:
         for w in workloads:
-            for v in w.recorded_variants():
+            for v in w.recorded_variants()[: 1 if opts.planted_only else None]:
                 res = record_one(w, v, runs, opts, log, deadline_at, measurements)
                 results.append(res)
                 size = f"{res['bytes'] / 1024:.0f} KB" if "bytes" in res else "-"

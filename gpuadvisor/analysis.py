@@ -218,10 +218,17 @@ def run_timing_notes(model: Any) -> list[str]:
     """What the run is beyond the analyzed steps (issue 27): "training with evaluation" and the costs
     between steps the capture timed, each with its count, cost and share of the observed run (a cost
     seen once says that its period was not observed)."""
+    out: list[str] = []
+    if model.step_times_agree is False:
+        out.append(
+            f"step times disagree: {model.unprofiled_step_ms:.2f} ms a step without the profiler against "
+            f"{model.profiled_step_ms:.2f} ms inside its window (the profiler only adds work, and not this much): "
+            "the machine's load or the script's phase changed between them. Impacts are shares of the profiled "
+            "step, not rescaled; profile again on a quiet machine to price the run"
+        )
     timing = model.run_timing
     if timing is None:
-        return []
-    out: list[str] = []
+        return out
     evaluation = timing.cost(pc.EVALUATION)
     if evaluation is not None and model.is_training:
         out.append(
@@ -235,11 +242,13 @@ def run_timing_notes(model: Any) -> list[str]:
             steps += f" and {c.count - 4} more"
         period = (
             f"every {c.period_steps} steps"
-            if c.period_observed and c.count > 1
+            if c.period_source == "observed"
             else f"every {c.period_steps} steps by the loader's epoch length"
             if c.period_observed
             else f"seen once ({steps}): its period was not observed"
         )
+        if c.detail.get("before_first_step_ms"):
+            period += f"; the one before the first step, {c.detail['before_first_step_ms'] / 1000:.1f} s, is start-up"
         parts.append(
             f"{c.label}: {c.count} x {c.each_ms:.1f} ms ({steps if c.count > 1 else period}"
             f"{', ' + period if c.count > 1 else ''}), {100 * c.share:.1f}% of the run"
@@ -248,6 +257,34 @@ def run_timing_notes(model: Any) -> list[str]:
         out.append(
             f"costs between steps over the {timing.steps_observed} steps the capture timed (typical step "
             f"{timing.typical_step_ms:.2f} ms, mean {timing.mean_step_ms:.2f} ms): " + "; ".join(parts)
+        )
+    st = timing.stalls
+    if st is not None:
+        cause = (
+            "waits in DataLoader __next__: the loader sets the loop's pace"
+            if st.cause == "data"
+            else "the run did not record why"
+        )
+        every = f"every {st.pattern.period} steps" if st.pattern.period else "irregularly"
+        out.append(
+            f"stalls: {st.pattern.count} of the {st.steps_timed} steps timed wait {st.pattern.mean_excess_ms:.1f} ms "
+            f"more than the median step ({every}; {cause}): {st.per_step_ms:.2f} ms per step, "
+            f"{100 * st.per_step_ms / timing.mean_step_ms:.1f}% of the mean step {timing.mean_step_ms:.2f} ms"
+        )
+    su = timing.startup
+    if su is not None:
+        labels = {
+            "compile": "torch.compile",
+            "evaluation_before_training": "evaluation before training",
+            "dataloader_workers": "DataLoader workers' first start",
+            "first_steps": "first steps until the step time settled",
+        }
+        parts_text = ", ".join(f"{labels.get(k, k)} {v:.1f} s" for k, v in su.parts.items() if v >= 0.05)
+        out.append(
+            f"start-up: {su.seconds:.1f} s before the steady steps"
+            + (f" (step {su.settled_step} on)" if su.settled_step is not None else "")
+            + (f", of which {parts_text}" if parts_text else "")
+            + "; paid once, not in any per-step share"
         )
     out.extend(n[0].upper() + n[1:] + "." for n in timing.window_notes)
     return out

@@ -363,8 +363,8 @@ def _unprofiled_summary(result: AnalysisResult) -> tuple[float, float | None, in
     """(median ms, spread ms, steps) of the steps the capture timed outside the profiler; None for a
     raw trace or a run with fewer than 2 of them."""
     run = result.run
-    if run is None:
-        return None
+    if run is None or result.metrics.get("step_times_disagree") is True:
+        return None  # the unprofiled and profiled steps disagree (a load change): not a base to compare
     unprofiled, _ = host_step_durations(run.record.capture)
     median = _median(unprofiled)
     if len(unprofiled) < 2 or median is None:
@@ -522,9 +522,18 @@ def diff_results(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
     else:
         step_time, profiled = profiled, None
         if step_time is not None:
+            disagree = [
+                n for n, r in (("base", base), ("new", new)) if r.metrics.get("step_times_disagree") is True
+            ]
             notes.append(
-                "step times are the profiled traces' (the steps outside the profiler are not known for both "
-                "runs): on a host-bound run the profiler's own cost is part of them"
+                "step times are the profiled traces' ("
+                + (
+                    f"the {' and '.join(disagree)} run's steps outside the profiler disagree with its profiled "
+                    "steps: the machine's load changed"
+                    if disagree
+                    else "the steps outside the profiler are not known for both runs"
+                )
+                + "): on a host-bound run the profiler's own cost is part of them"
             )
     if step_time is not None:
         if step_time.noise_ms is None:

@@ -234,6 +234,9 @@ class StepEvent:
         )
 
 
+MAX_STEP_RECORDS = 20_000  # step boundaries and per-step waits the capture keeps (capture.window)
+
+
 @dataclass(frozen=True)
 class CaptureWindow:
     """`manifest.capture`: the profiler window and the host-timed step boundaries.
@@ -270,6 +273,15 @@ class CaptureWindow:
     step_events_dropped: int = 0
     observe_steps: int | None = None
     observe_seconds: float | None = None
+    # the run the user pays for (issue 38): the step the window opened at once the step time had settled
+    # (`settle_capped`: opened at the cap instead), the seconds the host waited in DataLoader __next__
+    # during each timed step (step, s), a window recorded before the optimizer's first step (`provisional`),
+    # and torch.compile's compilation seconds (None: not compiled or not known)
+    settled_at_step: int | None = None
+    settle_capped: bool = False
+    step_data_wait: tuple[tuple[int, float], ...] = ()
+    provisional: bool = False
+    compile_seconds: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -309,6 +321,14 @@ class CaptureWindow:
             speculation_end_step=self.speculation_end_step,
             cupti_teardown=self.cupti_teardown,
         )
+        if self.settled_at_step is not None:
+            out.update(settled_at_step=self.settled_at_step, settle_capped=self.settle_capped)
+        if self.step_data_wait:
+            out["step_data_wait"] = [[k, round(v, 6)] for k, v in self.step_data_wait]
+        if self.provisional:
+            out["provisional"] = True
+        if self.compile_seconds is not None:
+            out["compile_seconds"] = round(self.compile_seconds, 3)
         if self.observe_steps is not None:
             out.update(
                 step_events=[e.to_json() for e in self.step_events],
@@ -329,6 +349,15 @@ class CaptureWindow:
                     c, t = _int(item[0]), _float(item[1])
                     if c is not None and t is not None:
                         ends.append((c, t))
+        waits: list[tuple[int, float]] = []
+        raw_waits = d.get("step_data_wait")
+        if isinstance(raw_waits, (list, tuple)):
+            for item in raw_waits[:MAX_STEP_RECORDS]:
+                if isinstance(item, (list, tuple)) and len(item) == 2:
+                    k, w = _int(item[0]), _float(item[1])
+                    if k is not None and w is not None and 0 <= w < 1e6:
+                        waits.append((k, w))
+        compile_s = _float(d.get("compile_seconds"))
         defaults = cls()
         return cls(
             skip_steps=_pick_int(d.get("skip_steps"), defaults.skip_steps),
@@ -356,6 +385,11 @@ class CaptureWindow:
             step_events_dropped=_int(d.get("step_events_dropped")) or 0,
             observe_steps=_int(d.get("observe_steps")),
             observe_seconds=_float(d.get("observe_seconds")),
+            settled_at_step=_int(d.get("settled_at_step")),
+            settle_capped=_bool(d.get("settle_capped")),
+            step_data_wait=tuple(waits),
+            provisional=_bool(d.get("provisional")),
+            compile_seconds=compile_s if compile_s is not None and 0 <= compile_s < 1e7 else None,
             extra=_extra(d, _known_keys(cls)),
         )
 

@@ -115,6 +115,18 @@ WINDOW_KEYS: tuple[str, ...] = (
     "gpu_active_fraction",
     "collective_exposed_fraction",
     "copy_exposed_fraction",
+    # the run the user pays for (issue 38): its steps timed without the profiler after start-up
+    "run_mean_step_ms",
+    "run_median_step_ms",
+    "run_steps_timed",
+    "run_stall_steps",
+    "run_stall_steps_timed",
+    "run_stall_period",
+    "run_stall_excess_ms",
+    "run_stall_cause",
+    "run_stall_fraction",
+    "startup_seconds",
+    "step_times_disagree",
 )
 
 # The per-step table is the step model's (gpuadvisor/stepmodel/tables.py).
@@ -372,6 +384,7 @@ def compute_metrics(
         _nvml_metrics(run, w)
     if run is not None:
         _profiler_overhead(run, w)
+    _run_steps(model, w)
     if model.program.steps:
         w["replay_step_time_ms"] = _f(model.baseline.period_us / 1e3)
         w["replay_fit"] = _f(model.replay_fit)
@@ -707,6 +720,30 @@ def _nvml_metrics(run: RunInfo, w: dict[str, WindowValue]) -> None:
         w[key] = _i(v.min()) if len(v) else None
     for key, col in (("nvml_pcie_gen_max", "pcie_gen_max"), ("nvml_pcie_width_max", "pcie_width_max")):
         w[key] = _i(mx(d, col))
+
+
+def _run_steps(model: StepModel, w: dict[str, WindowValue]) -> None:
+    """The run's steps as the user pays for them (`StepModel.run_timing`): the mean step with stalls and
+    costs between steps, the median beside it, the stall pattern, start-up seconds; and whether the
+    profiled and unprofiled steps disagree (`StepModel.step_times_agree`)."""
+    agree = model.step_times_agree
+    w["step_times_disagree"] = None if agree is None else not agree
+    timing = model.run_timing
+    if timing is None:
+        return
+    w["run_mean_step_ms"] = _f(timing.mean_step_ms)
+    w["run_median_step_ms"] = _f(timing.typical_step_ms)
+    w["run_steps_timed"] = timing.steps_timed
+    st = timing.stalls
+    if st is not None:
+        w["run_stall_steps"] = st.pattern.count
+        w["run_stall_steps_timed"] = st.steps_timed
+        w["run_stall_period"] = st.pattern.period
+        w["run_stall_excess_ms"] = _f(st.pattern.mean_excess_ms)
+        w["run_stall_cause"] = st.cause
+        w["run_stall_fraction"] = _f(st.per_step_ms / timing.mean_step_ms) if timing.mean_step_ms > 0 else None
+    if timing.startup is not None:
+        w["startup_seconds"] = _f(timing.startup.seconds)
 
 
 def _profiler_overhead(run: RunInfo, w: dict[str, WindowValue]) -> None:

@@ -191,7 +191,8 @@ def group_note(f: Finding, findings: Sequence[Finding]) -> str | None:
     `findings` (ranked order); None for the others and for a finding that ranks by its own impact."""
     own = f.impact if f.impact is not None else -1.0
     combined = rank_impact(f)
-    if combined <= own or f.prediction is None:
+    # a combined gain the printed percentages cannot tell from the finding's own says nothing new
+    if round(100 * combined) <= round(100 * own) or f.prediction is None:
         return None
     if f.group is not None and next((g for g in findings if g.group == f.group), f) is not f:
         return None

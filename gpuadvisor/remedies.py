@@ -77,7 +77,9 @@ class RemedyId(str, enum.Enum):
     FUSED_CROSS_ENTROPY = "fused_cross_entropy"  # the loss without an FP32 copy of the logits
     # memory
     EXPANDABLE_SEGMENTS = "expandable_segments"
+    REMOVE_EMPTY_CACHE = "remove_empty_cache"  # no torch.cuda.empty_cache() in the loop
     REDUCE_MEMORY = "reduce_memory"
+    DROP_ACTIVATION_CHECKPOINTING = "drop_activation_checkpointing"  # recompute less where memory allows
     # multi-GPU
     OVERLAP_COMMUNICATION = "overlap_communication"
     BALANCE_RANKS = "balance_ranks"
@@ -326,9 +328,39 @@ _SPECS: tuple[RemedySpec, ...] = (
         ),
     ),
     _spec(
+        _R.REMOVE_EMPTY_CACHE, "Stop emptying the CUDA cache in the loop (torch.cuda.empty_cache())", "memory",
+        _S.SAFE, 71,
+        Replay("the step's cudaMalloc/cudaFree calls removed (their driver time and the device waits of cudaFree)"),
+        Injection(
+            how="`torch.cuda.empty_cache` made a no-op in the trial process (the caching allocator keeps its "
+            "blocks)",
+            skipped_when="no CUDA; the script never calls torch.cuda.empty_cache() (`skipped`: nothing to change)",
+            levers=(Lever("no_empty_cache", "torch.cuda.empty_cache() made a no-op"),),
+            all_safe_default=True,
+        ),
+    ),
+    _spec(
         _R.REDUCE_MEMORY, "Reduce peak memory (activation checkpointing, smaller batch)", "memory", _S.SAFE, 75,
         NotReplayed("a memory remedy: it buys headroom, the time it costs or saves depends on its use"),
         _NO_EDIT,
+    ),
+    _spec(
+        _R.DROP_ACTIVATION_CHECKPOINTING, "Checkpoint fewer blocks (or none) where memory allows", "memory",
+        _S.SAFE, 76,
+        Replay(
+            "the forward work recomputed inside the backward (torch.utils.checkpoint regions) removed, all of "
+            "it or the share whose saved activations fit in the free memory "
+            "(gpuadvisor.stepmodel.recompute)"
+        ),
+        Injection(
+            how="`torch.utils.checkpoint.checkpoint` and `checkpoint_sequential` call the checkpointed "
+            "functions directly (no recomputation; the activations are kept); the trial reports the peak "
+            "memory it reached (`peak_memory_bytes`)",
+            skipped_when="no CUDA; the script never calls torch.utils.checkpoint (`skipped`: nothing to "
+            "change); out of memory (`failed` with the error)",
+            levers=(Lever("no_activation_checkpointing", "torch.utils.checkpoint runs the function directly"),),
+            for_rules=("GA803",),
+        ),
     ),
     _spec(
         _R.FIX_KERNEL_GRID, "Launch the kernel with enough blocks to fill the GPU", "low_occupancy", _S.SAFE, 80,

@@ -271,6 +271,12 @@ def _step_end(v: Any, ctx: _Ctx, where: str) -> Any:
     return [_STEP(v[0], ctx, where), _UNIX_S(v[1], ctx, where)]
 
 
+def _step_wait(v: Any, ctx: _Ctx, where: str) -> Any:
+    if not isinstance(v, list) or len(v) != 2:
+        raise _Drop(f"{_short(v)} is not a [step, seconds] pair")
+    return [_STEP(v[0], ctx, where), _SECONDS(v[1], ctx, where)]
+
+
 _CAPTURE = _obj(
     {
         "skip_steps": _STEP,
@@ -314,6 +320,11 @@ _CAPTURE = _obj(
         "step_events_dropped": _COUNT,
         "observe_steps": _STEP,
         "observe_seconds": _SECONDS,
+        "settled_at_step": _STEP,
+        "settle_capped": _bool,
+        "step_data_wait": _list(_step_wait, MAX_STEP_ENDS),
+        "provisional": _bool,
+        "compile_seconds": _SECONDS,
     }
 )
 

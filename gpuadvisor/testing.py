@@ -47,6 +47,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ __all__ = [
     "collect_cases",
     "get_rule",
     "load_case_file",
+    "share_fields_over_one",
+    "shares_over_the_whole",
     "write_run_dir",
     "write_trace",
 ]
@@ -86,6 +89,46 @@ def _check(condition: bool, message: str) -> None:
     """An assertion that also holds under `python -O` (plain asserts are stripped there)."""
     if not condition:
         raise AssertionError(message)
+
+
+# "86% of the step", "saves 35%", "35% of the run": a share of a whole, which cannot pass 100%
+_SHARE_TEXT = re.compile(r"(\d+(?:\.\d+)?)% of\b|\bsaves (?:up to )?(\d+(?:\.\d+)?)%")
+# JSON fields that hold a share of a whole: *_fraction, *_share, share_*, impact, recovered_*
+_SHARE_KEY = re.compile(r"(^|_)(fraction|share|impact|recovered)(_|$)")
+
+
+def shares_over_the_whole(finding: Finding) -> list[str]:
+    """Every share of a whole above 100% in a finding: a "N% of ..." or "saves N%" figure in its title,
+    message, recommendation or impact explanation, and a share field (`*_fraction`, `*_share`,
+    `impact`, `recovered_*`) above 1 anywhere in its JSON (evidence, prediction). A step, a run or a
+    kernel time cannot hold more than all of itself (issue 41: "FP32 loss ... (169% of the step)").
+    Empty when there is none; the rule harness checks it for every finding."""
+    out: list[str] = []
+    for name in ("title", "message", "recommendation", "impact_explanation"):
+        text = getattr(finding, name) or ""
+        for m in _SHARE_TEXT.finditer(text):
+            value = float(m.group(1) or m.group(2))
+            if value > 100.0:
+                out.append(f"{name}: ...{text[max(0, m.start() - 60) : m.end() + 20]}...")
+
+    out += share_fields_over_one(finding.to_dict(), "finding")
+    return out
+
+
+def share_fields_over_one(value: Any, path: str = "") -> list[str]:
+    """Share fields (`*_fraction`, `*_share`, `impact`, `recovered_*`) above 1 anywhere in a JSON-like
+    value (a finding's dict, a result's metrics), as "path.key = value"."""
+    out: list[str] = []
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            key = str(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and _SHARE_KEY.search(key) and v > 1.0 + 1e-9:
+                out.append(f"{path}.{key} = {v}")
+            out += share_fields_over_one(v, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            out += share_fields_over_one(v, f"{path}[{i}]")
+    return out
 
 
 @dataclass(frozen=True)
@@ -312,6 +355,8 @@ class RuleHarness:
                 f"{rule_cls.id}: empty title/message/recommendation",
             )
             _check(f.impact is None or 0.0 <= f.impact <= 1.0, f"{rule_cls.id}: impact {f.impact} not in [0, 1]")
+            over = shares_over_the_whole(f)
+            _check(not over, f"{rule_cls.id}: a share of a whole above 100%: {over}")
             json.dumps(f.to_dict(), sort_keys=True, allow_nan=False)  # JSON-safe
         return RuleOutcome("ran", f"{len(findings)} finding(s)", sort_findings(findings))
 

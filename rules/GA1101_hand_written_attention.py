@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel.busy import attention_patterns
@@ -81,13 +82,18 @@ class HandWrittenAttention(Rule):
         patterns = [p for p in attention_patterns(model) if p.predicted_per_step_us is not None]
         if not patterns:
             return
-        step_us = win.median_step_us
         pattern_us = sum(p.time_per_step_us for p in patterns)
-        if step_us <= 0 or pattern_us / step_us < ctx.threshold("min_pattern_fraction"):
+        share = kb.step_share(ctx, pattern_us)
+        if share < ctx.threshold("min_pattern_fraction"):
             return
         pred = ctx.predict(RemedyId.SDPA)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, pattern_us - sum(p.predicted_per_step_us or 0.0 for p in patterns), "Hand-written attention", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         top = patterns[0]
         fused_us = sum(p.predicted_per_step_us or 0.0 for p in patterns)
@@ -103,7 +109,7 @@ class HandWrittenAttention(Rule):
         upcast = [p for p in patterns if p.dtype in ("bf16", "fp16") and p.softmax_dtype == "fp32"]
         message = (
             f"Attention is computed by hand: {cm.ms(pattern_us)} of kernels per step "
-            f"({cm.pct(pattern_us / step_us)} of the step) materialize the scores [batch x heads, T, S] = {shapes}. "
+            f"({cm.pct(share)} of the step) materialize the scores [batch x heads, T, S] = {shapes}. "
             f"Largest ops of {top.shape}: {ops}. A fused kernel needs about {cm.ms(fused_us)} per step for the "
             "same work (FLOPs at a realistic share of the peak, q/k/v/output bytes only). "
             + cm.prediction_sentence(pred, "F.scaled_dot_product_attention")
@@ -138,7 +144,7 @@ class HandWrittenAttention(Rule):
         locations = cm.model_call_locations(ctx)[:1] + locations
         evidence = {
             "pattern_time_per_step_us": pattern_us,
-            "pattern_fraction": pattern_us / step_us,
+            "pattern_fraction": share,
             "fused_time_per_step_us": fused_us,
             "patterns": [
                 {
@@ -163,7 +169,7 @@ class HandWrittenAttention(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"Hand-written attention ({cm.pct(pattern_us / step_us)} of the step): "
+                f"Hand-written attention ({cm.pct(share)} of the step): "
                 f"scaled_dot_product_attention saves {cm.pct(impact)}"
             ),
             message=message,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
-from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.model import Category, Finding, Location, Severity
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
-from gpuadvisor.stepmodel.busy import layout_transposes
+from gpuadvisor.stepmodel.layout import STRUCTURAL, ChannelsLastPlan, channels_last_plan, layout_transposes
 from gpuadvisor.stepmodel.predict import predict_combined
 from gpuadvisor.words import change
 
@@ -34,15 +34,21 @@ class NchwLayoutTransposes(Rule):
     ------------------
     The step model's kernel table classes cuDNN's `nchwToNhwcKernel` / `nhwcToNchwKernel` (and other
     transposes launched by a convolution op) as `layout_transpose`. Fires when they take at least
-    `min_transpose_fraction` of the step and the replay without them recovers at least `min_impact`.
+    `min_transpose_fraction` of the step and the replay of the conversion recovers at least `min_impact`.
 
-    Impact: the replay of the analyzed steps without those transposes and with the normalization
-    kernels of the 4-D activations (BatchNorm, GroupNorm) as their channels-last versions: bound by
-    their per-element work, they stream the FP32-equivalent bytes at half the memory bandwidth, never
-    slower than now (the NCHW kernels of a bf16 net ran at a tenth of it on the H200; docs/model.md,
-    "Busy-time transforms"). When the convolutions run in FP32/TF32 the message also quotes bf16
-    autocast and the pair together (GA1103 owns the bf16 finding; both rank by the pair, applied
-    together).
+    Impact: the replay of the analyzed steps with every kernel on a 4-D activation scaled as
+    channels_last changes it, by op family (convolutions, depthwise and grouped convolutions, BatchNorm,
+    GroupNorm, LayerNorm over channels, InstanceNorm, pooling, upsampling, elementwise ops,
+    concatenation) and dtype: the ratio the NHWC table measured on a GPU (`benchmarks/nhwc_table.py`,
+    shipped as gpuadvisor/data/nhwc_table.json; docs/model.md, "channels_last and the NHWC table"),
+    slower families included, so a model whose time is in families that run slower in channels_last
+    gets no advice. A family the table does not hold keeps what is known by construction (cuDNN's
+    transposes go; BatchNorm runs its channels-last kernels at the calibrated bytes model) or its time,
+    unknown. When the unmeasured families' time could cancel the predicted saving (a family that
+    converts back to NCHW inside costs about twice its time), the finding says the gain is unproven and
+    is rated at most medium: `gpuadvisor verify --only channels_last` measures it. When the convolutions
+    run in FP32/TF32 the message also quotes bf16 autocast and the pair together (GA1103 owns the bf16
+    finding; both rank by the pair, applied together).
 
     How to fix
     ----------
@@ -78,40 +84,44 @@ class NchwLayoutTransposes(Rule):
         mask = layout_transposes(model)
         transpose_us = kb.mask_time_us(ctx, mask)
         conv_us = kb.class_time_us(ctx, kb.CONV_CLASSES)
-        step_us = win.median_step_us
-        if conv_us <= 0 or step_us <= 0 or transpose_us / step_us < ctx.threshold("min_transpose_fraction"):
+        if conv_us <= 0 or kb.step_share(ctx, transpose_us) < ctx.threshold("min_transpose_fraction"):
             return
         pred = ctx.predict(RemedyId.CHANNELS_LAST)
         impact = pred.recovered_fraction
+        plan = channels_last_plan(model)
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, plan.saving_us, "NCHW convolutions with layout transposes", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
+        # the kernels' saving, in the trace's time as the unmeasured families' (the prediction's step times
+        # are the run's mean step)
+        unproven = plan.unproven(plan.saving_us)
         fp32_conv_us = kb.class_time_us(ctx, kb.CONV_CLASSES, ("tf32", "fp32"))
         message = (
             f"The convolutions run in NCHW: cuDNN's layout transposes around its NHWC kernels take "
-            f"{cm.ms(transpose_us)} per step ({cm.pct(transpose_us / step_us)} of the step; the convolutions "
-            f"themselves {cm.ms(conv_us)}). "
+            f"{cm.ms(transpose_us)} per step ({cm.pct(kb.step_share(ctx, transpose_us))} of the step; the "
+            f"convolutions themselves {cm.ms(conv_us)}). "
+            + _families_sentence(plan)
+            + cm.prediction_sentence(pred, "the model and input in channels_last")
         )
-        norm = model.kernel_table["class"].to_numpy(dtype=object) == "normalization"
-        norm_us = kb.mask_time_us(ctx, norm)
-        if norm_us > 0.05 * step_us:
-            roof = model.kernel_table.loc[norm, ["roofline_fraction", "dur"]].dropna()
-            frac = (
-                float((roof["roofline_fraction"] * roof["dur"]).sum() / roof["dur"].sum())
-                if len(roof)
-                else None
-            )
+        if unproven:
             message += (
-                f"Normalization kernels take {cm.ms(norm_us)} per step"
-                + (f" at {cm.pct(frac)} of their memory roofline" if frac is not None else "")
-                + "; in channels_last they run PyTorch's channels-last kernels. "
+                f" Unproven: {cm.ms(plan.unmeasured_us)} per step is in op families whose channels_last speed "
+                f"was never measured ({', '.join(f.label for f in plan.unmeasured[:4])}), enough to cancel the "
+                "saving if they convert back to NCHW inside; `gpuadvisor verify --only channels_last` measures it."
             )
-        message += cm.prediction_sentence(pred, "the model and input in channels_last")
         evidence: dict[str, object] = {
             "transpose_time_per_step_us": transpose_us,
-            "normalization_time_per_step_us": norm_us,
-            "transpose_fraction": transpose_us / step_us,
+            "transpose_fraction": kb.step_share(ctx, transpose_us),
             "conv_time_per_step_us": conv_us,
             "fp32_or_tf32_conv_time_per_step_us": fp32_conv_us,
+            "families": [f.to_dict() for f in plan.families],
+            "unmeasured_time_per_step_us": plan.unmeasured_us,
+            "unproven": unproven,
+            "nhwc_table": plan.table.where or plan.table.problem or "",
             "step_time_ms": pred.baseline_step_ms,
             "predicted_step_time_ms": pred.predicted_step_ms,
         }
@@ -145,6 +155,8 @@ class NchwLayoutTransposes(Rule):
                 )
             rec += "."
         rec += " Check the loss curve as usual; the layout does not change the math."
+        if unproven:
+            rec += " Measure it first: `gpuadvisor verify --only channels_last` runs the script both ways."
         top = model.kernel_table[mask].groupby("name")["dur"].sum().sort_values(ascending=False)
         locations: list[Location] = cm.model_call_locations(ctx)[:1] + [
             Location(
@@ -154,11 +166,16 @@ class NchwLayoutTransposes(Rule):
             )
             for name, us in top.head(2).items()
         ]
+        saves = f"channels_last saves up to {cm.pct(impact)} (unproven)" if unproven else f"channels_last saves {cm.pct(impact)}"
+        severity = Severity.from_impact(impact)
+        if unproven and severity.rank > Severity.MEDIUM.rank:
+            severity = Severity.MEDIUM
         yield self.finding(
             impact=impact,
+            severity=severity,
             title=(
-                f"NCHW convolutions with layout transposes ({cm.pct(transpose_us / step_us)} of the step): "
-                f"channels_last saves {cm.pct(impact)}"
+                f"NCHW convolutions with layout transposes ({cm.pct(kb.step_share(ctx, transpose_us))} of the step): "
+                + saves
             ),
             message=message,
             evidence=evidence,
@@ -166,9 +183,29 @@ class NchwLayoutTransposes(Rule):
             locations=locations,
             impact_explanation=cm.impact_explanation(
                 pred,
-                "cuDNN's NCHW<->NHWC layout transposes removed and the normalization kernels of the 4-D "
-                "activations at their channels-last speed",
+                "every kernel on a 4-D activation at its op family's channels_last speed (the NHWC table's "
+                "measured ratio; unmeasured families: cuDNN's transposes removed, BatchNorm at its channels-last "
+                "speed, the rest unchanged)",
             ),
             remedy=RemedyId.CHANNELS_LAST,
             prediction=pred.to_dict(),
         )
+
+
+def _families_sentence(plan: ChannelsLastPlan) -> str:
+    """The op families on 4-D activations and what channels_last does to each, largest first."""
+    parts = []
+    for f in plan.families[:5]:
+        if f.time_per_step_us <= 0:
+            continue
+        if f.ratio is not None:
+            how = f"measured {f.ratio:.2f}x the NCHW time in channels_last ({f.dtype})"
+        elif f.status == STRUCTURAL:
+            how = f"{cm.ms(f.predicted_per_step_us)} in channels_last (by construction)"
+        else:
+            how = "channels_last speed not measured"
+        parts.append(f"{f.label} {cm.ms(f.time_per_step_us)} ({how})")
+    if not parts:
+        return ""
+    where = f" (NHWC table: {plan.table.where})" if plan.table.where else ""
+    return "Per step, by op family" + where + ": " + "; ".join(parts) + ". "

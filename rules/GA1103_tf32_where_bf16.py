@@ -12,7 +12,7 @@ from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
-from gpuadvisor.stepmodel.busy import layout_transposes
+from gpuadvisor.stepmodel.layout import layout_transposes
 
 _MATH = (*kb.CONV_CLASSES, "gemm")
 
@@ -89,13 +89,13 @@ class Tf32WhereBf16(Rule):
         win = model.window
         if win.count == 0 or len(model.kernel_table) == 0:
             return
-        step_us = win.median_step_us
+        step_us = kb.step_us(ctx)
         tf32_us = kb.class_time_us(ctx, _MATH, ("tf32",))
         fp32_us = kb.plain_fp32_matmul_us(ctx)
         if step_us <= 0 or tf32_us / step_us < ctx.threshold("min_tf32_fraction"):
             return
-        if fp32_us / step_us >= ctx.threshold("max_fp32_fraction"):
-            return  # GA701's
+        if kb.step_share(ctx, fp32_us) >= ctx.threshold("max_fp32_fraction"):
+            return  # GA701's (its measure: plain-FP32 time as a share of the step)
         table = model.kernel_table
         tf32 = table[table["class"].isin(list(_MATH)) & (table["dtype"] == "tf32")]
         known_us = float(tf32.loc[tf32["roofline_us"].notna(), "dur"].sum()) / win.count
@@ -109,7 +109,7 @@ class Tf32WhereBf16(Rule):
         transpose_us = kb.mask_time_us(ctx, layout_transposes(model))
         roof = float((tf32["roofline_fraction"].fillna(0.0) * tf32["dur"]).sum() / tf32["dur"].sum())
         message = (
-            f"{cm.pct(tf32_us / step_us)} of the step is convolutions/matmuls on tensor cores in TF32 "
+            f"{cm.pct(kb.step_share(ctx, tf32_us))} of the step is convolutions/matmuls on tensor cores in TF32 "
             f"({cm.ms(tf32_us)} per step, at {cm.pct(roof)} of their roofline on average); FP32 normalization, "
             f"elementwise and reduction kernels take {cm.ms(memory_us)} more. bf16 doubles the tensor-core peak "
             "and halves the bytes. " + cm.prediction_sentence(pred, "bf16 autocast")
@@ -157,11 +157,11 @@ class Tf32WhereBf16(Rule):
         ]
         yield self.finding(
             impact=impact,
-            title=f"TF32 convolutions/matmuls ({cm.pct(tf32_us / step_us)} of the step): bf16 saves {cm.pct(impact)}",
+            title=f"TF32 convolutions/matmuls ({cm.pct(kb.step_share(ctx, tf32_us))} of the step): bf16 saves {cm.pct(impact)}",
             message=message,
             evidence={
                 "tf32_time_per_step_us": tf32_us,
-                "tf32_fraction": tf32_us / step_us,
+                "tf32_fraction": kb.step_share(ctx, tf32_us),
                 "tf32_roofline_fraction": roof,
                 "tf32_known_time_per_step_us": known_us,
                 "fp32_memory_bound_time_per_step_us": memory_us,

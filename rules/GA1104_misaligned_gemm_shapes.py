@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel.busy import odd_gemms
@@ -59,12 +60,19 @@ class MisalignedGemmShapes(Rule):
         if win.count == 0:
             return
         odd = odd_gemms(model)
-        step_us = win.median_step_us
-        if odd is None or step_us <= 0 or odd.time_per_step_us / step_us < ctx.threshold("min_gemm_fraction"):
+        if odd is None:
+            return
+        share = kb.step_share(ctx, odd.time_per_step_us)
+        if share < ctx.threshold("min_gemm_fraction"):
             return
         pred = ctx.predict(RemedyId.PAD_GEMM_SHAPES)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, odd.time_per_step_us - odd.predicted_per_step_us, "Misaligned matmul shapes", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         shapes = "; ".join(
             f"M={s['m']} K={s['k']} N={s['n']}"
@@ -78,7 +86,7 @@ class MisalignedGemmShapes(Rule):
         )
         message = (
             f"bf16/fp16 matmuls with dimensions that are not multiples of 8 take {cm.ms(odd.time_per_step_us)} per "
-            f"step ({cm.pct(odd.time_per_step_us / step_us)} of the step): {shapes}. Padded, they would run at the "
+            f"step ({cm.pct(share)} of the step): {shapes}. Padded, they would run at the "
             f"{cm.pct(odd.reference_fraction)} of their roofline this run's aligned GEMMs reach: about "
             f"{cm.ms(odd.predicted_per_step_us)} per step. "
             + cm.prediction_sentence(pred, "the shapes padded to multiples of 8")
@@ -103,11 +111,11 @@ class MisalignedGemmShapes(Rule):
         )
         yield self.finding(
             impact=impact,
-            title=f"Misaligned matmul shapes ({cm.pct(odd.time_per_step_us / step_us)} of the step): padding saves {cm.pct(impact)}",
+            title=f"Misaligned matmul shapes ({cm.pct(share)} of the step): padding saves {cm.pct(impact)}",
             message=message,
             evidence={
                 "misaligned_time_per_step_us": odd.time_per_step_us,
-                "misaligned_fraction": odd.time_per_step_us / step_us,
+                "misaligned_fraction": share,
                 "padded_time_per_step_us": odd.predicted_per_step_us,
                 "aligned_roofline_fraction": odd.reference_fraction,
                 "shapes": odd.shapes,

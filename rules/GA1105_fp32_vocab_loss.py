@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel.busy import vocab_loss
@@ -26,14 +27,17 @@ class Fp32VocabLoss(Rule):
     How it is detected
     ------------------
     The logits: a bf16/fp16 GEMM [rows, d] x [d, V] with V >= `min_vocab` (the LM head) in a run whose
-    GEMM time is mostly bf16/fp16, followed by ops on FP32 [rows, V] tensors (an upcast `.float()`,
-    autocast running log_softmax/cross_entropy in float32, or a hand-written logsumexp). The pattern is
-    every non-GEMM kernel whose op reads a [rows, V] tensor (the upcast, log_softmax or logsumexp,
-    the gather/nll_loss and every backward). PyTorch's own `F.cross_entropy` under autocast (which runs
+    GEMM time is mostly bf16/fp16, followed by ops on FP32 [rows, V] tensors. The pattern is every
+    non-GEMM kernel whose op reads a [rows, V] tensor (the upcast, the log-softmax, the gather/nll_loss
+    and every backward). Only a cross-entropy is this pattern: the recorded ops over the logits must
+    hold a log-softmax over the class axis V written by hand (an `exp` or `logsumexp` over the logits,
+    or the log of their softmax; PyTorch's own log_softmax is one fused kernel with no separate exp).
+    Another loss over a wide output (a squared error, a regression loss written by hand) is not a
+    vocabulary loss and has another remedy. PyTorch's own `F.cross_entropy` under autocast (which runs
     log_softmax and nll_loss in float32 by policy, the documented mixed-precision recipe; an explicit
-    `.float()` before it costs the same) is not reported: the pattern needs hand-written FP32
-    arithmetic on the logits (a log-sum-exp by hand, subtractions, exp...). Fires when it takes at least
-    `min_loss_fraction` of the step and the replay recovers at least `min_impact`.
+    `.float()` before it costs the same) is the standard path: the fused alternatives were not measured
+    against it, so it is not reported. Fires when the pattern takes at least `min_loss_fraction` of the
+    step and the replay recovers at least `min_impact`.
 
     Impact: the replay with those kernels shrunk to what `F.cross_entropy` on the bf16 logits moves:
     12 bytes per logit (log_softmax reads and writes them, its backward reads two and writes one,
@@ -69,17 +73,24 @@ class Fp32VocabLoss(Rule):
         if win.count == 0:
             return
         v = vocab_loss(model, min_vocab=int(ctx.threshold("min_vocab")))
-        step_us = win.median_step_us
-        if v is None or step_us <= 0 or v.time_per_step_us / step_us < ctx.threshold("min_loss_fraction"):
+        if v is None:
+            return
+        share = kb.step_share(ctx, v.time_per_step_us)
+        if share < ctx.threshold("min_loss_fraction"):
             return
         pred = ctx.predict(RemedyId.FUSED_CROSS_ENTROPY)
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, v.time_per_step_us - v.predicted_per_step_us, "FP32 loss over a large vocabulary", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         ops = ", ".join(f"{op} {cm.ms(us)}" for op, us in list(v.ops.items())[:6])
         message = (
             f"The loss over [{v.rows}, {v.vocab}] logits runs in FP32 in a bf16/fp16 run: {cm.ms(v.time_per_step_us)} "
-            f"of memory-bound kernels per step ({cm.pct(v.time_per_step_us / step_us)} of the step): {ops}. A fused "
+            f"of memory-bound kernels per step ({cm.pct(share)} of the step): {ops}. A fused "
             f"cross-entropy on the bf16 logits needs about {cm.ms(v.predicted_per_step_us)}. "
             + cm.prediction_sentence(pred, "a fused cross-entropy")
             + cm.note_uncorrected(pred)
@@ -90,13 +101,13 @@ class Fp32VocabLoss(Rule):
         ]
         yield self.finding(
             impact=impact,
-            title=f"FP32 loss over a {v.vocab}-word vocabulary ({cm.pct(v.time_per_step_us / step_us)} of the step): a fused cross-entropy saves {cm.pct(impact)}",
+            title=f"FP32 loss over a {v.vocab}-word vocabulary ({cm.pct(share)} of the step): a fused cross-entropy saves {cm.pct(impact)}",
             message=message,
             evidence={
                 "rows": v.rows,
                 "vocab": v.vocab,
                 "loss_time_per_step_us": v.time_per_step_us,
-                "loss_fraction": v.time_per_step_us / step_us,
+                "loss_fraction": share,
                 "fused_time_per_step_us": v.predicted_per_step_us,
                 "ops_us": {k: round(x, 1) for k, x in v.ops.items()},
                 "step_time_ms": pred.baseline_step_ms,

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel.busy import memory_chains
@@ -75,25 +76,30 @@ class UnfusedElementwiseChains(Rule):
         if win.count == 0:
             return
         chains = memory_chains(model)
-        step_us = win.median_step_us
-        if chains is None or step_us <= 0:
+        if chains is None:
             return
+        share = kb.step_share(ctx, chains.time_per_step_us)
         if chains.chains_per_step < ctx.threshold("min_chains_per_step"):
             return
-        if chains.time_per_step_us / step_us < ctx.threshold("min_chain_fraction"):
+        if share < ctx.threshold("min_chain_fraction"):
             return
         if model.idle_share("launch_overhead") >= ctx.threshold("max_launch_idle_fraction"):
             return  # launch-bound: GA501 prices torch.compile with CUDA graphs
         pred = ctx.predict(RemedyId.TORCH_COMPILE, mode="default")
         impact = pred.recovered_fraction
         if impact < ctx.threshold("min_impact"):
+            note = kb.unpriced_on_raw_trace(
+                self, ctx, pred, chains.time_per_step_us - chains.predicted_per_step_us, "Unfused elementwise chains", ctx.threshold("min_impact")
+            )
+            if note is not None:
+                yield note
             return
         ops = ", ".join(f"{op} {cm.ms(us)}" for op, us in list(chains.ops.items())[:6])
         message = (
             f"{chains.chains_per_step:g} chains per step of memory-bound kernels from primitive operators or a "
             f"hand-written attention's scale/mask/softmax (up to "
             f"{chains.longest} in a row) take {cm.ms(chains.time_per_step_us)} per step "
-            f"({cm.pct(chains.time_per_step_us / step_us)} of the step): {ops}. Fused, each chain moves the bytes of its "
+            f"({cm.pct(share)} of the step): {ops}. Fused, each chain moves the bytes of its "
             f"largest kernel once: about {cm.ms(chains.predicted_per_step_us)} per step. "
             + cm.prediction_sentence(pred, "torch.compile fusing each chain")
             + cm.note_uncorrected(pred)
@@ -113,7 +119,7 @@ class UnfusedElementwiseChains(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"Unfused elementwise chains ({cm.pct(chains.time_per_step_us / step_us)} of the step): "
+                f"Unfused elementwise chains ({cm.pct(share)} of the step): "
                 f"torch.compile saves {cm.pct(impact)}"
             ),
             message=message,
@@ -121,7 +127,7 @@ class UnfusedElementwiseChains(Rule):
                 "chains_per_step": chains.chains_per_step,
                 "longest_chain": chains.longest,
                 "chain_time_per_step_us": chains.time_per_step_us,
-                "chain_fraction": chains.time_per_step_us / step_us,
+                "chain_fraction": share,
                 "fused_time_per_step_us": chains.predicted_per_step_us,
                 "ops_us": {k: round(v, 1) for k, v in list(chains.ops.items())[:8]},
                 "step_time_ms": pred.baseline_step_ms,

@@ -38,6 +38,14 @@ class DataloaderStall(Rule):
     still reported, rated by the measured share of the step spent waiting, "gain not modeled" (facts
     before remedies). Steps that carry an epoch's worker restart are left to GA303.
 
+    A loader whose workers deliver in bursts (they start together and take as long per batch) makes
+    every num_workers-th step wait: the median step shows no wait, the mean step the user pays does.
+    The capture times every step and its wait in `__next__`; when those stalls are the loader's, the
+    loop runs at the loader's pace (the mean step less the costs between steps), the finding is priced
+    on the run's mean step, and more workers are predicted from the rates: N workers deliver N batches
+    in the time one takes, so the pace scales by now/new until the loop's own step is the slower one
+    (docs/model.md, "The run's mean step").
+
     How to fix
     ----------
     Load in worker processes, pin memory, keep workers alive across epochs. Before::
@@ -109,6 +117,16 @@ class DataloaderStall(Rule):
                 wait_kept = float(spans.covered(win.starts[keep], win.ends[keep]).sum())
                 total_kept = float((win.ends[keep] - win.starts[keep]).sum())
                 steady = share * (wait_kept / wait_us) * (win.total_us / total_kept) if total_kept > 0 else share
+        stalls = timing.stalls if timing is not None and timing.stalls is not None else None
+        run_share = None
+        if stalls is not None and stalls.cause == "data" and timing is not None and timing.mean_step_ms > 0:
+            # the loader's cost as the run pays it: a share of the mean step (issue 38), the wait the
+            # capture timed in every step when it did, else the stalls' excess
+            run_share = stalls.per_step_ms / timing.mean_step_ms
+            waits = cm.run_data_wait_ms(ctx)
+            if waits is not None:
+                run_share = max(run_share, min(1.0, waits / timing.mean_step_ms))
+            steady = run_share
         facts_floor = ctx.threshold("min_share_unmodeled")
         if impact < floor and steady < facts_floor:
             return
@@ -213,13 +231,34 @@ class DataloaderStall(Rule):
                 f"({cm.of_profiled_step(win.share(wait_us), win.median_step_us)}; CPU-only run: the wait is "
                 "on the critical path). "
             )
-        if restart is not None and steady < share:
+        if run_share is not None and stalls is not None and timing is not None:
+            every = (
+                f"every {stalls.pattern.period}th step waits" if stalls.pattern.period else
+                f"{stalls.pattern.count} of {stalls.steps_timed} steps wait"
+            )
+            title = (
+                f"The loop waits for data {cm.pct(run_share)} of the {cm.ms(timing.mean_step_ms * 1000)} mean step "
+                f"({every} {cm.ms(stalls.pattern.mean_excess_ms * 1000)} longer); the fix is predicted to save "
+                f"{cm.pct(impact)}"
+            )
+            seen = (
+                f"Over the {stalls.steps_timed} steps the capture timed without the profiler, {stalls.pattern.count} "
+                f"waited {cm.ms(stalls.pattern.mean_excess_ms * 1000)} more than the median step "
+                f"({cm.ms(timing.typical_step_ms * 1000)}), in DataLoader __next__: the workers deliver in bursts "
+                f"and the loop runs at their pace, {cm.ms((timing.loader_interval_ms or 0.0) * 1000)} a batch "
+                f"on average. In the profiled window the host spent {cm.ms(win.per_step(wait_us))} per step in "
+                "__next__. "
+            )
+        elif restart is not None and steady < share:
             title = (
                 f"The {'GPU waits' if gpu else 'step waits'} for data {cm.pct(steady)} of each step besides the "
                 "epoch restarts"
             )
         if not modeled:
-            title += " (gain not modeled)"
+            # the title's remedy clause would promise what the model does not: say what it gives
+            title = title.rsplit("; the fix is predicted to save", 1)[0] + (
+                f"; more workers are predicted to recover {cm.pct(impact)} (gain not modeled)"
+            )
         yield self.finding(
             impact=impact if modeled else steady,
             title=title,
@@ -243,6 +282,8 @@ class DataloaderStall(Rule):
                 "framework": fw.name,
                 "measured_share": share,
                 "measured_share_without_epoch_restarts": steady if restart is not None else None,
+                "run_stall_share": run_share,
+                "stalls": stalls.to_dict() if stalls is not None else None,
                 "gain_modeled": modeled,
             },
             recommendation=rec,

@@ -7,6 +7,7 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import periodic as pc
+from gpuadvisor.stepmodel.saves import background_save, kept_per_step_ms
 from gpuadvisor.words import change
 
 # cause -> (remedy id or None, what to change)
@@ -58,6 +59,12 @@ class PeriodicStepCosts(Rule):
     iteration 0) is shown in the run summary with its cost, not as a finding. Causes without a
     modeled remedy (garbage collection, unknown) are reported with the measured share, "gain not
     modeled".
+
+    A checkpoint's remedy, a save in the background, is priced as what it still costs the loop
+    (gpuadvisor.stepmodel.saves): the copy of the saved GPU tensors (recorded by the capture; else the
+    file's size, an upper bound) to pinned memory at the pinned copy rate stays on the step, the rest
+    of the save runs while the next steps do, and a write longer than the steps until the next save
+    makes that save wait. The finding's impact is that gain; not saving at all is quoted beside it.
 
     How to fix
     ----------
@@ -146,21 +153,59 @@ class PeriodicStepCosts(Rule):
                     impact_explanation="The measured share of the run; the gain of a remedy is not modeled.",
                 )
                 continue
-            pred = ctx.model.predict_without(cost, remedy.value)
-            yield self.finding(
-                impact=pred.recovered_fraction,
-                title=f"{pc.CAUSE_LABELS[cost.cause].capitalize()} every {cost.period_steps} steps: {cm.pct(cost.share)} of the run",
-                message=message
-                + f" Without it: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per step on average "
-                f"({cm.times(pred.speedup)}); doing it half as often recovers half of that.",
-                evidence={**evidence, "gain_modeled": True},
-                recommendation=fix + f" Removing it entirely gains {cm.pct(pred.recovered_fraction)} of the run.",
-                locations=locations,
-                impact_explanation=(
+            removal = ctx.model.predict_without(cost, remedy.value)
+            price = background_save(ctx.model, cost) if cost.period_steps else None
+            if price is None:
+                pred = removal
+                message += (
+                    f" Without it: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per step on average "
+                    f"({cm.times(pred.speedup)}); doing it half as often recovers half of that."
+                )
+                explanation = (
                     f"The measured {pc.CAUSE_LABELS[cost.cause]} time ({cm.ms(cost.each_ms * 1000)} every "
                     f"{cost.period_steps} steps) against the run's mean step ({pred.baseline_step_ms:.2f} ms, from the "
                     f"{timing.steps_observed} timed steps): what not doing it at all recovers (an upper bound)."
-                ),
+                )
+                rec = fix + f" Removing it entirely gains {cm.pct(pred.recovered_fraction)} of the run."
+            else:
+                pred = ctx.model.predict_without(
+                    cost, remedy.value, kept_per_step_ms=kept_per_step_ms(ctx.model, cost)
+                )
+                what_bytes = "its GPU tensors" if price.bytes_basis == "gpu_tensors" else "the saved file's size"
+                message += (
+                    f" Saved in the background, the copy to pinned memory stays on the step: {price.bytes_copied / 1e9:.2f} GB "
+                    f"({what_bytes}) at {price.pinned_gbps:.0f} GB/s ({price.pinned_gbps_source}), about "
+                    f"{cm.ms(price.copy_ms * 1000)} per save; the rest (pickling and writing, at most "
+                    f"{cm.ms(price.write_ms * 1000)}) runs during the {cost.period_steps} steps until the next save "
+                    f"({cm.ms(price.window_ms * 1000)})"
+                    + (
+                        f", {cm.ms(price.wait_ms * 1000)} too long: the next save waits for it"
+                        if price.wait_ms > 0
+                        else ""
+                    )
+                    + f". That makes {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per step on average "
+                    f"({cm.times(pred.speedup)}); not saving at all: {change(removal.baseline_step_ms, removal.predicted_step_ms, 'ms')} "
+                    f"({cm.times(removal.speedup)}). The background write's use of the CPU is not modeled."
+                )
+                explanation = (
+                    f"The measured save ({cm.ms(cost.each_ms * 1000)} every {cost.period_steps} steps) against the run's "
+                    f"mean step ({pred.baseline_step_ms:.2f} ms, from the {timing.steps_observed} timed steps), with what "
+                    "an asynchronous save still costs the loop: the copy to pinned memory, and the wait for a write "
+                    "longer than the steps between saves."
+                )
+                rec = (
+                    fix + f" In the background it gains {cm.pct(pred.recovered_fraction)} of the run; not saving at all "
+                    f"{cm.pct(removal.recovered_fraction)}."
+                )
+                evidence["async_save"] = price.to_dict()
+            yield self.finding(
+                impact=pred.recovered_fraction,
+                title=f"{pc.CAUSE_LABELS[cost.cause].capitalize()} every {cost.period_steps} steps: {cm.pct(cost.share)} of the run",
+                message=message,
+                evidence={**evidence, "gain_modeled": True},
+                recommendation=rec,
+                locations=locations,
+                impact_explanation=explanation,
                 remedy=remedy,
                 prediction=pred,
             )

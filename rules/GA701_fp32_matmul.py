@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from gpuadvisor.hardware import low_precision_data
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
@@ -110,7 +111,9 @@ class Fp32Matmul(Rule):
         )
         tc_us = sum(r["time_us"] for r in rows if r["tensor_core"] is True)
         fp32_us = sum(r["time_us"] for r in fp32)
-        fp32_fraction = fp32_us / win.total_us
+        # shares of the replayed step, at most 1 (kb.step_share): a GPU-bound trace whose host ran ahead
+        # puts more kernel time in its steps than their CPU time (compiled_vit read "148% of the step")
+        fp32_fraction = kb.step_share(ctx, fp32_us / win.count)
         if not fp32 or fp32_fraction < ctx.threshold("min_fp32_fraction"):
             return
         pred = ctx.predict(RemedyId.BF16_AUTOCAST)
@@ -123,7 +126,7 @@ class Fp32Matmul(Rule):
         fw = cm.framework(ctx)
         evidence = {
             "compute_capability": cc,
-            "matmul_time_fraction": mm_us / win.total_us,
+            "matmul_time_fraction": kb.step_share(ctx, mm_us / win.count),
             "fp32_matmul_fraction": fp32_fraction,
             "fp32_share_of_matmul_time": fp32_us / mm_us if mm_us else None,
             "tensor_core_share_of_matmul_time": tc_us / mm_us if mm_us else None,
@@ -145,7 +148,7 @@ class Fp32Matmul(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"FP32 matmuls on a tensor-core GPU ({cm.of_profiled_step(fp32_fraction, win.median_step_us)}): "
+                f"FP32 matmuls on a tensor-core GPU ({cm.pct(fp32_fraction)} of the {cm.ms(kb.step_us(ctx))} replayed step): "
                 f"bf16 for them and the elementwise kernels is predicted to save {cm.pct(impact)}"
             ),
             message=message,
@@ -202,7 +205,7 @@ def _message(
     top = fp32[0]
     steps = win.count
     return (
-        f"{cm.of_profiled_step(fp32_fraction, win.median_step_us)} is matmul/conv work in plain FP32 on "
+        f"{cm.pct(fp32_fraction)} of the replayed step is matmul/conv work in plain FP32 on "
         "CUDA cores "
         f"({gw.pct(share_of_matmul)} of matmul time) on a compute capability {cc:.1f} "
         f"GPU with tensor cores. Largest: {gw.short_kernel_name(top['name'], 90)} "

@@ -4,19 +4,45 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.stepmodel import build as sb
 
 _ALLOC_RE = re.compile(
     r"^(cudaMalloc|cudaFree|cudaMallocAsync|cudaFreeAsync|cuMemAlloc|cuMemFree|cudaHostAlloc|"
     r"cudaMallocHost|cudaFreeHost|cuMemHostAlloc|cuMemCreate|cuMemMap|cuMemUnmap|cuMemRelease)"
 )
 _HOST_RE = re.compile(r"Host")
+_FREE_RE = re.compile(r"^(cudaFree|cuMemFree|cuMemUnmap|cuMemRelease)(?!Host)")
+
+
+def _outside_ops(ctx: RuleContext, frees: Any) -> float:
+    """The share of the free calls' time spent outside every cpu op of their thread: freed from host code
+    between ops (torch.cuda.empty_cache()), not by an op's allocation retry."""
+    # lazy: numpy stays out of `gpuadvisor rules`
+    import numpy as np
+
+    if len(frees) == 0:
+        return 0.0
+    ops = ctx.trace.cpu_ops
+    ts = frees["ts"].to_numpy(dtype=np.float64)
+    dur = frees["dur"].to_numpy(dtype=np.float64)
+    tid = frees["tid"].astype("float64").to_numpy()
+    inside = np.zeros(len(frees), dtype=bool)
+    if len(ops):
+        o_ts = ops["ts"].to_numpy(dtype=np.float64)
+        o_end = ops["end"].to_numpy(dtype=np.float64)
+        o_tid = ops["tid"].astype("float64").to_numpy()
+        for t in np.unique(tid).tolist():
+            mine, on = tid == t, o_tid == t
+            inside[mine] = sb.within(o_ts[on], o_end[on], ts[mine])
+    total = float(dur.sum())
+    return float(dur[~inside].sum()) / total if total > 0 else float((~inside).mean())
 
 
 class AllocatorChurn(Rule):
@@ -37,9 +63,14 @@ class AllocatorChurn(Rule):
     analyzed steps (the first, warm-up step is excluded), present in at least `min_step_share` of
     the steps, costing at least `min_fraction` of step time.
 
-    Impact: the step time recovered in a replay of the analyzed steps without these calls (their host
-    time gone, and cudaFree no longer waiting for the device): what a steady-state cache, e.g. with
-    `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` and no empty_cache() in the loop, gives.
+    Impact: the step time recovered in a replay of the analyzed steps without these calls: their driver
+    time gone (a call's time beyond a typical call is the driver's, kept out of the profiler
+    correction), and cudaFree no longer waiting for the device (the idle after it goes with it). The
+    remedy named is the one the calls point to: frees outside any op (host code between ops: what
+    `torch.cuda.empty_cache()` does) are removed by taking that call out of the loop
+    (`remove_empty_cache`, which `gpuadvisor verify --only no_empty_cache` measures); frees inside ops
+    (the allocator freeing its cache to retry a failed allocation, shapes that vary) by a steady cache,
+    e.g. `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (`expandable_segments`).
 
     How to fix
     ----------
@@ -103,12 +134,23 @@ class AllocatorChurn(Rule):
                 "pinned host allocations: do not call .pin_memory() on fresh tensors each step; use "
                 "DataLoader(pin_memory=True) or reuse one pinned buffer"
             )
-        pred = ctx.predict(RemedyId.EXPANDABLE_SEGMENTS)
+        frees = calls[calls["name"].astype(str).str.match(_FREE_RE)]
+        outside = _outside_ops(ctx, frees)
+        empty_cache = device and len(frees) > 0 and outside >= 0.5
+        remedy = RemedyId.REMOVE_EMPTY_CACHE if empty_cache else RemedyId.EXPANDABLE_SEGMENTS
+        if empty_cache:
+            causes.insert(
+                0,
+                f"the cache emptied in the loop: {gw.pct(outside, 0)} of the cudaFree time runs outside any op, "
+                "as torch.cuda.empty_cache() does: remove that call (the caching allocator reuses its blocks; "
+                "each call frees them, synchronizing the device, and the next step allocates them again)",
+            )
+        pred = ctx.predict(remedy)
         # a raw trace without launch threads (CPU-only) has nothing to replay: the calls' own time is the cost
         impact = pred.recovered_fraction if ctx.model.program.steps else fraction
         yield self.finding(
             impact=impact,
-            remedy=RemedyId.EXPANDABLE_SEGMENTS,
+            remedy=remedy,
             prediction=pred if ctx.model.program.steps else None,
             title=f"Allocator churn: {sum(per_step.values()):.1f} allocation calls per step ({gw.pct(fraction, 1)} of step time)",
             message=(
@@ -122,10 +164,13 @@ class AllocatorChurn(Rule):
                 "steps_with_calls": steps_with,
                 "steps_analyzed": window.count,
                 "alloc_time_fraction": fraction,
+                "free_time_outside_ops_fraction": outside,
             },
             recommendation="Fix the source of " + "; and of ".join(causes) + ".",
             locations=[Location(function=n, detail={"per_step": c}) for n, c in sorted(per_step.items())],
             impact_explanation=cm.impact_explanation(
-                pred, "the allocation calls gone from steady-state steps"
+                pred,
+                "the allocation calls gone from steady-state steps (their driver time and cudaFree's waits)"
+                + (": torch.cuda.empty_cache() taken out of the loop" if empty_cache else ""),
             ),
         )

@@ -168,15 +168,15 @@ class SyntheticTrace:
         external_id: int | None = None,
         seq: int | None = None,
         tid: int | None = None,
+        without_seq: bool = False,
     ) -> int:
         """A cpu_op (aten op). Returns its external id. Its autograd "Sequence number" is `seq` (default:
-        the external id); `tid` its thread (default: the main thread)."""
+        the external id; none with `without_seq`: an op run with grad mode off, such as a backward
+        formula's); `tid` its thread (default: the main thread)."""
         ext = external_id if external_id is not None else self.new_external_id()
-        args: dict[str, Any] = {
-            "External id": ext,
-            "Sequence number": ext if seq is None else seq,
-            "Fwd thread id": 0,
-        }
+        args: dict[str, Any] = {"External id": ext}
+        if not without_seq:
+            args.update({"Sequence number": ext if seq is None else seq, "Fwd thread id": 0})
         if input_dims is not None:
             args["Input Dims"] = [list(d) for d in input_dims]
         if input_types is not None:
@@ -255,6 +255,7 @@ class SyntheticTrace:
         op_ts: float | None = None,
         op_dur: float | None = None,
         op_seq: int | None = None,
+        op_without_seq: bool = False,
         launch_tid: int | None = None,
         with_args: bool = True,
         num_sms: int = 132,
@@ -276,6 +277,7 @@ class SyntheticTrace:
                 flops=op_flops,
                 seq=op_seq,
                 tid=launch_tid,
+                without_seq=op_without_seq,
             )
         self.add_runtime(launch_name, lts, launch_dur, correlation=corr, external_id=ext, tid=launch_tid)
         blocks = grid[0] * grid[1] * grid[2]

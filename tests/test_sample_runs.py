@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from gpuadvisor.result import AnalysisResult
+from gpuadvisor.testing import share_fields_over_one, shares_over_the_whole
 from tests.compared import same_number_comparisons
 from tests.sample_results import analyzed
 
@@ -199,11 +200,12 @@ def test_the_headline_step_is_the_unprofiled_one() -> None:
 )
 def test_a_title_whose_share_is_not_the_impact_says_which_is_which(run: str, rule: str) -> None:
     """Issue 30 item 3: "waits for data 44%" with an impact of 88%, "FP32 matmuls (8% of the step):
-    bf16 saves 15%". The share is of the profiled trace's step; the impact a predicted gain on the
-    replayed unprofiled step: the title names both."""
+    bf16 saves 15%". The share is of the profiled trace's step (GA301) or of the replayed step (GA701's
+    kernel time: issue 41), the impact a predicted gain on the run's unprofiled step: the title names both."""
     f = next(f for f in _result(run).findings if f.rule == rule)
     assert f.impact is not None
-    assert "profiled step" in f.title and f"predicted to save {100 * f.impact:.0f}%" in f.title, f.title
+    step = "replayed step" if rule == "GA701" else "profiled step"
+    assert step in f.title and f"predicted to save {100 * f.impact:.0f}%" in f.title, f.title
 
 
 @pytest.mark.parametrize(
@@ -229,15 +231,19 @@ def test_ddp_straggler_is_found_across_real_nccl_ranks() -> None:
     top = result.findings[0]
     assert top.rule == "GA1002" and top.severity.value == "high", [f.rule for f in result.findings]
     assert top.evidence["straggler_rank"] == 1
-    # Inside the window rank 1 is 212 ms late; the unprofiled steps (72 ms) bound it to 63 ms without the
-    # profiler: 88% of the step, where the fix measured 9.86x (90% recovered).
+    # Inside the window rank 1 is 97 ms late (the profiler's stop is in no step); the unprofiled steps
+    # (72 ms) bound it to 66 ms without the profiler: 91% of the step, where the fix measured 9.86x (90%
+    # recovered).
     assert top.evidence["late_ms_per_step"] < top.evidence["late_ms_per_step_in_window"]
-    assert top.impact == pytest.approx(0.88, abs=0.03)
-    # The fixed run's lateness (17 ms, inside the window only: at most 2.5 ms outside it) is the
-    # profiler's: info, no gain claimed (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
+    assert top.impact == pytest.approx(0.90, abs=0.03)
+    # The fixed run's lateness (10.6 ms, inside the window only) is the profiler's: outside it the
+    # unprofiled step (9.6 ms) leaves at most 5.0 ms beyond the others' compute and the collective, half
+    # the step, what a healthy job's host overhead leaves (it runs without a straggler plain): info, no
+    # gain claimed (issue 16; see sample_runs/ddp_straggler-fixed/README.md).
     fixed = [f for f in _result("ddp_straggler-fixed").findings if f.rule == "GA1002"]
     assert len(fixed) == 1 and fixed[0].severity.value == "info" and fixed[0].impact is None
-    assert fixed[0].evidence["max_late_ms_per_step_outside_window"] < 0.5 * fixed[0].evidence["unprofiled_step_ms"]
+    ev = fixed[0].evidence
+    assert ev["max_late_ms_per_step_outside_window"] < 0.6 * ev["unprofiled_step_ms"]
 
 
 # The recordings whose batches change shape from step to step: varlen_memory pads each batch to its
@@ -407,3 +413,67 @@ def test_no_finding_compares_a_number_with_itself(run: str) -> None:
         for text in (f.title, f.message, f.recommendation, f.impact_explanation or ""):
             assert not same_number_comparisons(text), (f.rule, text)
         assert not re.search(r"(\d+\.\d+) ms per step now, \1 ms per step at", f.message), (f.rule, f.message)
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(n, marks=() if n in {f"{q}-planted" for q in QUICK} else pytest.mark.slow)
+        for n in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+    ],
+)
+def test_no_share_of_a_whole_passes_100_percent(run: str) -> None:
+    """No "N% of the step/run", "saves N%" above 100% in a finding's words, and no share field above 1 in
+    the result's JSON (findings and metrics): issue 41's "FP32 loss ... (169% of the step)"."""
+    result = _result(run)
+    for f in result.findings:
+        assert not shares_over_the_whole(f), (f.rule, shares_over_the_whole(f))
+    assert not share_fields_over_one(result.to_dict().get("metrics"), "metrics")
+
+
+@pytest.mark.slow
+def test_the_profilers_stop_is_in_no_step_and_no_finding() -> None:
+    """Every recording ends with one `cudaDeviceSynchronize` right after the last ProfilerStep: the
+    profiler's stop, called from the capture's step hook, waiting for the GPU's backlog (0.1-232 ms).
+    It is the tool's cost: outside every analyzed step, in no host wait a rule reads, and GA202 never
+    reports it (it did: "explicit synchronize at dlrm.py:156 opt.step()" on dlrm-fixed, whose script
+    never synchronizes)."""
+    runs = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
+    checked = 0
+    for run in runs:
+        result = _result(run)
+        detail = result.metrics_detail
+        if detail is None or result.source.ranks != (0,):
+            continue
+        model = detail.model
+        trace = model.trace
+        rt = trace.runtime
+        last_cpu_end = float(trace.steps["cpu_end"].max())
+        stop = rt[(rt["ts"] >= last_cpu_end) & rt["name"].astype(str).str.contains("DeviceSynchronize")]
+        assert len(stop) == 1, run
+        ts = float(stop["ts"].iloc[0])
+        assert not ((model.window.starts <= ts) & (ts < model.window.ends)).any(), run
+        host = model.host
+        assert not ((host["ts"] == ts) & (host["step"] >= 0)).any(), run
+        assert all(f.rule != "GA202" for f in result.findings), (run, [f.title for f in result.findings])
+        checked += 1
+    assert checked >= 70
+
+
+def test_timms_bursty_loader_is_priced_on_the_mean_step() -> None:
+    """timm's train.py (ResNet-50, b128, 4 workers) on an H200 (issue 38): the workers deliver in bursts,
+    every 4th step waits; the run is priced on its mean step and 8 workers are predicted from the
+    loader's pace. Measured on the same host in the same session: -j 8 saved 25.0% (93.1 -> 69.8 ms)."""
+    from gpuadvisor.remedies import RemedyId
+    from gpuadvisor.stepmodel.predict import predict
+
+    result = _result("timm_resnet50_j4-real")
+    m = result.metrics
+    assert m["run_stall_cause"] == "data" and m["run_stall_period"] == 4
+    assert m["run_mean_step_ms"] > 1.3 * m["run_median_step_ms"]
+    top = result.findings[0]
+    assert top.rule == "GA301" and top.severity.value == "high" and "mean step" in top.title
+    assert result.metrics_detail is not None
+    model = result.metrics_detail.model
+    eight = predict(model, RemedyId.DATALOADER_WORKERS, workers=8, current_workers=4).recovered_fraction
+    assert abs(eight - (1 - 69.8 / 93.1)) <= 0.10, eight

@@ -5,7 +5,10 @@ like the user's training loop around a model it imports, as real scripts import 
   out here because the CPU test machine has no torchvision.
 - `GPT`: a GPT-2-style decoder whose attention is either hand-written (`attention="manual"`: q @ k^T,
   scale, masked_fill, softmax in float32, @ v, the way many research codebases and tutorials write it) or
-  `F.scaled_dot_product_attention` (`attention="sdpa"`).
+  `F.scaled_dot_product_attention` (`attention="sdpa"`); `checkpoint=True` runs every block under
+  `torch.utils.checkpoint` (activation checkpointing).
+- `GNUNet`, `GNDecoder`: conv nets of GroupNorm blocks with `F.interpolate` upsampling (the op families
+  whose channels_last speed issue 41 measures), a UNet and a VAE-style decoder.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 # --- ResNet-50 ------------------------------------------------------------------------------------------
 
@@ -118,8 +122,9 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(self, vocab: int, seq: int, d_model: int, n_layers: int, n_heads: int,
-                 attention: str = "sdpa") -> None:
+                 attention: str = "sdpa", checkpoint: bool = False) -> None:
         super().__init__()
+        self.checkpoint = checkpoint
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq, d_model)
         self.blocks = nn.Sequential(*[Block(d_model, n_heads, seq, attention) for _ in range(n_layers)])
@@ -132,7 +137,67 @@ class GPT(nn.Module):
 
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.ln_f(self.blocks(self.tok(idx) + self.pos(pos)))
+        x = self.tok(idx) + self.pos(pos)
+        if not self.checkpoint:
+            return self.ln_f(self.blocks(x))
+        for block in self.blocks:  # activation checkpointing, as fine-tuning recipes switch it on
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.hidden(idx))
+
+
+# --- GroupNorm / interpolate conv nets (issue 41: channels_last measured slower on such a net) ---------
+
+def gn_block(cin: int, cout: int, groups: int = 32) -> nn.Sequential:
+    """3x3 convolution, GroupNorm, SiLU: the building block of diffusion UNets and VAE decoders."""
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(min(groups, cout), cout), nn.SiLU())
+
+
+class GNUNet(nn.Module):
+    """A UNet of GroupNorm blocks: average-pool downsampling, bilinear `F.interpolate` upsampling and skip
+    concatenations (no BatchNorm, no transposed convolutions)."""
+
+    def __init__(self, width: int, levels: int = 4, out: int = 3) -> None:
+        super().__init__()
+        w = [width * 2**i for i in range(levels)]
+        self.inc = gn_block(3, w[0])
+        self.downs = nn.ModuleList([nn.Sequential(gn_block(w[i], w[i + 1]), gn_block(w[i + 1], w[i + 1]))
+                                    for i in range(levels - 1)])
+        self.ups = nn.ModuleList([nn.Sequential(gn_block(w[i + 1] + w[i], w[i]), gn_block(w[i], w[i]))
+                                  for i in reversed(range(levels - 1))])
+        self.outc = nn.Conv2d(w[0], out, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = [self.inc(x)]
+        for down in self.downs:
+            skips.append(down(F.avg_pool2d(skips[-1], 2)))
+        x = skips.pop()
+        for up in self.ups:
+            x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+            x = up(torch.cat([skips.pop(), x], dim=1))
+        return self.outc(x)
+
+
+class GNDecoder(nn.Module):
+    """A VAE-style decoder: a latent [B, C, h, w] through GroupNorm residual blocks and nearest-neighbour
+    `F.interpolate` upsampling to an image."""
+
+    def __init__(self, latent: int, width: int, ups: int = 3) -> None:
+        super().__init__()
+        self.inc = nn.Conv2d(latent, width * 2**ups, 3, padding=1)
+        stages = []
+        for i in reversed(range(ups)):
+            cin, cout = width * 2 ** (i + 1), width * 2**i
+            stages.append(nn.ModuleList([gn_block(cin, cout), gn_block(cout, cout)]))
+        self.stages = nn.ModuleList(stages)
+        self.outc = nn.Sequential(nn.GroupNorm(min(32, width), width), nn.SiLU(), nn.Conv2d(width, 3, 3, padding=1))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = self.inc(z)
+        for first, second in self.stages:
+            x = F.interpolate(x, scale_factor=2.0, mode="nearest")
+            x = first(x)
+            x = x + second(x)
+        return self.outc(x)

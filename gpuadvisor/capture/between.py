@@ -59,7 +59,8 @@ class StepEventLog:
         if self._pending:
             pending, self._pending = self._pending, []
             for start, end, calls in pending:
-                self.add("evaluation", start, max(0.0, end - start), {"forward_calls": calls})
+                # before the first optimizer step by definition, whatever counted steps meanwhile
+                self.add("evaluation", start, max(0.0, end - start), {"forward_calls": calls}, step=None)
 
     def close_evaluation(self, end: float) -> None:
         ev, self._eval_open = self._eval_open, None
@@ -73,8 +74,9 @@ class StepEventLog:
             # iteration 0) if it ever steps, else the model calls of an inference script (dropped)
             self._pending.append((start, end, calls))
 
-    def add(self, kind: str, start: float, seconds: float, detail: dict[str, Any]) -> None:
-        """One event, with its wall-clock start (from its perf_counter `start`) and the step it fell in."""
+    def add(self, kind: str, start: float, seconds: float, detail: dict[str, Any], **given: Any) -> None:
+        """One event, with its wall-clock start (from its perf_counter `start`) and the step it fell in
+        (`step=` given: that one)."""
         if kind not in ("evaluation", "gc") and self._eval_open is not None:
             # a checkpoint or a new epoch ends an evaluation pass; a gc pass inside it does not (the
             # collections during torch.compile's first call split nanoGPT's evaluation in two on an H200)
@@ -86,7 +88,7 @@ class StepEventLog:
         self.events.append(
             {
                 "kind": kind,
-                "step": self._current_step(),
+                "step": given["step"] if "step" in given else self._current_step(),
                 "start_unix_s": round(wall, 6),
                 "seconds": round(seconds, 6),
                 **detail,

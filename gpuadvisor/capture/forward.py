@@ -97,6 +97,11 @@ class ForwardTracker:
         self._skip_hook_once = False
         self._torch: Any = None
 
+    def in_call(self) -> bool:
+        """The main thread is inside an outermost module call (seen while the calls are discovered: the
+        first calls, among them a compiled model's first call, which compiles)."""
+        return self._depth > 0
+
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
         # lazy: torch is the optional `profile` extra, absent where only the analysis is installed

@@ -239,6 +239,8 @@ class Recorder:
         # Costs between steps (issue 27): `on_step_event(kind, start perf_counter, seconds, detail)` for
         # each DataLoader epoch start (iterator creation + its first batch), torch.save and long gc pass.
         self.on_step_event: Callable[[str, float, float, dict[str, Any]], None] | None = None
+        # the run the user pays for (issue 38): `on_data_wait(seconds)` after every DataLoader __next__
+        self.on_data_wait: Callable[[float], None] | None = None
         self._first_batch: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], float]] = (
             weakref.WeakKeyDictionary()
         )
@@ -607,7 +609,9 @@ class Recorder:
                         try:
                             return orig(it)
                         finally:
-                            self._epoch_start_event(pending, time.perf_counter() - t1)
+                            waited = time.perf_counter() - t1
+                            self._epoch_start_event(pending, waited)
+                            self._data_wait(waited)
                     if ready is not None and rec is not None:
                         profiled = _profiler_recording()
                         t0 = time.perf_counter()
@@ -618,7 +622,14 @@ class Recorder:
                             # its workers down here
                             self._epoch_end_event(rec, t0, time.perf_counter() - t0)
                             raise
-                        record_next_time(rec, ready, time.perf_counter() - t0, profiled)
+                        waited = time.perf_counter() - t0
+                        record_next_time(rec, ready, waited, profiled)
+                        self._data_wait(waited)
+                        return out
+                    if self.on_data_wait is not None:
+                        t0 = time.perf_counter()
+                        out = orig(it)
+                        self._data_wait(time.perf_counter() - t0)
                         return out
                 return orig(it)
 
@@ -627,6 +638,15 @@ class Recorder:
         self._patch(dlmod.DataLoader, "__init__", make_init, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod.DataLoader, "__iter__", make_iter, Suspect.DATALOADER_HOOKS)
         self._patch(dlmod._BaseDataLoaderIter, "__next__", make_next, Suspect.DATALOADER_HOOKS)
+
+    def _data_wait(self, seconds: float) -> None:
+        """The host waited `seconds` for a batch (`on_data_wait`: the capture times every step's wait)."""
+        cb = self.on_data_wait
+        if cb is not None and "dataloader next" not in self._disabled:
+            try:
+                cb(seconds)
+            except Exception as err:
+                self._failed("data wait", err)
 
     def _worker_probe(self, loader: Any, started: float) -> WorkerStartProbe | None:
         """A `worker_init_fn` that notes when each new worker process is ready (issue 27): the workers'
@@ -692,7 +712,7 @@ class Recorder:
                 try:
                     return orig(obj, f, *args, **kwargs)
                 finally:
-                    self._save_event(f, t0, time.perf_counter() - t0)
+                    self._save_event(f, t0, time.perf_counter() - t0, obj)
 
             return save
 
@@ -701,7 +721,7 @@ class Recorder:
             gc.callbacks.append(self._gc_callback)
             self._gc_installed = True
 
-    def _save_event(self, f: Any, t0: float, seconds: float) -> None:
+    def _save_event(self, f: Any, t0: float, seconds: float, obj: Any = None) -> None:
         sink = self.on_step_event
         if sink is None or "torch.save" in self._disabled:
             return
@@ -716,6 +736,10 @@ class Recorder:
             frame = self.user_frame(3)
             site = self.site(frame)
             detail = {"bytes": size, "file": site["file"], "line": site["line"], "code": site["code"]}
+            device = _device_bytes(obj)
+            if device is not None:
+                # what a save from pinned memory would still copy on the step (the async remedy's price)
+                detail["device_bytes"] = device
             if threading.current_thread() is not threading.main_thread():
                 detail["background"] = True  # saved from another thread: the training loop did not wait
             sink("checkpoint", t0, seconds, detail)
@@ -1036,3 +1060,31 @@ class Recorder:
             "window_steps": window_steps,
             "callsites": rows,
         }
+
+
+def _device_bytes(obj: Any, limit: int = 100_000) -> int | None:
+    """Bytes of the distinct GPU tensors in a saved object (dicts, lists and tuples of tensors: a
+    state_dict, {"model": ..., "optimizer": ...}); None when it holds none or is not such a container.
+    Bounded: at most `limit` items are looked at (a pathological object is not walked to the end)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [(obj, 0)]
+    looked = 0
+    while stack and looked < limit:
+        value, depth = stack.pop()
+        looked += 1
+        if isinstance(value, dict):
+            if depth < 8:
+                stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            if depth < 8:
+                stack.extend((v, depth + 1) for v in value)
+        elif getattr(value, "is_cuda", None) is True and hasattr(value, "untyped_storage"):
+            try:
+                ptr = int(value.untyped_storage().data_ptr())
+                if ptr not in seen:
+                    seen.add(ptr)
+                    total += int(value.untyped_storage().nbytes())
+            except Exception:  # a tensor subclass without storage: counted by its elements
+                total += int(value.numel()) * int(value.element_size())
+    return total or None

@@ -212,10 +212,12 @@ class CaptureSession:
         )
         self.recorder.off = self.off
         self.recorder.on_step_event = self._on_step_event
+        self.recorder.on_data_wait = self._on_data_wait
         self.recorder.worker_probe_path = str(self._worker_starts_path())
         self.recorder.install()
         self.tracker = ForwardTracker(self.recorder, self._on_forward)
         self.tracker.install()
+        self.steps.model_call_running = self.tracker.in_call
         self.frameworks = FrameworkRecorder(self.recorder)
         self.frameworks.install()
         self.steps.recorder = self.recorder
@@ -249,6 +251,10 @@ class CaptureSession:
         if self.is_origin():
             self.between.model_call(evaluating)
         self.steps.on_forward()
+
+    def _on_data_wait(self, seconds: float) -> None:
+        if self.is_origin():
+            self.window.add_data_wait(seconds)
 
     def _on_step_event(self, kind: str, start: float, seconds: float, detail: dict[str, Any]) -> None:
         """A cost between steps (`Recorder.on_step_event`), in this process only."""

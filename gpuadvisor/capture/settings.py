@@ -178,8 +178,8 @@ def capture_window(
     off: frozenset[Suspect],
 ) -> CaptureWindow:
     """The manifest's `capture` block: the window asked for, the steps recorded, the step times."""
-    if window.state is WindowState.DONE:
-        state = CaptureState.COMPLETE
+    if window.state is WindowState.DONE or (window.state is WindowState.KEPT and trace.trace_written):
+        state = CaptureState.COMPLETE  # a provisional window is complete too (`provisional` says what it is)
     elif trace.trace_written:
         state = CaptureState.PARTIAL
     else:
@@ -209,8 +209,35 @@ def capture_window(
         short_run=window.short_run,
         speculation_end_step=window.speculation_end_step,
         cupti_teardown=trace.cupti_teardown,
+        settled_at_step=window.settled_at_step,
+        settle_capped=window.settle_capped,
+        step_data_wait=tuple(sorted(window.data_wait.items())),
+        provisional=window.state is WindowState.KEPT and trace.trace_written,
+        compile_seconds=compile_seconds(),
         extra=extra,
     )
+
+
+def compile_seconds() -> float | None:
+    """Seconds torch.compile spent compiling in this process (Dynamo's own timing of its compile
+    phases), None when nothing was compiled or this torch does not tell. Read only where torch is
+    already imported: the capture never imports it for this."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return None
+    try:
+        metrics = getattr(dynamo_utils, "compilation_time_metrics", None)
+        if not isinstance(metrics, dict):
+            return None
+        # the outermost compile entry point's times (the phases inside it are counted in it), and the
+        # backward graphs, which AOT autograd compiles at the first backward, outside it
+        total = 0.0
+        for key, times in metrics.items():
+            if key == "_compile.compile_inner" or str(key).endswith("bw_compiler"):
+                total += float(sum(times))
+    except Exception:
+        return None
+    return total if total > 0 else None
 
 
 class DistributedBackend:

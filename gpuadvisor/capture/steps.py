@@ -1,19 +1,50 @@
-"""Which event is a step: one of the jobs of the capture session (issue 26).
+"""Which event is a step: one of the jobs of the capture session (issues 26 and 38).
 
-`StepDetector` counts the step signals the hooks report (optimizer steps, calls of the top module,
-DataLoader batches, `Capture.step()`, time ticks), chooses the method by priority (module docstring
-of `capture.session`), holds model calls and batches back while a constructed optimizer has not
-stepped yet (the training loop first), and defers the boundaries of optimizer steps taken inside
-the backward pass. `TimeSteps` delivers the time-based steps in the main thread.
+`StepDetector` is the one state machine that decides which signal counts a step. The hooks only
+report signals (an optimizer step, a call of the top module, a DataLoader batch, `Capture.step()`, a
+time tick); this module alone says which of them is a step boundary, and when the method changes.
+`TimeSteps` delivers the time ticks in the main thread. It knows nothing of the profiler: it tells a
+`StepSink` (the session) that a step ended, that a step signal came, or that the method is about to
+change. No torch import at module level.
 
-It knows nothing of the profiler: it tells a `StepSink` (the session) that a step ended, that a step
-signal came, or that the method is about to change. No torch import at module level.
+The phases (`StepPhase`; docs/capture.md, "Steps", has the same table):
+
+  phase         what counts a step                 left by
+  ------------  ---------------------------------  ------------------------------------------------
+  WAITING       nothing yet (the first model call  an optimizer is built -> HELD; the first optimizer
+                or batch starts step 0)            step -> TRAINING; a second model call ->
+                                                   MODEL_CALLS; a second batch -> BATCHES; a time tick
+                                                   -> TIME
+  HELD          nothing: an optimizer exists and   its first step -> TRAINING; model calls or batches
+                has not stepped (an evaluation     still coming `hold` seconds after the second one,
+                before training, a first call      with no gap over 5 s between them (a compilation
+                that compiles for a minute)        starts the hold over) -> PROVISIONAL
+  TRAINING      the first optimizer that steps     never (the run's steps)
+                (GradScaler's skipped steps too)
+  MODEL_CALLS   calls of the top module            an optimizer step -> TRAINING (before the window
+                                                   is exported)
+  BATCHES       DataLoader batches                 a model call -> MODEL_CALLS, an optimizer step ->
+                                                   TRAINING (before the window is exported)
+  PROVISIONAL   model calls (or batches), while an its first step -> TRAINING: a window recorded
+                optimizer exists and never stepped meanwhile is kept only until the training
+                                                   window replaces it; the script is never stopped
+                                                   before a training window exists
+  TIME          a tick every `time_step_seconds`   any other signal (before the window is exported)
+  MANUAL        `Capture.step()`                   never
+
+Priorities: an optimizer step beats a model call, which beats a batch, which beats time. A signal of
+higher priority takes over until the window has been exported (an unfinished window is dropped and
+counting restarts); PROVISIONAL is the exception the other way: its window is kept aside and the
+optimizer's first step still takes over. Time ticks come only while nothing else was seen, no optimizer
+exists and no model call is running (the first call of a compiled model can take minutes: no tick
+may land inside it).
 """
 
 from __future__ import annotations
 
 import _thread
 import contextlib
+import enum
 import signal
 import threading
 import time
@@ -24,9 +55,24 @@ from gpuadvisor.capture.journal import CaptureJournal
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.manifest import Degraded, StepDetection
 
-# how long model calls and batches wait for a constructed optimizer's first step when
-# --time-fallback-after is 0 (never count by time)
+# how long model calls and batches may keep coming without the constructed optimizer's first step
+# before they are counted provisionally, when --time-fallback-after is 0 (never count by time)
 OPTIMIZER_HOLD_SECONDS = 20.0
+# a gap this long between two held model calls or batches (a compilation) starts the hold over
+HOLD_RESTART_GAP_SECONDS = 5.0
+
+
+class StepPhase(str, enum.Enum):
+    """Where the step detection is (see the module docstring's table)."""
+
+    WAITING = "waiting"
+    HELD = "held"
+    TRAINING = "training"
+    MODEL_CALLS = "model_calls"
+    BATCHES = "batches"
+    PROVISIONAL = "provisional"
+    TIME = "time"
+    MANUAL = "manual"
 
 
 def _in_backward() -> bool:
@@ -63,12 +109,13 @@ class StepSink(Protocol):
 
 
 class StepDetector:
-    """The step counting of one capture.
+    """The step counting of one capture: the state machine of the module docstring.
 
-    `method`: the chosen `StepDetection` (None until a signal decides it); `counts`: the signals of
-    each method (after the first of DataLoader batches and model calls); `steps_seen`: the steps
-    completed under the chosen method. `recorder` (the `hooks.Recorder`, set when the session starts)
-    tells which optimizers exist and how many backward passes ran."""
+    `method`: the chosen `StepDetection` (None until a signal decides it); `phase`: the `StepPhase`;
+    `counts`: the signals of each method (after the first of DataLoader batches and model calls);
+    `steps_seen`: the steps completed under the chosen method. `recorder` (the `hooks.Recorder`, set
+    when the session starts) tells which optimizers exist and how many backward passes ran;
+    `model_call_running` (set by the session) tells whether the main thread is inside a model call."""
 
     def __init__(self, cfg: ProfileOptions, journal: CaptureJournal, sink: StepSink, *, manual: bool) -> None:
         self.cfg = cfg
@@ -77,13 +124,16 @@ class StepDetector:
         self.method: StepDetection | None = StepDetection.MANUAL if manual else None
         self.counts: dict[StepDetection, int] = {m: 0 for m in StepDetection}
         self.recorder: Any = None
+        self.model_call_running: Callable[[], bool] = lambda: False
         self.dl_calls = 0
         self.fwd_calls = 0
         self._primary_optimizer: Any = None
         self._deferred_boundaries = 0  # optimizer steps taken inside backward, not yet made boundaries
         self.deferring = False  # an optimizer step was taken inside backward (its boundary deferred)
-        self._expect_since: float | None = None  # first held forward call / batch (optimizer not stepped yet)
+        self._held_since: float | None = None  # the second held model call / batch (the first one ended)
+        self._held_last: float | None = None  # the latest held model call / batch
         self._held_logged = False
+        self._provisional_logged = False
 
     @property
     def steps_seen(self) -> int:
@@ -102,6 +152,32 @@ class StepDetector:
 
     def optimizer_built(self) -> bool:
         return self.recorder is not None and bool(self.recorder.optimizers)
+
+    def optimizer_stepped(self) -> bool:
+        return self.counts[StepDetection.OPTIMIZER_STEP_HOOK] > 0
+
+    @property
+    def phase(self) -> StepPhase:
+        m = self.method
+        if m is StepDetection.MANUAL:
+            return StepPhase.MANUAL
+        if m is StepDetection.OPTIMIZER_STEP_HOOK:
+            return StepPhase.TRAINING
+        awaiting = self.optimizer_built() and not self.optimizer_stepped()
+        if m in (StepDetection.MODULE_FORWARD, StepDetection.DATALOADER) and awaiting:
+            return StepPhase.PROVISIONAL
+        if m is StepDetection.MODULE_FORWARD:
+            return StepPhase.MODEL_CALLS
+        if m is StepDetection.DATALOADER:
+            return StepPhase.BATCHES
+        if m is StepDetection.TIME:
+            return StepPhase.TIME
+        return StepPhase.HELD if awaiting else StepPhase.WAITING
+
+    def awaiting_training(self) -> bool:
+        """An optimizer exists and has not stepped: a window recorded now is provisional (kept aside
+        until the training window replaces it) and the script is not stopped after it."""
+        return self.method is not StepDetection.MANUAL and self.optimizer_built() and not self.optimizer_stepped()
 
     # ------------------------------------------------------------------ the signals
     def on_optimizer_step(self, opt: Any) -> None:
@@ -160,7 +236,7 @@ class StepDetector:
         self.fwd_calls += 1
         if self.fwd_calls == 1:
             return
-        self._held_signal(StepDetection.MODULE_FORWARD, "the model's forward was called again")
+        self._loop_signal(StepDetection.MODULE_FORWARD, "the model's forward was called again")
 
     def on_dataloader_next(self) -> None:
         self.flush_deferred()
@@ -175,19 +251,17 @@ class StepDetector:
         self.dl_calls += 1
         if self.dl_calls == 1:
             return  # the first batch starts step 0; it ends nothing
-        self._held_signal(StepDetection.DATALOADER, "a second DataLoader batch came before any optimizer step")
+        self._loop_signal(StepDetection.DATALOADER, "a second DataLoader batch came before any optimizer step")
 
-    def _held_signal(self, method: StepDetection, why: str) -> None:
-        """A model call or a batch after the first: a step of its method, chosen when no optimizer
-        stepped and none is expected to."""
+    def _loop_signal(self, method: StepDetection, why: str) -> None:
+        """A model call or a batch after the first: a step of its method unless the optimizer is held
+        for (HELD), or a higher-priority method counts already."""
         self.counts[method] += 1
-        if (
-            self.method is not method
-            and self.counts[StepDetection.OPTIMIZER_STEP_HOOK] == 0
-            and not self.optimizer_expected()
-            and self.may_switch(method)
-        ):
-            self.switch_method(method, why)
+        if self.method is not method and not self.optimizer_stepped() and self.may_switch(method):
+            if not self.optimizer_built():
+                self.switch_method(method, why)
+            elif self._hold_over():
+                self.switch_method(method, f"{why}; provisionally: an optimizer exists but has not stepped")
         if self.method is method:
             self.sink.boundary()
 
@@ -200,6 +274,8 @@ class StepDetector:
 
     def time_step(self) -> None:
         """A tick of the time fallback (in the main thread)."""
+        if not self.tick_allowed():
+            return
         self.sink.step_signal()
         if self.method is None:
             self.switch_method(StepDetection.TIME, "no optimizer step, model forward or DataLoader batch was seen")
@@ -210,9 +286,13 @@ class StepDetector:
     def finish(self) -> None:
         """The run ended: say how the steps were counted when no optimizer step counted them."""
         if self.method is None:
+            held = self.optimizer_built() and (self.fwd_calls > 1 or self.dl_calls > 1)
             self.journal.degrade(
                 Degraded.NO_STEPS_DETECTED,
-                "no step was detected (no optimizer step, model forward call, DataLoader batch or time step): "
+                "no step was detected: an optimizer was built but never stepped, and the model calls or "
+                "batches before the script ended did not last long enough to be counted instead"
+                if held
+                else "no step was detected (no optimizer step, model forward call, DataLoader batch or time step): "
                 "nothing was recorded; mark steps with gpuadvisor.capture(...).step() or lower "
                 "--time-fallback-after.",
             )
@@ -222,42 +302,50 @@ class StepDetector:
             )
 
     def undecided(self) -> bool:
-        """No signal other than time ticks has come yet (the time fallback goes on)."""
+        """No signal other than time ticks has come yet and none can still make the time fallback
+        pointless: the time fallback's thread goes on while this is true."""
         return (
             self.method in (None, StepDetection.TIME)
             and self.dl_calls <= 1
             and self.fwd_calls <= 1
+            and not self.optimizer_built()
             and not self.sink.window_closed()
         )
 
+    def tick_allowed(self) -> bool:
+        """A time tick may count now: still undecided, and the main thread is not inside a model call
+        (the first call of a compiled model can take minutes; a tick there would start the profiler
+        inside the compilation)."""
+        return self.undecided() and not self.model_call_running()
+
     # ------------------------------------------------------------------ the training loop first
-    def _optimizer_hold_seconds(self) -> float:
+    def _hold_seconds(self) -> float:
         return self.cfg.time_fallback_after if self.cfg.time_fallback_after > 0 else OPTIMIZER_HOLD_SECONDS
 
-    def optimizer_expected(self, announce: bool = True) -> bool:
-        """The training loop first (issue 27): an optimizer was constructed but has not stepped yet, so
-        forward calls and DataLoader batches seen now (an evaluation before training: nanoGPT's
-        `estimate_loss()` at iteration 0, a validation sanity check) are not made steps. The hold ends
-        at the first optimizer step, or `time_fallback_after` seconds (default 20) after the first
-        held call: a script that builds an optimizer and never steps it is then stepped by its
-        forward calls or batches as before."""
-        if self.counts[StepDetection.OPTIMIZER_STEP_HOOK] > 0 or self.method is not None:
-            return False
-        if self.recorder is None or not self.recorder.optimizers:
-            return False
+    def _hold_over(self) -> bool:
+        """HELD -> PROVISIONAL: model calls or batches have kept coming for `hold` seconds since the
+        second one (the first call's own length, a compilation, does not count) and the optimizer has
+        still not stepped."""
         now = time.monotonic()
-        if self._expect_since is None:
-            self._expect_since = now
-        if now - self._expect_since >= self._optimizer_hold_seconds():
-            return False
-        if announce and not self._held_logged:
+        if self._held_since is None or (
+            self._held_last is not None and now - self._held_last > HOLD_RESTART_GAP_SECONDS
+        ):
+            # a call this long is a one-time cost (the training graph's compilation after an evaluation
+            # compiled its own), not the pace of a loop that never trains: the hold starts over
+            self._held_since = now
+        self._held_last = now
+        if not self._held_logged:
             self._held_logged = True
             self.journal.say(
                 "an optimizer exists but has not stepped yet: model calls and batches before the first "
                 "optimizer step are not counted as steps (evaluation before training)",
                 force=True,
             )
-        return True
+        return now - self._held_since >= self._hold_seconds()
+
+    def holding(self) -> bool:
+        """HELD: model calls and batches seen now are not steps (no speculative recording for them)."""
+        return self.phase is StepPhase.HELD
 
     # ------------------------------------------------------------------ the method
     def may_switch(self, new: StepDetection) -> bool:

@@ -27,6 +27,7 @@ from gpuadvisor.capture.journal import CaptureJournal
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.capture.steps import StepDetector
 from gpuadvisor.manifest import Degraded, StepDetection
+from gpuadvisor.steptimes import SettleWatch
 
 # Step end times kept for the profiler-overhead estimate and the costs that come every N steps
 # (bounded: 20k boundaries are about 320 kB in the manifest).
@@ -34,6 +35,13 @@ MAX_STEP_TIMES = 20_000
 
 # steps timed after the window (without --full) as the unprofiled reference of the analysis
 REFERENCE_STEPS_AFTER = 5
+
+# The window opens once the step time has settled (`steptimes.SettleWatch` over the unprofiled steps
+# before it, in windows of SETTLE_WINDOW steps), at --skip-steps at the earliest; at the latest this many
+# steps or seconds after --skip-steps (said in the log and `capture.settle_capped`).
+SETTLE_WINDOW = 2
+SETTLE_CAP_STEPS = 40
+SETTLE_CAP_SECONDS = 60.0
 
 
 class CaptureWindowComplete(SystemExit):
@@ -52,6 +60,9 @@ class WindowState(enum.Enum):
     SPECULATE = "speculate"  # recording the first steps in case the script ends before the window
     WARMUP = "warmup"
     RECORD = "record"
+    # a window recorded while an optimizer exists and has not stepped (provisional step counting):
+    # exported and kept until a training window replaces it; the script is not stopped after it
+    KEPT = "kept"
     DONE = "done"
     DISABLED = "disabled"
 
@@ -131,6 +142,16 @@ class ProfilerWindow:
         self.step_ends: list[tuple[int, float]] = []
         self._min_stop_step: int | None = None  # after the window: the reference steps, at least
         self._observe_deadline: float | None = None
+        # seconds the host waited in DataLoader __next__ during each step (step -> s), every step timed
+        self.data_wait: dict[int, float] = {}
+        # the settled-step rule before the window (issue 38): fed with the unprofiled steps' times
+        self._settle = SettleWatch(window=SETTLE_WINDOW)
+        self._settle_since: float | None = None  # when --skip-steps was reached without a settled step
+        self.settled_at_step: int | None = None
+        self.settle_capped = False
+        # a provisional window kept aside (KEPT) after a switch to the optimizer's steps, until the
+        # training window replaces it: (first step, last step, start, end)
+        self._kept: tuple[int | None, int | None, float | None, float | None] | None = None
 
     def attach(self, recorder: Any, tracker: Any, frameworks: Any, cuda_available: bool) -> None:
         """The hooks the window switches on and off (installed by the session's start())."""
@@ -147,7 +168,10 @@ class ProfilerWindow:
             return  # a time tick delivered while a boundary is being handled: the next one catches up
         c = self.steps.steps_seen
         if len(self.step_ends) < MAX_STEP_TIMES:
-            self.step_ends.append((c, time.time()))
+            now = time.time()
+            if self.state is WindowState.IDLE and self.step_ends and self.step_ends[-1][0] == c - 1:
+                self._feed_settle(c - 1, (now - self.step_ends[-1][1]) * 1e3)
+            self.step_ends.append((c, now))
         if self.stop_requested:
             self._raise_stop()
         self.in_boundary = True
@@ -186,10 +210,52 @@ class ProfilerWindow:
         if self.stop_requested:
             self._raise_stop()
 
+    def add_data_wait(self, seconds: float) -> None:
+        """The host waited `seconds` in a DataLoader `__next__` during the step running now."""
+        if seconds <= 0 or len(self.data_wait) >= MAX_STEP_TIMES:
+            return
+        k = self.steps.steps_seen
+        self.data_wait[k] = self.data_wait.get(k, 0.0) + seconds
+
+    def _feed_settle(self, k: int, ms: float) -> None:
+        """Step k (just ended, unprofiled and without the Tensor wrappers) goes into the settle watch."""
+        first = max(1, self.cfg.skip_steps // 2)
+        if self.speculation_end_step is not None:
+            first = max(first, self.speculation_end_step)
+        if k > first:  # step `first` carries the wrappers' removal or the speculative stop
+            self._settle.add(ms)
+
+    def _settled(self, c: int) -> bool:
+        """May the window open at boundary `c` (>= --skip-steps)? Once the step time has settled, or at
+        the cap; time-based and manual steps open at --skip-steps."""
+        if (
+            self.steps.method in (StepDetection.TIME, StepDetection.MANUAL)
+            or self.cfg.skip_steps == 0
+            or self.world_size > 1  # every rank must open (and stop) at the same step: no rank-local rule
+        ):
+            return True
+        if self._settle.settled or (c == self.cfg.skip_steps and self._settle.settled_so_far()):
+            self.settled_at_step = c
+            return True
+        now = time.monotonic()
+        if self._settle_since is None:
+            self._settle_since = now
+        if c >= self.cfg.skip_steps + SETTLE_CAP_STEPS or now - self._settle_since >= SETTLE_CAP_SECONDS:
+            self.settled_at_step = c
+            self.settle_capped = True
+            self.journal.log(
+                f"step {c}: the step time had not settled (still falling) {c - self.cfg.skip_steps} steps after "
+                "--skip-steps: the window opens here (the cap)"
+            )
+            return True
+        return False
+
     def _advance(self, c: int) -> None:
         """The window's next state at boundary `c`."""
         cfg = self.cfg
         announced = False
+        if self.state is WindowState.KEPT:
+            return  # a provisional window is kept; the next one waits for the optimizer's steps
         if self.state is WindowState.SPECULATE:
             self._exit_step_annotation()
             if self._speculation_over(c):
@@ -203,7 +269,7 @@ class ProfilerWindow:
             # (gpuadvisor.manifest.host_step_durations): without the per-call Tensor wrappers.
             self.recorder.remove_tensor_hooks()
             self._wrappers_off_since = c
-        if self.state is WindowState.IDLE and c >= cfg.skip_steps:
+        if self.state is WindowState.IDLE and c >= cfg.skip_steps and self._settled(c):
             self._begin_warmup(c)
             announced = True
         if self.state is WindowState.WARMUP and c >= self._warmup_start + cfg.warmup_steps:
@@ -219,7 +285,10 @@ class ProfilerWindow:
                 self._enter_step_annotation(c)
                 self.journal.say(f"step {c}: recording ({c - self.record_start + 1}/{cfg.active_steps})")
         elif self.state in (WindowState.IDLE, WindowState.SPECULATE):
-            self.journal.say(f"step {c}: skipping ({c}/{cfg.skip_steps})")
+            if c < cfg.skip_steps:
+                self.journal.say(f"step {c}: skipping ({c}/{cfg.skip_steps})")
+            else:
+                self.journal.say(f"step {c}: waiting for the step time to settle")
         elif self.state is WindowState.WARMUP:
             self.journal.say(f"step {c}: warm-up ({c - self._warmup_start + 1}/{cfg.warmup_steps})")
 
@@ -231,7 +300,7 @@ class ProfilerWindow:
         """Any step signal: the first one starts the speculative recording (not the model calls or
         batches held back while an optimizer has not stepped yet: an evaluation pass is not recorded)."""
         if self.state is WindowState.IDLE and not self.in_boundary:
-            if not optimizer and self.steps.optimizer_expected(announce=False):
+            if not optimizer and self.steps.holding():
                 return
             self.maybe_speculate(self.steps.steps_seen)
 
@@ -239,6 +308,20 @@ class ProfilerWindow:
         """The step detection changes: what was numbered by the old method is dropped."""
         if self.state in (WindowState.WARMUP, WindowState.RECORD):
             self._abort_window(f"step detection switched from {old.value if old else None} to {new.value}")
+        if self.state is WindowState.KEPT:
+            # the provisional window stays on disk until the training window replaces it
+            self._kept = (self.record_start, self.record_end, self.window_start_unix_s, self.window_end_unix_s)
+            self.record_start = self.record_end = None
+            self.window_start_unix_s = self.window_end_unix_s = None
+            self.state = WindowState.IDLE
+            self.journal.log(f"step detection switched to {new.value}: the provisional window is kept aside")
+        # what the old method numbered is not a step of the new one
+        self.step_ends.clear()
+        self.data_wait.clear()
+        self._settle = SettleWatch(window=SETTLE_WINDOW)
+        self._settle_since = None
+        self.settled_at_step = None
+        self.settle_capped = False
         if old is not None and (self.state is WindowState.SPECULATE or self._spec is not None):
             # The speculative recording numbered its steps by the old method: start it over.
             self._drop_speculation(f"step detection switched from {old.value} to {new.value}")
@@ -359,14 +442,33 @@ class ProfilerWindow:
     def _complete_window(self, c: int) -> None:
         self.record_end = c - 1
         self._set_in_window(False)
+        if self.steps.awaiting_training():
+            self._keep_provisional(c)
+            return
         self.stop_and_export()
         self.state = WindowState.DONE
         self._spec = None  # the real window replaces the speculative recording
+        self._kept = None  # and a provisional one
         self.window_complete()
         if not self.cfg.full:
             self._plan_stop(c)
         else:
             self.journal.say(f"capture window complete after step {c}; the script continues (--full)", force=True)
+
+    def _keep_provisional(self, c: int) -> None:
+        """A window recorded while an optimizer exists and has not stepped (PROVISIONAL steps): export it
+        (CUPTI stays initialized: a training window may follow) and keep it; the wrappers stay and the
+        script is never stopped before a training window exists (issue 38)."""
+        self.stop_and_export(final=False)
+        self.state = WindowState.KEPT
+        self._spec = None
+        msg = (
+            f"a window was recorded on {self.steps.method.value if self.steps.method else 'steps'} while an optimizer "
+            "exists but has not stepped; the script runs on: its first optimizer step starts the training window, "
+            "which replaces this one (the script is not stopped before a training window exists)"
+        )
+        self.journal.say(msg, force=True)
+        self.write_state()
 
     def _plan_stop(self, c: int) -> None:
         """Step c carries the export; the REFERENCE_STEPS_AFTER after it run as under plain python
@@ -625,6 +727,16 @@ class ProfilerWindow:
             self.state = WindowState.DISABLED if not self.trace.trace_written else self.state
         elif self.state is WindowState.WARMUP:
             self._abort_window("the run ended during warm-up")
+        unreplaced = self.state not in (WindowState.DONE, WindowState.RECORD, WindowState.KEPT)
+        if self._kept is not None and unreplaced and self.trace.trace_written:
+            # the training window never completed: the trace on disk is the provisional one
+            self.record_start, self.record_end, self.window_start_unix_s, self.window_end_unix_s = self._kept
+            self.state = WindowState.KEPT
+        if self.state is WindowState.KEPT and self.trace.trace_written:
+            self.journal.note(
+                "the trace holds a window counted by model calls or batches while an optimizer existed but had not "
+                "stepped: the script never stepped its optimizer after it (or ended before its training window)."
+            )
         if not self.trace.trace_written and self._spec is not None and not skip_export:
             spec, self._spec = self._spec, None
             self._export_short_run(spec, why)

@@ -57,11 +57,13 @@ def fmt_ms(value: float) -> str:
 
 
 def headline_step(metrics: Mapping[str, Any]) -> tuple[float, str, str | None] | None:
-    """(ms, what it is, the profiled step said as such or None) of the step time a report leads with:
-    the step as the run ran it, host-timed by the capture outside the profiler
-    (`unprofiled_step_time_ms`), when known; the profiled trace's median step (`step_time_ms`) is then
-    shown beside it as "profiled". Without an unprofiled time (a raw trace) the profiled step leads,
-    labelled as such. None when neither is known."""
+    """(ms, what it is, what is said beside it or None) of the step time a report leads with: the mean
+    step of the run as the user pays for it (`run_mean_step_ms`: the steps timed without the profiler
+    after start-up, stalls and costs between steps included) with the median beside it and the
+    profiled step said as such; else the unprofiled median (`unprofiled_step_time_ms`); without either
+    (a raw trace) the profiled step, labelled as such. When the profiled and unprofiled steps disagree
+    (`step_times_disagree`) the profiled step leads and the disagreement is said. None when no step time
+    is known."""
 
     def num(key: str) -> float | None:
         v = metrics.get(key)
@@ -69,7 +71,21 @@ def headline_step(metrics: Mapping[str, Any]) -> tuple[float, str, str | None] |
             return None
         return float(v)
 
+    mean, median = num("run_mean_step_ms"), num("run_median_step_ms")
     unprofiled, profiled = num("unprofiled_step_time_ms"), num("step_time_ms")
+    if metrics.get("step_times_disagree") is True and profiled is not None:
+        beside = f"{fmt_ms(unprofiled)} without the profiler: the two disagree" if unprofiled is not None else None
+        return profiled, "profiled", beside
+    if mean is not None:
+        parts = []
+        if median is not None and abs(mean - median) >= 0.005 * max(mean, 1e-9):
+            parts.append(f"median {fmt_ms(median)}")
+        stall = stall_text(metrics)
+        if stall:
+            parts.append(stall)
+        if profiled is not None:
+            parts.append(f"{fmt_ms(profiled)} profiled")
+        return mean, "mean of the run", "; ".join(parts) or None
     if unprofiled is not None:
         return unprofiled, "unprofiled", None if profiled is None else f"{fmt_ms(profiled)} profiled"
     if profiled is not None:
@@ -77,8 +93,27 @@ def headline_step(metrics: Mapping[str, Any]) -> tuple[float, str, str | None] |
     return None
 
 
+def stall_text(metrics: Mapping[str, Any]) -> str | None:
+    """"every 4th step waits 200.0 ms more" (or "3 of 80 steps wait ..."): the run's stall pattern."""
+    n, excess = metrics.get("run_stall_steps"), metrics.get("run_stall_excess_ms")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0 or not isinstance(excess, (int, float)):
+        return None
+    period, timed = metrics.get("run_stall_period"), metrics.get("run_stall_steps_timed")
+    cause = " for data" if metrics.get("run_stall_cause") == "data" else ""
+    if isinstance(period, int) and not isinstance(period, bool) and period > 1:
+        return f"every {_ordinal(period)} step waits{cause} {fmt_ms(float(excess))} more"
+    of = f" of {timed}" if isinstance(timed, int) and not isinstance(timed, bool) else ""
+    return f"{n}{of} steps wait{cause} {fmt_ms(float(excess))} more"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def headline_step_text(metrics: Mapping[str, Any]) -> str | None:
-    """"9.35 ms (unprofiled; 28.37 ms profiled)" or "28.37 ms (profiled)"."""
+    """"117.00 ms (mean of the run; median 70.00 ms; every 4th step waits ...; 71.90 ms profiled)",
+    "9.35 ms (unprofiled; 28.37 ms profiled)" or "28.37 ms (profiled)"."""
     step = headline_step(metrics)
     if step is None:
         return None

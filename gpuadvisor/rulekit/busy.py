@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import low_precision_data
+from gpuadvisor.model import Finding, Severity
+from gpuadvisor.rulekit.gpuwork import pct
 
 if TYPE_CHECKING:
-    from gpuadvisor.rules_api import RuleContext
+    from gpuadvisor.rules_api import Rule, RuleContext
+    from gpuadvisor.stepmodel.model import Prediction
 
 CONV_CLASSES = ("conv_fprop", "conv_dgrad", "conv_wgrad")
 
@@ -46,6 +49,27 @@ def class_time_us(ctx: RuleContext, classes: tuple[str, ...], dtypes: tuple[str,
     return float(t.loc[sel, "dur"].sum()) / steps
 
 
+def step_us(ctx: RuleContext) -> float:
+    """The step a busy-time share is taken of: the replayed step (the one every impact is a share of:
+    steady state, the profiler's host cost removed), else the window's median step (no replay).
+
+    Not the trace's CPU-to-CPU step: a GPU-bound run whose host ran ahead of the device shows CPU steps
+    shorter than the GPU work each launched (kernel time per step over that step read 169% in one such
+    trace, issue 41)."""
+    model = ctx.model
+    replayed = model.baseline_step_ms * 1000.0 if model.program.steps else 0.0
+    return replayed if replayed > 0 else model.window.median_step_us
+
+
+def step_share(ctx: RuleContext, us_per_step: float) -> float:
+    """Kernel time per analyzed step as a share of the step (`step_us`), at most 1: kernels of several
+    streams can overlap, and one step cannot hold more than all of itself."""
+    step = step_us(ctx)
+    if step <= 0 or us_per_step <= 0:
+        return 0.0
+    return us_per_step / max(step, us_per_step)
+
+
 def mask_time_us(ctx: RuleContext, mask: Any) -> float:
     t = ctx.model.kernel_table
     if len(t) == 0:
@@ -77,3 +101,51 @@ def plain_fp32_matmul_us(ctx: RuleContext) -> float:
 
     dur = sub["dur"].to_numpy(dtype=np.float64)[~np.asarray(low, dtype=bool)] if len(sub) else np.zeros(0)
     return float(dur.sum()) / max(1, model.window.count)
+
+
+def unpriced_on_raw_trace(
+    rule: Rule, ctx: RuleContext, pred: Prediction, saving_us: float, what: str, min_impact: float
+) -> Finding | None:
+    """An info finding for a busy-time pattern that a raw trace cannot price, else None.
+
+    A raw torch.profiler trace has no step time from outside the profiler: the host work it shows
+    carries the profiler's own cost, which only a reference step can remove (docs/model.md, "The
+    profiler's own cost"). When the replayed step is then set by that host and not by the GPU, a remedy
+    that shortens kernels predicts (almost) nothing, though its kernels' saving, `saving_us` per step,
+    is a real share of the GPU's time (issue 41: a GPT-2-vocabulary model's padding finding, 35% under
+    `gpuadvisor profile`, was absent on a plain trace of the same script). The finding says what the
+    pattern is worth on the GPU and what is missing to price it."""
+    model = ctx.model
+    base = model.baseline
+    work = base.gpu_busy_us  # the GPU's own work per step (its busiest stream)
+    if pred.profiler_corrected or saving_us <= 0 or work <= 0:
+        return None
+    if base.host_period_us < 0.99 * base.period_us or work >= base.period_us:
+        return None  # the GPU sets the replayed pace: the prediction stands as it is
+    gpu_share = min(1.0, saving_us / work)
+    if gpu_share < min_impact:
+        return None
+    return rule.finding(
+        impact=None,
+        severity=Severity.INFO,
+        title=f"{what}: {pct(gpu_share)} of the GPU's time per step, not priced on this raw trace",
+        message=(
+            f"{what}: the remedy would save about {saving_us / 1000.0:.2f} ms of GPU time per step "
+            f"({pct(gpu_share)} of the {work / 1000.0:.2f} ms the GPU works per step). In this trace the host sets "
+            f"the replayed step ({base.host_period_us / 1000.0:.2f} ms per step), and a raw trace cannot tell the profiler's own host cost from the script's (no step "
+            "time measured outside the profiler): whether the step would shrink is not known from it."
+        ),
+        evidence={
+            "gpu_saving_per_step_us": saving_us,
+            "gpu_saving_share": gpu_share,
+            "replayed_host_period_us": base.host_period_us,
+            "gpu_work_per_step_us": work,
+            "profiler_corrected": False,
+        },
+        recommendation=(
+            "Give the step time a plain run of the script measured: `gpuadvisor analyze TRACE --step-time-ms MS` "
+            "prices it against that step; or record the run with `gpuadvisor profile`, which measures it."
+        ),
+        impact_explanation="Not priced: the replayed step of a raw trace is set by host work that includes the "
+        "profiler's own cost.",
+    )

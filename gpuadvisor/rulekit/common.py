@@ -206,6 +206,24 @@ def machine_cpus(ctx: RuleContext) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def run_data_wait_ms(ctx: RuleContext) -> float | None:
+    """The mean wait in DataLoader __next__ per step over the steps the capture timed without the
+    profiler (`manifest.capture.step_data_wait`, issue 38), the window's steps left out; None when the
+    run did not time it."""
+    run = ctx.model.run
+    timing = ctx.model.run_timing
+    if run is None or timing is None or timing.stalls is None:
+        return None
+    cap = run.record.capture
+    waits = dict(cap.step_data_wait)
+    if not waits:
+        return None
+    steps = [k for k in range(min(timing.stalls.pattern.steps), max(timing.stalls.pattern.steps) + 1)]
+    if not steps:
+        return None
+    return 1e3 * sum(waits.get(k, 0.0) for k in steps) / len(steps)
+
+
 def suggested_workers(cpu_count: int | None, cap: int) -> int:
     """DataLoader workers to suggest: one per CPU but the training process's, at most `cap`."""
     return min(cap, max(1, cpu_count - 1)) if cpu_count else cap

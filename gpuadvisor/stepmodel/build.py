@@ -268,6 +268,17 @@ def covered(ms: Any, me: Any, a: Any, b: Any) -> Any:
     return np.clip(f(b) - f(a), 0.0, None)
 
 
+def within(starts: Any, ends: Any, t: Any) -> Any:
+    """Per time in `t`: it falls inside one of the intervals [starts, ends) (any order, overlapping or
+    nested: their union)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    ms, me = union_intervals(starts, ends)
+    t = np.asarray(t, dtype=np.float64)
+    return covered(ms, me, t, t + 1e-3) > 0
+
+
 def complement_in(ms: Any, me: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
     """The parts of each [starts[i], ends[i]) NOT covered by the disjoint sorted intervals (ms, me).
     Returns (gap_starts, gap_ends, interval_index), sorted."""

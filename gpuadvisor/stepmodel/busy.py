@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
-import re
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -294,62 +294,7 @@ def attention_bf16_factor(model: StepModel) -> Any:
     return out
 
 
-# ---- convolutions: layout and precision ----------------------------------------------------------------------
-
-
-def layout_transposes(model: StepModel) -> Any:
-    """Per kernel-table row: cuDNN's NCHW<->NHWC layout transposes around its NHWC kernels (launched by a
-    convolution op, or named nchwToNhwc/nhwcToNchw): what channels_last removes."""
-    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
-    import numpy as np
-
-    t = model.kernel_table
-    if len(t) == 0:
-        return np.zeros(0, dtype=bool)
-
-    cached = model._derived.get("layout_transposes")
-    if cached is not None:
-        return cached
-    name_c, name_u = column_codes(model, "name")
-    op_c, op_u = column_codes(model, "op_name")
-    pattern = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
-    cudnn_u = np.array([bool(pattern.search(n)) for n in name_u], dtype=bool)
-    conv_u = np.array(["conv" in o.lower() for o in op_u], dtype=bool)
-    cls = t["class"].to_numpy(dtype=object)
-    out: Any = (cls == "layout_transpose") & (cudnn_u[name_c] | conv_u[op_c])
-    model._derived["layout_transposes"] = out
-    return out
-
-
-def channels_last_factor(model: StepModel, c: BusyConstants | None = None) -> Any:
-    """Per kernel-table row: the factor channels_last applies to its duration. cuDNN's layout
-    transposes go (0). In a run with those transposes (an NCHW conv net) the normalization kernels of
-    4-D activations run as their channels-last versions: time = elements x 4 bytes / (share x
-    bandwidth) (`channels_last_norm_fraction`), never slower than now. Others: 1."""
-    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
-    import numpy as np
-
-    c = c or BUSY
-    t = model.kernel_table
-    mask = layout_transposes(model)
-    out = np.where(mask, 0.0, 1.0)
-    peak = _peak(model)
-    if not mask.any() or c.channels_last_norm_fraction is None or peak is None or not peak.bandwidth_tbps:
-        return out
-    norm = t["class"].to_numpy(dtype=object) == "normalization"
-    dims_c, dims_u = column_codes(model, "op_input_dims")
-    four_d_u = np.array([bool(_shapes(d)) and len(_shapes(d)[0]) == 4 for d in dims_u], dtype=bool)
-    norm &= four_d_u[dims_c]
-    if not norm.any():
-        return out
-    dtype = t["dtype"].to_numpy(dtype=object)
-    elt = np.where(np.isin(dtype, ["bf16", "fp16"]), 2.0, np.where(dtype == "fp8", 1.0, 4.0))
-    nbytes = t["bytes"].to_numpy(dtype=np.float64)
-    dur = t["dur"].to_numpy(dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        new = nbytes * (4.0 / elt) / (c.channels_last_norm_fraction * peak.bandwidth_tbps * 1e6)
-        f = np.where(norm & np.isfinite(new) & (dur > 0), np.minimum(1.0, new / dur), 1.0)
-    return np.minimum(out, f)
+# ---- convolutions: precision (the layout: gpuadvisor.stepmodel.layout) ----------------------------------
 
 
 def precision_factor(model: StepModel, c: BusyConstants | None = None) -> Any:
@@ -550,23 +495,36 @@ class VocabLoss:
     passes_per_step: float = 1.0
 
 
-# The kernels of PyTorch's cross-entropy on logits (with autocast's or an explicit upcast)
-_CROSS_ENTROPY_OWN_OPS = frozenset(
+# A log-softmax over the class axis, the core of a cross-entropy, as the recorded ops show it:
+# PyTorch's own (one fused kernel each way, and the nll_loss that picks the targets)...
+_LIBRARY_LOG_SOFTMAX_OPS = frozenset(
     {
         "aten::_log_softmax",
         "aten::log_softmax",
-        "aten::_log_softmax_backward_data",
-        "aten::nll_loss_forward",
-        "aten::nll_loss_backward",
-        "aten::nll_loss_nd",
         "aten::cross_entropy_loss",
-        "aten::copy_",
-        "aten::_to_copy",
-        "aten::fill_",
-        "aten::zero_",
-        "aten::zeros_like",
+        "aten::nll_loss_forward",
+        "aten::nll_loss_nd",
+        "aten::nll_loss",
     }
 )
+# ... or written by hand: exp over the logits (a log-sum-exp, PyTorch's own or spelled out; PyTorch's
+# log_softmax never launches a separate exp), or the log of a softmax
+_HAND_LOG_SOFTMAX_OPS = frozenset({"aten::exp", "aten::exp_", "aten::logsumexp"})
+_SOFTMAX_OPS = frozenset({"aten::_softmax", "aten::softmax"})
+_LOG_OPS = frozenset({"aten::log", "aten::log_"})
+
+
+def _loss_kind(ops_over_logits: Collection[str]) -> str | None:
+    """What the ops over the [rows, V] logits compute: "hand_written" (a log-softmax spelled out: exp or
+    logsumexp over the logits, or log of their softmax), "library" (PyTorch's log_softmax / cross_entropy /
+    nll_loss and nothing spelled out), None (no log-softmax over the class axis: another loss, e.g. a
+    squared error over a wide output)."""
+    ops = set(ops_over_logits)
+    if ops & _HAND_LOG_SOFTMAX_OPS or (ops & _SOFTMAX_OPS and ops & _LOG_OPS):
+        return "hand_written"
+    if ops & _LIBRARY_LOG_SOFTMAX_OPS:
+        return "library"
+    return None
 
 
 def vocab_loss(
@@ -632,12 +590,15 @@ def vocab_loss(
     sel = member[codes] & ~gemm & (cls != "optimizer")
     if not sel.any():
         return None
+    # Only a cross-entropy is this pattern: a log-softmax over the class axis (V) of the logits. Another
+    # loss over a wide output (a squared error, a hand-written regression loss) has another remedy. And
     # PyTorch's own cross-entropy (autocast runs log_softmax/nll_loss in float32 by policy, the
-    # documented mixed-precision recipe; an explicit .float() before it costs the same) is not what
-    # this pattern is about: it needs hand-written FP32 arithmetic on the logits (a log-sum-exp, a
-    # subtraction, exp...) beside or instead of it
-    own = np.array([o in _CROSS_ENTROPY_OWN_OPS for o, _, _ in parsed], dtype=bool)
-    if not (sel & ~own[codes]).any():
+    # documented mixed-precision recipe; an explicit .float() before it costs the same) is the standard
+    # path: its fused alternatives were never measured here, so it is not reported. It takes a
+    # log-softmax written by hand on FP32 logits.
+    sel_codes = np.unique(codes[sel])
+    kind = _loss_kind({str(parsed[int(i)][0]) for i in sel_codes.tolist()})
+    if kind != "hand_written":
         return None
     steps = max(1, model.window.count)
     ext = k["external_id"].to_numpy(dtype=np.float64)

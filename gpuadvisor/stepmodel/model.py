@@ -16,7 +16,7 @@ from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
-from gpuadvisor.stepmodel.periodic import run_timing
+from gpuadvisor.stepmodel.periodic import run_step_after, run_timing
 from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
 from gpuadvisor.stepmodel.tables import per_step_table, sm_use
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 
 # A replay whose baseline is further than this from the measured step is flagged in predictions.
 FIT_TOLERANCE = 0.30
+# Unprofiled / profiled median step outside these bounds: the two cannot both be right (`step_times_agree`).
+# The profiler only adds work (a step 25% slower without it is another regime, not noise); its per-op
+# cost took up to 2.5x off host-bound steps in our recordings (launch_bound on an H200).
+STEP_TIMES_SLOWER = 1.25
+STEP_TIMES_FASTER = 0.25
 
 
 _OPT_SPAN = re.compile(r"^Optimizer\.step#(?P<cls>[^.]+)\.step")
@@ -55,6 +60,9 @@ class Prediction:
     # "replay": the analyzed steps replayed with the remedy; "timed_steps": a cost between steps
     # removed from the run as timed step by step (gpuadvisor.stepmodel.periodic), per mean step
     basis: str = "replay"
+    # the typical (median) step the replay was made on, when the prediction was carried over to the
+    # run's mean step (`baseline_step_ms` is then that mean step; issue 38); None: on the replayed step
+    median_step_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -71,6 +79,9 @@ class Prediction:
             out["per"] = "sample"
         if self.replay_fit is not None:
             out["replay_fit"] = round(self.replay_fit, 4)
+        if self.median_step_ms is not None:
+            out["per_step"] = "mean"
+            out["median_step_ms"] = round(self.median_step_ms, 4)
         if self.notes:
             out["notes"] = list(self.notes)
         if self.remedies:
@@ -125,14 +136,40 @@ class StepModel:
             if self.run is not None and isinstance(self.run.manifest, dict):
                 capture = self.run.manifest.get("capture")
                 if isinstance(capture, dict):
-                    timing = run_timing(capture, self.run.environment)
+                    started = self.run.manifest.get("started_unix_s")
+                    kw: dict[str, Any] = {
+                        "window_data_bound": self._window_data_bound(),
+                        "started_unix_s": float(started) if isinstance(started, (int, float)) else None,
+                    }
+                    timing = run_timing(capture, self.run.environment, **kw)
                     restart = timing.cost("epoch_restart") if timing is not None else None
                     if restart is not None and restart.measured_by == "slow_steps":
                         share = self.epoch_restart_share([s for s in restart.steps if s is not None])
                         if share is not None:
-                            timing = run_timing(capture, self.run.environment, restart_removable=share)
+                            timing = run_timing(capture, self.run.environment, restart_removable=share, **kw)
             self._timing = (timing,)
         return self._timing[0]
+
+    def _window_data_bound(self) -> bool:
+        """The profiled window's slow steps (over half again the median step) waited for data: the
+        DataLoader wait covers at least half of their excess. For runs recorded before the capture timed
+        each step's data wait (gpuadvisor.stepmodel.periodic.LoaderStalls)."""
+        # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+        import numpy as np
+
+        ps = self.per_step
+        if len(ps) == 0 or self.data_spans.count == 0:
+            return False
+        sel = ps[ps["analyzed"].to_numpy(dtype=bool)]
+        dur = sel["step_time_us"].to_numpy(dtype=np.float64)
+        if len(dur) < 3:
+            return False
+        med = float(np.median(dur))
+        slow = dur > 1.5 * med
+        if not slow.any():
+            return False
+        wait = sel["dataloader_wait_us"].to_numpy(dtype=np.float64)
+        return float(wait[slow].sum()) >= 0.5 * float((dur[slow] - med).sum())
 
     def epoch_restart_share(self, steps: Iterable[int]) -> float | None:
         """The share of an epoch restart that persistent workers remove, read off the recorded steps
@@ -165,14 +202,22 @@ class StepModel:
                 shares.append((shutdown + creation) / total)
         return float(np.median(shares)) if shares else None
 
-    def predict_without(self, cost: PeriodicCost, remedy: str, params: Mapping[str, Any] | None = None) -> Prediction:
+    def predict_without(
+        self,
+        cost: PeriodicCost,
+        remedy: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        kept_per_step_ms: float = 0.0,
+    ) -> Prediction:
         """What removing a cost between steps gains, from the timed steps (`basis` "timed_steps"):
-        the mean step of the observed run with and without it."""
+        the mean step of the observed run with and without it; `kept_per_step_ms` is the part of it
+        the remedy leaves on the loop (a background save's copy to pinned memory)."""
         timing = self.run_timing
         if timing is None:
             raise ValueError("no timed steps in this run")
         base = timing.mean_step_ms
-        new = timing.without(cost)
+        new = run_step_after(timing, removed=(cost,)) + max(0.0, kept_per_step_ms)
         speedup = base / new if new > 0 else math.inf
         return Prediction(
             remedy=remedy,
@@ -410,7 +455,7 @@ class StepModel:
     def profiler_ratio(self) -> float | None:
         """Unprofiled / profiled step time, host-measured by the capture (None for a raw trace)."""
         u, p = self.unprofiled_step_ms, self.profiled_step_ms
-        if u is None or p is None or p <= 0 or u <= 0:
+        if u is None or p is None or p <= 0 or u <= 0 or self.step_times_agree is False:
             return None
         return min(1.0, u / p)
 
@@ -418,6 +463,8 @@ class StepModel:
     def host_scale(self) -> float:
         if self._host_scale is None:
             u, p = self.unprofiled_step_ms, self.profiled_step_ms
+            if self.step_times_agree is False:
+                u = p = None  # the two tell different stories: the trace's host work as recorded
             self._host_scale = calibrate_host_scale(
                 self.program,
                 u * 1000.0 if u else None,
@@ -463,9 +510,13 @@ class StepModel:
         batch_multiplier: float = 1.0,
         notes: Iterable[str] = (),
         remedies: tuple[tuple[str, Mapping[str, Any]], ...] = (),
+        workers: tuple[int, int] | None = None,
+        run: bool = True,
     ) -> Prediction:
-        """Replay the program transformed by `transform`; cached per (remedy, key)."""
-        cache_key = (remedy, tuple(key), batch_multiplier)
+        """Replay the program transformed by `transform`; cached per (remedy, key). With `run` the
+        prediction is then carried over to the run's mean step (`on_run`; `workers`: DataLoader workers
+        (now, new))."""
+        cache_key = (remedy, tuple(key), batch_multiplier, workers, run)
         hit = self._cache.get(cache_key)
         if hit is not None:
             return hit
@@ -495,8 +546,66 @@ class StepModel:
             notes=tuple(all_notes),
             remedies=remedies,
         )
+        if run:
+            pred = self.on_run(pred, workers=workers)
         self._cache[cache_key] = pred
         return pred
+
+    @property
+    def step_times_agree(self) -> bool | None:
+        """The steps timed without the profiler and those inside the window tell one story: the unprofiled
+        median is not above the profiled one by more than `STEP_TIMES_SLOWER` (the profiler only adds
+        work) nor below it by more than `STEP_TIMES_FASTER` (what the profiler's per-op cost can take off
+        a host-bound step). None when one of them is not known (a raw trace). When they disagree (a
+        machine loaded differently before and after the window, a phase change), nothing is rescaled to
+        the unprofiled steps and the analysis says so (issue 38)."""
+        u, p = self.unprofiled_step_ms, self.profiled_step_ms
+        if u is None or p is None or u <= 0 or p <= 0:
+            return None
+        return STEP_TIMES_FASTER <= u / p <= STEP_TIMES_SLOWER
+
+    def on_run(
+        self,
+        pred: Prediction,
+        *,
+        workers: tuple[int, int] | None = None,
+        removed: Iterable[PeriodicCost] = (),
+    ) -> Prediction:
+        """`pred` (made on the typical step the replay plays) as a share of the run's mean step, the step
+        the user pays (issue 38; gpuadvisor.stepmodel.periodic.run_step_after): the typical step scales by
+        the replay's ratio, stalls and costs between steps stay unless the remedy removes them, and a
+        loader that stalls the loop sets its pace. Unchanged for a raw trace, a run whose steps were not
+        timed, or one whose profiled and unprofiled steps disagree."""
+        timing = self.run_timing
+        if timing is None or self.step_times_agree is False or timing.mean_step_ms <= 0:
+            return pred
+        m = pred.batch_multiplier
+        ratio = pred.predicted_step_ms / pred.baseline_step_ms if pred.baseline_step_ms > 0 else 1.0
+        base = timing.mean_step_ms
+        new = run_step_after(timing, ratio=ratio, batch_multiplier=m, workers=workers, removed=tuple(removed))
+        per_sample = new / (base * m)
+        extra: list[str] = []
+        if base > timing.typical_step_ms * 1.02:
+            parts = []
+            if timing.stalls is not None:
+                parts.append(f"{timing.stalls.per_step_ms:.2f} ms of stalls")
+            periodic = base - timing.typical_step_ms - (timing.stalls.per_step_ms if timing.stalls else 0.0)
+            if periodic > 0.005:
+                parts.append(f"{periodic:.2f} ms of costs between steps")
+            extra.append(
+                f"on the run's mean step {base:.2f} ms (the median step {timing.typical_step_ms:.2f} ms + "
+                + " + ".join(parts)
+                + ")"
+            )
+        return dataclasses.replace(
+            pred,
+            baseline_step_ms=base,
+            predicted_step_ms=new,
+            speedup=1.0 / per_sample if per_sample > 0 else math.inf,
+            recovered_fraction=max(0.0, min(1.0, 1.0 - per_sample)),
+            median_step_ms=timing.typical_step_ms,
+            notes=pred.notes + tuple(extra),
+        )
 
 
 def _profiler_times(run: RunInfo | None) -> tuple[float | None, float | None]:

@@ -18,6 +18,9 @@ from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
 from gpuadvisor.stepmodel.model import Prediction
+from gpuadvisor.stepmodel.periodic import run_step_after
+from gpuadvisor.stepmodel.recompute import drop_recompute
+from gpuadvisor.stepmodel.saves import kept_per_step_ms
 from gpuadvisor.words import change
 
 if TYPE_CHECKING:
@@ -135,6 +138,11 @@ def _fix_kernel_grid(model: StepModel, program: Program, p: dict[str, Any]) -> P
     return t.fix_grids(model, program, set(p.get("kernels", ())))
 
 
+@transform(RemedyId.DROP_ACTIVATION_CHECKPOINTING)
+def _drop_activation_checkpointing(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
+    return drop_recompute(model, program, float(p.get("fraction", 1.0)))
+
+
 @transform(RemedyId.BF16_AUTOCAST)
 def _bf16_autocast(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.lower_precision(model, program, "bf16")
@@ -145,7 +153,7 @@ def _tf32(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.lower_precision(model, program, "tf32")
 
 
-@transform(RemedyId.EXPANDABLE_SEGMENTS)
+@transform(RemedyId.EXPANDABLE_SEGMENTS, RemedyId.REMOVE_EMPTY_CACHE)
 def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     return t.no_allocator_calls(model, program)
 
@@ -203,16 +211,27 @@ TIMED_STEP_COSTS: Mapping[RemedyId, str] = {
 }
 
 
+def _workers(items: Sequence[tuple[RemedyId, Mapping[str, Any]]]) -> tuple[int, int] | None:
+    """(workers now, workers after) of a DataLoader-workers remedy among `items` that adds worker
+    processes (the loader's pace scales with them on the run's mean step), else None."""
+    for r, p in items:
+        if r is RemedyId.DATALOADER_WORKERS and not p.get("loop_preparation"):
+            return int(p.get("current_workers", 0)), int(p.get("workers", 8))
+    return None
+
+
 def _with_timed_costs(
     model: StepModel,
     timed: Sequence[tuple[RemedyId, dict[str, Any]]],
     replayed: Prediction | None,
     name: str,
     remedies: tuple[tuple[str, Mapping[str, Any]], ...],
+    workers: tuple[int, int] | None = None,
 ) -> Prediction:
-    """Remedies of costs between steps, alone or with replayed ones: the run's mean step (typical step
-    plus the amortized costs between steps) less the removable part of each cost they remove, the
-    typical step scaled by the replayed remedies' ratio (basis `timed_steps`)."""
+    """Remedies of costs between steps, alone or with replayed ones (`replayed`: on the replayed step,
+    not carried to the run): the run's mean step with the typical step scaled by the replayed remedies'
+    ratio and the removable part of each cost they remove taken away (basis `timed_steps`,
+    gpuadvisor.stepmodel.periodic.run_step_after)."""
     timing = model.run_timing
     m = replayed.batch_multiplier if replayed is not None else 1.0
     if timing is None:
@@ -226,12 +245,15 @@ def _with_timed_costs(
         )  # fmt: skip
     costs = [c for r, _ in timed if (c := timing.cost(TIMED_STEP_COSTS[r])) is not None]
     ratio = (
-        replayed.predicted_step_ms / (replayed.baseline_step_ms * m)
+        replayed.predicted_step_ms / replayed.baseline_step_ms
         if replayed is not None and replayed.baseline_step_ms > 0
         else 1.0
     )
     base = timing.mean_step_ms
-    new = base - timing.typical_step_ms * (1.0 - ratio * m) - sum(c.per_step_ms * c.removable_fraction for c in costs)
+    new = run_step_after(timing, ratio=ratio, batch_multiplier=m, workers=workers, removed=costs)
+    # a save in the background keeps its copy to pinned memory (and a wait for a long write) on the loop
+    new += sum(kept_per_step_ms(model, c) for r, _ in timed if r is RemedyId.ASYNC_CHECKPOINT
+               if (c := timing.cost(TIMED_STEP_COSTS[r])) is not None)
     new = max(new, 1e-9)
     per_sample = new / base / m if base > 0 else 1.0
     notes = [f"{r.value}: no such cost was timed in this run" for r, _ in timed if timing.cost(TIMED_STEP_COSTS[r]) is None]
@@ -242,7 +264,7 @@ def _with_timed_costs(
     return Prediction(
         remedy=name,
         baseline_step_ms=base,
-        predicted_step_ms=new * m,
+        predicted_step_ms=new,
         speedup=1.0 / per_sample if per_sample > 0 else float("inf"),
         recovered_fraction=max(0.0, min(1.0, 1.0 - per_sample)),
         batch_multiplier=m,
@@ -264,6 +286,7 @@ def predict(model: StepModel, remedy: RemedyId | str, **params: Any) -> Predicti
         key=(_freeze(params),),
         batch_multiplier=m,
         remedies=((r.value, _jsonable_params(params)),),
+        workers=_workers([(r, params)]),
     )
 
 
@@ -283,14 +306,22 @@ def predict_combined(
     timed = [(r, p) for r, p in every if r in TIMED_STEP_COSTS]
     items = [(r, p) for r, p in every if r not in TIMED_STEP_COSTS]
     if timed:
-        replayed = predict_combined(model, items) if items else None
+        replayed = _replay_combined(model, items, run=False) if items else None
         return _with_timed_costs(
             model,
             timed,
             replayed,
             "+".join(r.value for r, _ in every),
             tuple((r.value, _jsonable_params(p)) for r, p in every),
+            workers=_workers(items),
         )
+    return _replay_combined(model, items)
+
+
+def _replay_combined(
+    model: StepModel, items: Sequence[tuple[RemedyId, dict[str, Any]]], *, run: bool = True
+) -> Prediction:
+    """Replayed remedies applied together in `APPLY_ORDER` (`items` sorted so)."""
     m = 1.0
     for r, p in items:
         if r is RemedyId.LARGER_BATCH:
@@ -307,6 +338,8 @@ def predict_combined(
         key=tuple((r.value, _freeze(p)) for r, p in items),
         batch_multiplier=m,
         remedies=tuple((r.value, _jsonable_params(p)) for r, p in items),
+        workers=_workers(items),
+        run=run,
     )
 
 

@@ -18,13 +18,13 @@ from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.busy import (
     attention_bf16_factor,
     attention_factor,
-    channels_last_factor,
     memory_chains,
     padding_factor,
     precision_factor,
     table_to_program_rows,
     vocab_loss_factor,
 )
+from gpuadvisor.stepmodel.layout import channels_last_factor
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
 
 if TYPE_CHECKING:
@@ -952,9 +952,9 @@ def sdpa(model: StepModel, program: Program) -> Program:
 
 
 def channels_last(model: StepModel, program: Program) -> Program:
-    """The model and its input in channels_last: cuDNN's NHWC kernels read the activations directly, its
-    NCHW<->NHWC layout transposes (gpuadvisor.stepmodel.busy.layout_transposes) go, and the normalization
-    kernels run their channels-last versions (gpuadvisor.stepmodel.busy.channels_last_factor)."""
+    """The model and its input in channels_last: each kernel on a 4-D activation scaled by its op
+    family's factor (gpuadvisor.stepmodel.layout.channels_last_plan): the NHWC table's measured ratio,
+    else cuDNN's transposes removed and BatchNorm at its channels-last speed, else unchanged."""
     return _scale_table_kernels(model, program, channels_last_factor(model))
 
 

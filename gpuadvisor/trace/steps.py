@@ -10,7 +10,9 @@ Sources, in order of preference (`TraceModel.step_source`):
 
 The analysis interval of a step, [start, end):
   * start = the step's CPU start;
-  * end = the next step's CPU start; for the last step, the later of its CPU end and its GPU end.
+  * end = the next step's CPU start; for the last step, its CPU end under `ProfilerStep#N` (the step
+    boundary: what follows is the profiler's stop, whose device synchronize waits for the GPU's
+    backlog, and the export: never the script's cost), else the later of its CPU end and its GPU end.
   Steps therefore tile the window without overlap and without holes, so per-step sums add up to the
   window, and the median step time is the steady-state period (CPU start to CPU start) that a
   training loop runs at. GPU work of step N that drains during step N+1's CPU span counts as busy in
@@ -136,6 +138,8 @@ def _finish(
     gpu_start: npt.NDArray[np.float64],
     gpu_end: npt.NDArray[np.float64],
     last_end: float | None = None,
+    *,
+    cpu_only_tail: bool = False,
 ) -> pd.DataFrame:
     # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
     import numpy as np
@@ -153,7 +157,13 @@ def _finish(
     end = np.empty_like(start)
     end[:-1] = cpu_start[1:]
     if len(end):
-        tail = np.nanmax([cpu_end[-1], gpu_end[-1] if not np.isnan(gpu_end[-1]) else cpu_end[-1]])
+        if cpu_only_tail:
+            # The last step ends where its CPU span ends: the step boundary, as every other step's.
+            # What follows is not the script's: the profiler's stop synchronizes the device (its
+            # `cudaDeviceSynchronize` waits for the GPU's backlog, up to a few hundred ms) and exports.
+            tail = cpu_end[-1]
+        else:
+            tail = np.nanmax([cpu_end[-1], gpu_end[-1] if not np.isnan(gpu_end[-1]) else cpu_end[-1]])
         end[-1] = max(float(tail), last_end) if last_end is not None else float(tail)
     outlier = np.zeros(len(start), dtype=bool)
     if len(start) >= MIN_STEPS_FOR_OUTLIER:
@@ -287,6 +297,7 @@ def _segment(model: TraceModel) -> tuple[pd.DataFrame, str]:
                         j["ce"].to_numpy(dtype=np.float64),
                         j["gs"].to_numpy(dtype=np.float64),
                         j["ge"].to_numpy(dtype=np.float64),
+                        cpu_only_tail=True,
                     ),
                     STEP_SOURCE_PROFILER,
                 )

@@ -29,6 +29,8 @@ from typing import Any
 
 from gpuadvisor.capture.frameworks import spec_from_other_finders
 from gpuadvisor.remedies import REMEDIES, RemedyId, apply_order
+from gpuadvisor.verify import inject_memory as _inject_memory  # noqa: F401 (registers its injectors)
+from gpuadvisor.verify.injectors import INJECTORS, injector
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
 
 __all__ = ["INJECTORS", "Change", "Injections", "TrialSkip"]
@@ -656,20 +658,6 @@ class Injections:
         return None
 
 
-Injector = Callable[[Injections, Any], None]
-
-# How verify applies each injectable remedy (records with an `Injection` in gpuadvisor.remedies), called
-# in the records' order; the registry test checks that the two agree.
-INJECTORS: dict[RemedyId, Injector] = {}
-
-
-def injector(*remedies: RemedyId) -> Callable[[Injector], Injector]:
-    def register(fn: Injector) -> Injector:
-        for r in remedies:
-            INJECTORS[r] = fn
-        return fn
-
-    return register
 
 
 @injector(

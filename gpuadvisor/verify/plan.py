@@ -319,6 +319,20 @@ def _skip_expandable(rec: Record) -> str | None:
     return None
 
 
+@skip_check(RemedyId.REMOVE_EMPTY_CACHE)
+def _skip_empty_cache(rec: Record) -> str | None:
+    if not rec.cuda:
+        return "torch.cuda.empty_cache() does nothing without a CUDA GPU"
+    return None  # decided in the trial: no call to torch.cuda.empty_cache() -> skipped, nothing to change
+
+
+@skip_check(RemedyId.DROP_ACTIVATION_CHECKPOINTING)
+def _skip_no_checkpointing(rec: Record) -> str | None:
+    if not rec.cuda:
+        return "activation checkpointing trades GPU memory for time: without a CUDA GPU there is neither"
+    return None  # decided in the trial: no torch.utils.checkpoint call -> skipped, nothing to change
+
+
 @skip_check(RemedyId.ALL_SAFE)
 def _skip_all_safe(rec: Record) -> str | None:
     return None  # decided by its members (plan_trials)

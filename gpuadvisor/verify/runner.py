@@ -432,6 +432,7 @@ def _trial_entry(config: _Config, baseline: _Config) -> dict[str, Any]:
         step_times_ms=[_r(v) for v in measured(oks, "step_time_ms")],
         samples_per_s_trials=[_r(v) for v in measured(oks, "samples_per_s")],
     )
+    entry.update(peak_memory(oks))
     if samples is not None:
         entry["samples_shape"] = _shape(oks)
         if samples.sizes is not None:
@@ -717,6 +718,18 @@ def _drop_failing_members(
     return True
 
 
+def peak_memory(results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The highest peak allocated GPU memory of the trials and the device's total, where recorded."""
+    peaks = [int(r["peak_memory_bytes"]) for r in results if isinstance(r.get("peak_memory_bytes"), int)]
+    totals = [int(r["memory_total_bytes"]) for r in results if isinstance(r.get("memory_total_bytes"), int)]
+    out: dict[str, int] = {}
+    if peaks:
+        out["peak_memory_bytes"] = max(peaks)
+    if totals:
+        out["memory_total_bytes"] = max(totals)
+    return out
+
+
 def _shape(results: Sequence[Mapping[str, Any]]) -> list[int] | None:
     """The shape of the tensor counted as the batch, where every trial recorded the same one."""
     shapes = {tuple(r["samples_shape"]) for r in results if r.get("samples_shape")}
@@ -734,6 +747,7 @@ def baseline_entry(baseline: _Config) -> dict[str, Any]:
         "samples_per_s_trials": [_r(v) for v in measured(base_ok, "samples_per_s")],
         "step_detection": base_ok[0].get("step_detection") if base_ok else None,
         "samples_shape": _shape(base_ok),
+        **peak_memory(base_ok),
     }
     if baseline.final is not None:
         entry["reason"] = baseline.reason

@@ -488,6 +488,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
             f"hold NaN/Inf after {cfg.warmup_steps + cfg.steps} steps"
         )
     result.update(clock.measure)
+    result.update(_peak_memory(torch))
     result.update(
         status=status,
         reason=reason if status != "ok" else None,
@@ -501,6 +502,21 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         writes_refused=guard.refused()[:20],
     )
     return result
+
+
+def _peak_memory(torch: Any) -> dict[str, int]:
+    """The trial's peak allocated GPU memory and the device's total (remedies that trade memory for time,
+    such as running checkpointed functions directly, report what they reached); {} without CUDA."""
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return {}
+        dev = torch.cuda.current_device()
+        return {
+            "peak_memory_bytes": int(torch.cuda.max_memory_allocated(dev)),
+            "memory_total_bytes": int(torch.cuda.get_device_properties(dev).total_memory),
+        }
+    except Exception:  # a broken CUDA context after the script's own failure: no figure, no new failure
+        return {}
 
 
 def main() -> None:

@@ -152,3 +152,31 @@ def test_child_file_names_per_rank() -> None:
     assert rank_file_name("environment.json", 0) == "environment.json"
     assert rank_file_name("environment.json", 2) == "environment.rank2.json"
     assert rank_state_file(0) == ".child_state.rank0.json"
+
+
+def test_no_time_tick_while_an_optimizer_waits_or_a_model_call_runs(tmp_path: Path) -> None:
+    """nanoGPT with torch.compile: the optimizer exists and the first model call compiles for tens of
+    seconds. A time tick there used to choose `time` steps and lift the optimizer's hold (issue 38)."""
+    det, sink = _detector(tmp_path)
+    det.on_forward()  # the first call, still running (compiling)
+    det.model_call_running = lambda: True
+    assert not det.tick_allowed()
+    det.time_step()
+    assert det.method is None and sink.events == ["signal"]
+    det.model_call_running = lambda: False
+    det.recorder = _recorder(optimizers=1)
+    assert not det.undecided() and not det.tick_allowed()  # the timer thread stops: training will come
+    det.time_step()
+    assert det.method is None and det.phase.value == "held"
+
+
+def test_a_provisional_count_gives_way_to_the_optimizers_first_step(tmp_path: Path) -> None:
+    det, sink = _detector(tmp_path, time_fallback_after=1e-9)
+    det.recorder = _recorder(optimizers=1)
+    for _ in range(3):
+        det.on_forward()
+    assert det.method is FWD and det.phase.value == "provisional" and det.awaiting_training()
+    sink.events.clear()
+    det.on_optimizer_step(object())
+    assert det.method is OPT and det.phase.value == "training" and not det.awaiting_training()
+    assert sink.events == ["signal", "switch module_forward -> optimizer_step_hook", "boundary"]

@@ -45,3 +45,41 @@ def test_an_evaluation_before_the_first_optimizer_step_is_kept_once_training_sta
     state["trained"] = True
     log.optimizer_step()
     assert [(e["kind"], e["forward_calls"]) for e in log.events] == [("evaluation", 4)]
+
+
+class _FakeStorage:
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.ptr, self.size = ptr, nbytes
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def nbytes(self) -> int:
+        return self.size
+
+
+class _FakeTensor:
+    """Stands in for a torch.Tensor (no CUDA here): `is_cuda` and its storage."""
+
+    def __init__(self, ptr: int, nbytes: int, cuda: bool = True) -> None:
+        self.is_cuda = cuda
+        self._storage = _FakeStorage(ptr, nbytes)
+
+    def untyped_storage(self) -> _FakeStorage:
+        return self._storage
+
+
+def test_a_save_records_the_bytes_of_its_distinct_gpu_tensors() -> None:
+    """What a background save would copy to pinned memory: each GPU storage once (a tied weight is one
+    storage), CPU tensors and plain values left out."""
+    from gpuadvisor.capture.hooks import _device_bytes
+
+    shared = _FakeTensor(1, 4000)
+    state = {
+        "model": {"wte": shared, "lm_head": shared, "bias": _FakeTensor(2, 500)},
+        "optimizer": {"state": {0: {"exp_avg": _FakeTensor(3, 4000), "step": 12}}, "param_groups": [{"lr": 3e-4}]},
+        "cpu_copy": _FakeTensor(4, 9999, cuda=False),
+        "step": 100,
+    }
+    assert _device_bytes(state) == 4000 + 500 + 4000
+    assert _device_bytes({"step": 1}) is None

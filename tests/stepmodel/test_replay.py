@@ -174,3 +174,41 @@ def test_copy_returns_an_independent_program() -> None:
     q.op_dur[0] = 99.0
     q.notes.append("edited")
     assert p.op_dur[0] == 5.0 and p.notes == []
+
+
+def test_a_waits_own_fixed_work_comes_after_the_wait_and_is_not_scaled() -> None:
+    # a cudaFree: waits for the 100 us kernel, then frees for 50 us (driver work, fixed); the host factor
+    # 0.5 halves the 10 us of host work before the launch and nothing of the free
+    p = program(
+        [
+            {"kind": EV_LAUNCH, "gap": 10.0, "dur": 0.0, "ops": [0]},
+            {"kind": EV_SYNC, "gap": 0.0, "dur": 0.0, "post": 0.0, "sync_kind": "allocator"},
+        ],
+        [{"dur": 100.0}],
+        ev_fixed=np.array([0.0, 50.0]),
+    )
+    assert replay(p, 0.5).period_us == pytest.approx(5.0 + 5.0 + 100.0 + 50.0)
+
+
+def test_allocator_calls_keep_their_driver_time_under_the_profiler_correction(tmp_path: Any) -> None:
+    """SYNTHETIC trace: a cudaMalloc of 400 us and a cudaFree that frees for 300 us after the device drained,
+    every step: their time beyond a typical call is the driver's (`ev_fixed`), never scaled."""
+    from gpuadvisor.stepmodel import build_step_model
+    from gpuadvisor.trace.load import load_trace
+    from tests.synth import K_ELEMENTWISE, SyntheticTrace
+
+    st = SyntheticTrace()
+    for n in range(5):
+        t0 = n * 2000.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=2000.0, gpu_dur=2000.0)
+        st.add_kernel(K_ELEMENTWISE, ts=t0 + 20.0, dur=500.0, launch_ts=t0 + 5.0, op="aten::mul")
+        st.add_runtime("cudaFree", t0 + 15.0, 805.0)  # waits for the kernel (ends 520), frees 300 us
+        st.add_runtime("cudaMalloc", t0 + 900.0, 400.0)
+    model = build_step_model(load_trace(st.write(tmp_path / "t.json.gz")))
+    p = model.program
+    names = p.ev_name.astype(str)
+    fixed = dict(zip(names.tolist(), p.ev_fixed.tolist(), strict=True))
+    assert fixed["cudaMalloc"] == pytest.approx(400.0 - model.facts.launch_call_us)
+    assert fixed["cudaFree"] == pytest.approx(300.0, abs=1.0)
+    # with host work almost free, the step still pays the allocator's driver time
+    assert replay(p, 0.02).period_us >= 500.0 + 300.0 + 400.0 - model.facts.launch_call_us

@@ -20,8 +20,9 @@ def test_profiler_steps_tile_the_window(tmp_path: Path) -> None:
     assert m.step_source == "profiler_step"
     assert s["step"].tolist() == [10, 11, 12, 13]
     assert s["start"].tolist() == [b, b + 1000, b + 2000, b + 3000]
-    # end = next CPU start; last = later of CPU end and GPU end (3000+50+900)
-    assert s["end"].tolist() == [b + 1000, b + 2000, b + 3000, b + 3950]
+    # end = next CPU start; the last step ends at its CPU end (its step boundary: the GPU backlog
+    # drained after it is the profiler's stop, never the script's step)
+    assert s["end"].tolist() == [b + 1000, b + 2000, b + 3000, b + 3600]
     assert s["gpu_end"].tolist()[0] == b + 950
     assert s["outlier"].tolist() == [True, False, False, False]
 
@@ -34,7 +35,8 @@ def test_two_steps_no_outlier_and_gpu_span_derived(tmp_path: Path) -> None:
     m = load_trace(st.write(tmp_path / "t.json"))
     s = m.steps
     assert s["outlier"].tolist() == [False, False]
-    assert s["gpu_start"].iloc[1] == st.base + 700 and s["end"].iloc[1] == st.base + 1300
+    assert s["gpu_start"].iloc[1] == st.base + 700 and s["gpu_end"].iloc[1] == st.base + 1300
+    assert s["end"].iloc[1] == st.base + 1000  # the last step ends at its CPU end
 
 
 def test_optimizer_fallback(tmp_path: Path) -> None:

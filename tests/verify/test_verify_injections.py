@@ -218,3 +218,36 @@ def test_fp16_autocast_comes_with_a_grad_scaler(tmp_path: Path) -> None:
     whats = [c["what"] for c in result["changes"]]
     assert "Mixed.forward" in whats and "GradScaler" in whats
     assert result["nonfinite_params"] == 0
+
+
+CHECKPOINTED = SCRIPTS / "checkpointed_mlp.py"
+
+
+def test_checkpointed_functions_run_directly(tmp_path: Path) -> None:
+    """Without an edit of the script: torch.utils.checkpoint, imported by name before the trial's patch
+    could be undone, calls the blocks once per step (no recomputation in the backward)."""
+    base_dump, res = tmp_path / "base.json", None
+    (tmp_path / "b").mkdir()
+    res = run_trial_child(tmp_path / "b", CHECKPOINTED, ["--steps", "12", "--dump", str(base_dump)], ())
+    assert res["status"] == "ok" and json.loads(base_dump.read_text())["forwards_per_block_per_step"] == 2
+    dump = tmp_path / "direct.json"
+    res = run_trial_child(
+        tmp_path, CHECKPOINTED, ["--steps", "12", "--dump", str(dump)], ("drop_activation_checkpointing",)
+    )
+    assert res["status"] == "ok", res
+    assert json.loads(dump.read_text())["forwards_per_block_per_step"] == 1
+    assert [c["what"] for c in res["changes"]] == ["torch.utils.checkpoint.checkpoint"]
+
+
+def test_empty_cache_becomes_a_no_op_and_says_where(tmp_path: Path) -> None:
+    dump = tmp_path / "d.json"
+    res = run_trial_child(tmp_path, CHECKPOINTED, ["--steps", "12", "--dump", str(dump)], ("remove_empty_cache",))
+    assert res["status"] == "ok", res
+    (change,) = res["changes"]
+    assert change["what"] == "torch.cuda.empty_cache()" and "checkpointed_mlp.py" in (change["where"] or "")
+
+
+def test_a_script_without_checkpointing_has_nothing_to_change(tmp_path: Path) -> None:
+    dump = tmp_path / "d.json"
+    res = run_trial_child(tmp_path, LOADER, [*ARGS, "--dump", str(dump)], ("drop_activation_checkpointing",))
+    assert res["status"] == "skipped" and "nothing to change" in res["reason"]

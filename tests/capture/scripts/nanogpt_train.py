@@ -17,6 +17,8 @@ p.add_argument("--eval-interval", type=int, default=25)
 p.add_argument("--eval-iters", type=int, default=20)
 p.add_argument("--out-dir", default="out")
 p.add_argument("--compile", action="store_true")
+# stands in for torch.compile's first call, which compiles for tens of seconds on a GPU
+p.add_argument("--first-call-seconds", type=float, default=0.0)
 args = p.parse_args()
 
 gradient_accumulation_steps = 2
@@ -49,6 +51,10 @@ class GPT(nn.Module):
         self.head = nn.Linear(n_embd, vocab)
 
     def forward(self, idx, targets=None):
+        global first_call_pending
+        if first_call_pending:
+            first_call_pending = False
+            time.sleep(args.first_call_seconds)
         logits = self.head(self.blocks(self.wte(idx)))
         loss = F.cross_entropy(logits.view(-1, vocab), targets.view(-1)) if targets is not None else None
         return logits, loss
@@ -57,6 +63,7 @@ class GPT(nn.Module):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
+first_call_pending = args.first_call_seconds > 0
 model = GPT()
 scaler = torch.amp.GradScaler("cpu", enabled=False)  # nanoGPT: enabled=(dtype == 'float16')
 optimizer = model.configure_optimizers()

@@ -355,6 +355,10 @@ def _gpu_bound(
 
 
 def _mlp(odd: bool) -> SyntheticTrace:
+    return _gpu_bound(_mlp_kernels(odd))
+
+
+def _mlp_kernels(odd: bool) -> list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]]:
     # aligned: [8192, 1024] x [1024, 4096] in ~100 us (~690 TFLOP/s); odd: K = 1001, N = 4097 through an
     # align2 tile in 400 us
     ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = []
@@ -364,18 +368,45 @@ def _mlp(odd: bool) -> SyntheticTrace:
             ks.append((K_GEMM_ALIGN2, 400.0, "aten::mm", [BF16, BF16], [[8192, 1001], [1001, 4097]]))
         else:
             ks.append((K_NVJET_BF16, 100.0, "aten::mm", [BF16, BF16], [[8192, 1024], [1024, 4096]]))
-    return _gpu_bound(ks)
+    return ks
 
 
 def odd_gemm_mlp() -> SyntheticTrace:
     return _mlp(odd=True)
 
 
+def odd_gemm_mlp_host_paced() -> SyntheticTrace:
+    """Synthetic: the misaligned GEMMs of `odd_gemm_mlp` (2.4 ms of their 3 ms of GPU work per step) in a
+    raw trace whose host, the profiler's cost included, launches them 700 us apart: the host sets the
+    pace (8.4 ms per step), and a raw trace cannot say how much of that is the profiler's."""
+    st = SyntheticTrace()
+    ks = [k for k in _mlp_kernels(odd=True)]
+    period = len(ks) * 700.0 + 300.0
+    for n in range(4):
+        t0 = n * period
+        launch = t0 + 5.0
+        for name, dur, op, types, dims in ks:
+            st.add_kernel(
+                name, ts=launch + 8.0, dur=dur, grid=(264, 1, 1), op=op, op_input_types=list(types),
+                op_input_dims=dims, launch_ts=launch, launch_dur=3.0,
+            )
+            launch += 700.0
+        st.add_step(n + 1, cpu_start=t0, cpu_dur=period, gpu_dur=period)
+        st.add_optimizer_step(launch + 10.0, 5.0)
+    return st
+
+
 def aligned_gemm_mlp() -> SyntheticTrace:
     return _mlp(odd=False)
 
 
-def _lm_loss(vocab: int, hand_written: bool = True) -> SyntheticTrace:
+def _lm_loss(vocab: int, hand_written: bool = True, scale_gradient: bool = False) -> SyntheticTrace:
+    return _gpu_bound(_lm_loss_kernels(vocab, hand_written, scale_gradient))
+
+
+def _lm_loss_kernels(
+    vocab: int, hand_written: bool = True, scale_gradient: bool = False
+) -> list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]]:
     """bf16 GEMMs (10 ms) then the loss over [8192, vocab] logits upcast to FP32 (times of a 128k vocab
     on an H100: each FP32 pass over 1e9 values takes milliseconds): a log-sum-exp written by hand
     (amax, subtract, exp, sum, subtract, gather, and their backward), or PyTorch's cross-entropy
@@ -431,8 +462,10 @@ def _lm_loss(vocab: int, hand_written: bool = True) -> SyntheticTrace:
                 [logits, logits, [], []],
             ),
         ]
+    if scale_gradient:
+        ks.append((K_ELEMENTWISE, 3000.0 * scale, "aten::mul", ["float", "Scalar"], [logits, []]))
     ks.append((K_COPY, 2000.0 * scale, "aten::_to_copy", ["float"], [logits]))
-    return _gpu_bound(ks)
+    return ks
 
 
 def fp32_vocab_loss() -> SyntheticTrace:
@@ -468,6 +501,59 @@ def pytorch_cross_entropy_loss() -> SyntheticTrace:
     return _lm_loss(128256, hand_written=False)
 
 
+def fp32_vocab_loss_host_ahead() -> SyntheticTrace:
+    """Synthetic: the hand-written FP32 loss of `fp32_vocab_loss` in a GPU-bound run whose host runs ahead
+    of the device: each 4 ms CPU step launches ~31 ms of kernels and nothing waits (no read, no sync),
+    so the kernels of the analyzed steps run long after their CPU steps end, and the loss's kernel time
+    per step is several CPU steps (issue 41: "FP32 loss ... (169% of the step)")."""
+    st = SyntheticTrace()
+    gpu_t = 20.0
+    for n in range(4):
+        cpu0 = n * 4000.0
+        launch = cpu0 + 10.0
+        for name, dur, op, types, dims in _lm_loss_kernels(128256):
+            st.add_kernel(
+                name, ts=gpu_t, dur=dur, grid=(264, 1, 1), op=op, op_input_types=list(types),
+                op_input_dims=dims, launch_ts=launch, launch_dur=3.0,
+            )
+            launch += 150.0
+            gpu_t += dur + 2.0
+        st.add_step(n + 1, cpu_start=cpu0, cpu_dur=4000.0, gpu_dur=4000.0)
+        st.add_optimizer_step(launch + 10.0, 5.0)
+    return st
+
+
+def squared_error_over_a_wide_head() -> SyntheticTrace:
+    """Synthetic: a regression whose head makes [4096, 65536] outputs in bf16 and whose squared error is
+    written by hand in FP32 (upcast, subtract, square, mean, and the backward's multiply and subtract):
+    a row-wise loss over a wide output, but no log-softmax over a class axis (issue 41: GA1105 called it
+    a 65536-word vocabulary and priced a fused cross-entropy)."""
+    out = [4096, 65536]
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
+        (K_NVJET_BF16, 1000.0, "aten::mm", [BF16, BF16], [[4096, 4096], [4096, 4096]]) for _ in range(6)
+    ]
+    ks.append((K_NVJET_BF16, 1200.0, "aten::mm", [BF16, BF16], [[4096, 1024], [1024, 65536]]))
+    ks += [
+        (K_COPY, 700.0, "aten::_to_copy", [BF16], [out]),
+        (K_COPY, 700.0, "aten::_to_copy", [BF16], [out]),
+        (K_ELEMENTWISE, 900.0, "aten::sub", ["float", "float"], [out, out]),
+        (K_ELEMENTWISE, 900.0, "aten::pow", ["float", "Scalar"], [out, []]),
+        (K_REDUCE_MEAN, 600.0, "aten::mean", ["float"], [out]),
+        (K_ELEMENTWISE, 900.0, "aten::mul", ["float", "float"], [out, out]),
+        (K_ELEMENTWISE, 900.0, "aten::mul", ["float", "Scalar"], [out, []]),
+        (K_COPY, 700.0, "aten::_to_copy", ["float"], [out]),
+    ]
+    return _gpu_bound(ks)
+
+
+def autocast_cross_entropy_with_a_scale() -> SyntheticTrace:
+    """Synthetic: PyTorch's cross-entropy under autocast (float32 log_softmax and nll_loss) over a 32k
+    vocabulary, with one more op over the FP32 logits' gradient (a scale, as gradient accumulation or a
+    loss weight puts there): the standard path, no log-softmax by hand (issue 41: a tuned GPT control got
+    "GA1105 medium 8%", never measured)."""
+    return _lm_loss(32768, hand_written=False, scale_gradient=True)
+
+
 CASES += [
     RuleCase(
         "GA1104-fires-on-odd-gemm-shapes",
@@ -482,6 +568,17 @@ CASES += [
     ),
     RuleCase("GA1104-quiet-on-aligned-gemms", "GA1104", aligned_gemm_mlp, expect=Expect(fires=False)),
     RuleCase(
+        "GA1104-says-what-a-host-paced-raw-trace-cannot-price",
+        "GA1104",
+        odd_gemm_mlp_host_paced,
+        expect=Expect(
+            fires=True,
+            severity="info",
+            title_contains=("not priced on this raw trace",),
+            recommendation_contains=("--step-time-ms",),
+        ),
+    ),
+    RuleCase(
         "GA1105-fires-on-an-fp32-128k-vocab-loss",
         "GA1105",
         fp32_vocab_loss,
@@ -493,6 +590,24 @@ CASES += [
         ),
     ),
     RuleCase("GA1105-quiet-on-a-small-vocabulary", "GA1105", small_vocab_loss, expect=Expect(fires=False)),
+    RuleCase(
+        "GA1105-says-no-share-over-the-whole-step-when-the-host-runs-ahead",
+        "GA1105",
+        fp32_vocab_loss_host_ahead,
+        expect=Expect(fires=True, min_severity="medium"),
+    ),
+    RuleCase(
+        "GA1105-quiet-on-a-squared-error-over-a-wide-head",
+        "GA1105",
+        squared_error_over_a_wide_head,
+        expect=Expect(fires=False),
+    ),
+    RuleCase(
+        "GA1105-quiet-on-autocast-cross-entropy-with-a-scaled-gradient",
+        "GA1105",
+        autocast_cross_entropy_with_a_scale,
+        expect=Expect(fires=False),
+    ),
     RuleCase(
         "GA1105-quiet-on-pytorch-cross-entropy-in-fp32",
         "GA1105",

@@ -36,6 +36,25 @@ def _at(durations_ms: list[float], step: int) -> float:
     return T0 + sum(durations_ms[: step - 1]) / 1e3
 
 
+def _saves(seconds: float, device_bytes: int | None, file_bytes: int | None = None) -> list[dict[str, Any]]:
+    """torch.save every 15 steps, with the bytes of the GPU tensors it held when given (recorded since
+    issue 41) and the file's size (default: those bytes and 1000 more)."""
+    return [
+        {
+            "kind": "checkpoint",
+            "step": s,
+            "start_unix_s": _at(FLAT, s) + 1e-4,
+            "seconds": seconds,
+            "bytes": file_bytes if file_bytes is not None else (device_bytes or 0) + 1000,
+            **({"device_bytes": device_bytes} if device_bytes is not None else {}),
+            "file": "train.py",
+            "line": 88,
+            "code": "torch.save(state, path)",
+        }
+        for s in (15, 30, 45)
+    ]
+
+
 LOADER = {
     "id": 0, "file": "train.py", "line": 30, "code": "loader = DataLoader(ds, batch_size=8, num_workers=8)",
     "batch_size": 8, "num_workers": 8, "pin_memory": True, "persistent_workers": False, "prefetch_factor": 2,
@@ -142,22 +161,7 @@ CASES = [
         "GA304-fires-on-checkpoints",
         "GA304",
         lambda: training_loop(6),
-        manifest=_capture(
-            FLAT,
-            [
-                {
-                    "kind": "checkpoint",
-                    "step": s,
-                    "start_unix_s": _at(FLAT, s) + 1e-4,
-                    "seconds": 0.2,
-                    "bytes": 600_000_000,
-                    "file": "train.py",
-                    "line": 88,
-                    "code": "torch.save(state, path)",
-                }
-                for s in (15, 30, 45)
-            ],
-        ),
+        manifest=_capture(FLAT, _saves(0.2, None, file_bytes=600_000_000)),
         expect=Expect(
             fires=True,
             title_contains=("Checkpoint saving",),
@@ -165,6 +169,28 @@ CASES = [
             location_contains=("train.py:88",),
             message_contains=("600.0 MB",),
         ),
+    ),
+    # a background save keeps its copy to pinned memory on the step (no pinned copy in the trace, no
+    # NVML: 22 GB/s): 2 GB take ~91 ms of each 200 ms save; the rest runs during the 15 steps (150 ms)
+    RuleCase(
+        "GA304-prices-a-background-save-by-its-copy-to-pinned-memory",
+        "GA304",
+        lambda: training_loop(6),
+        manifest=_capture(FLAT, _saves(0.2, 2_000_000_000)),
+        expect=Expect(
+            fires=True,
+            impact_min=0.25,
+            impact_max=0.40,
+            message_contains=("copy to pinned memory stays on the step: 2.00 GB (its GPU tensors)",),
+        ),
+    ),
+    # a 500 ms save of 0.2 GB: the write outlasts the 15 steps to the next save, which waits for it
+    RuleCase(
+        "GA304-a-background-write-longer-than-the-save-period-makes-the-next-save-wait",
+        "GA304",
+        lambda: training_loop(6),
+        manifest=_capture(FLAT, _saves(0.5, 200_000_000)),
+        expect=Expect(fires=True, impact_min=0.15, impact_max=0.30, message_contains=("the next save waits",)),
     ),
     RuleCase(
         "GA304-unknown-cause-is-reported-without-a-modeled-gain",

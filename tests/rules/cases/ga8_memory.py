@@ -42,6 +42,18 @@ def churn_every_step() -> SyntheticTrace:
     return _churn(False)
 
 
+def retries_inside_ops() -> SyntheticTrace:
+    """Synthetic: the caching allocator frees its cache and allocates again inside an op every step (an
+    allocation that did not fit: its retry), not from host code between ops."""
+    st = plain()
+    for n in range(5):
+        t = n * 1000.0 + 300.0
+        st.add_cpu_op("aten::empty", t - 5.0, 200.0)
+        st.add_runtime("cudaFree", t, 40.0)
+        st.add_runtime("cudaMalloc", t + 100.0, 60.0)
+    return st
+
+
 def churn_warmup_only() -> SyntheticTrace:
     return _churn(True)
 
@@ -82,8 +94,15 @@ CASES = [
             fires=True,
             min_severity="medium",
             message_contains=("cudaMalloc 1.0/step",),
-            recommendation_contains=("empty_cache",),
+            recommendation_contains=("torch.cuda.empty_cache() does: remove that call",),
+            evidence_keys=("free_time_outside_ops_fraction",),
         ),
+    ),
+    RuleCase(
+        "GA802-names-a-steady-cache-when-the-frees-are-inside-ops",
+        "GA802",
+        retries_inside_ops,
+        expect=Expect(fires=True, recommendation_contains=("expandable_segments",)),
     ),
     RuleCase(
         "GA802-fires-on-pinned-alloc-every-step",
