@@ -191,11 +191,16 @@ def notes_of(
     if run is None:
         notes.append(NOTE_RAW_TRACE)
     else:
-        for flag in run.degraded:
-            notes.append(f"degraded: {flag}")
         messages = run.manifest.get("messages")
-        if isinstance(messages, list):
-            notes.extend(str(m) for m in messages)
+        messages = [str(m) for m in messages] if isinstance(messages, list) else []
+        flags = run.record.degraded
+        # The capture writes a message with each flag it sets (the message has the detail: which NVML
+        # error, which step): the flags are said in words only where fewer messages came with them.
+        unknown = run.record.unknown_degraded  # written by a newer gpuadvisor: only the id is known
+        if len(messages) < len(flags) + len(unknown):
+            notes.extend(flag.describe() for flag in flags)
+            notes.extend(f"degraded: {flag}" for flag in unknown)
+        notes.extend(messages)
         notes.extend(run.notes)
     # What the trace is (vendor, training or inference, schema, graphs, ranks): said once, here.
     notes.extend(kind_of(trace).labels())

@@ -31,7 +31,7 @@ from gpuadvisor.capture.inprocess import Capture
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.config import resolve_options
 from gpuadvisor.diff import diff as run_diff
-from gpuadvisor.errors import InputError
+from gpuadvisor.errors import InputError, OutputExistsError
 from gpuadvisor.rundir import MANIFEST, REPORT
 from gpuadvisor.runinfo import read_manifest
 
@@ -131,15 +131,18 @@ def profile(
     quiet = bool(capture_options.get("quiet", asked.quiet))
     if options is not None:
         capture_options["options"] = options
-    outcome = capture_runner.run_profile(
-        str(script),
-        list(args),
-        out=None if out is None else Path(out),
-        module=module,
-        force=force,
-        full=full,
-        **capture_options,
-    )
+    try:
+        outcome = capture_runner.run_profile(
+            str(script),
+            list(args),
+            out=None if out is None else Path(out),
+            module=module,
+            force=force,
+            full=full,
+            **capture_options,
+        )
+    except OutputExistsError as err:
+        raise err.for_api() from None
     if analyze:
         outcome = analyze_profiled(outcome, quiet=quiet)
     return Run(run_dir=Path(outcome.run_dir), exit_status=int(outcome.exit_status), manifest=outcome.manifest)

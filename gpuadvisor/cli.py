@@ -134,7 +134,8 @@ def cli(verbose: bool) -> None:
 
     \b
     Exit codes: 0 ok; 1 findings at or above --fail-on (analyze);
-    2 usage error or unreadable input; 70 internal error of gpuadvisor;
+    2 usage error or unreadable input; 3 a rule raised, so --fail-on could not
+    judge every rule (analyze; --allow-rule-errors); 70 internal error of gpuadvisor;
     74 outputs could not be fully written; 130 interrupted (Ctrl-C);
     profile returns the script's own status (128+N when a signal ended it).
 

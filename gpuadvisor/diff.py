@@ -36,9 +36,10 @@ rules are not compared.
 
 Environment
 -----------
-GPU name, driver version, CUDA runtime and torch version are compared when both sides know them;
-any difference makes `compatible` False with one reason per difference (`gpuadvisor diff` then
-refuses unless --allow-mismatch). A value only one side knows is listed in `notes`.
+The script (manifest target), the device (GPU name, or CPU only), driver version, CUDA runtime and
+torch version are compared when both sides know them; any difference makes `compatible` False with
+one reason per difference (`gpuadvisor diff` then refuses, exit 2, unless --allow-mismatch, which
+compares with a loud warning). A value only one side knows is listed in `notes`.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from gpuadvisor.errors import ConfigError
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.model import Finding, jsonable
 from gpuadvisor.result import AnalysisResult
-from gpuadvisor.runinfo import read_environment
+from gpuadvisor.runinfo import read_environment, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -442,10 +443,36 @@ def _torch_version(value: Any) -> str | None:
     return None if value in (None, "") else str(value).strip()
 
 
+CPU_ONLY = "CPU only"
+
+
+def _device(env: Mapping[str, Any]) -> str | None:
+    """The GPU's name, CPU_ONLY for a run or trace without one ("different device" then, not "different
+    GPU"), None when unknown."""
+    if env.get("gpu"):
+        return str(env.get("gpu"))
+    kind = env.get("trace_kind")
+    if env.get("cuda_available") is False or (isinstance(kind, Mapping) and kind.get("cpu_only")):
+        return CPU_ONLY
+    return None
+
+
+def _script(env: Mapping[str, Any]) -> str | None:
+    """The script (or module) a run ran, as recorded (`script`: manifest target): two runs of one script
+    compare; with an absolute path on either side only the file names are compared (one script, two
+    checkouts)."""
+    value = env.get("script")
+    if not value:
+        return None
+    text = os.path.normpath(str(value))
+    return text
+
+
 def _env_values(env: Mapping[str, Any]) -> dict[str, str | None]:
     driver = env.get("driver")
     return {
-        "GPU": None if not env.get("gpu") else str(env.get("gpu")),
+        "script": _script(env),
+        "GPU": _device(env),
         "driver": None if not driver else str(driver),
         "CUDA driver API": _cuda_version(env.get("cuda_driver_version")),
         "CUDA runtime": _cuda_version(env.get("cuda_runtime") or env.get("cuda_runtime_version")),
@@ -454,8 +481,8 @@ def _env_values(env: Mapping[str, Any]) -> dict[str, str | None]:
 
 
 def compare_environments(base: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """(mismatches, notes): one sentence per differing GPU/driver/CUDA/torch value; notes for values
-    only one side knows. A torch version with a local part (+cu130) is compared with its local part
+    """(mismatches, notes): one sentence per differing script, device (a GPU's name, or CPU only),
+    driver, CUDA or torch value; notes for values only one side knows. A torch version with a local part (+cu130) is compared with its local part
     only when both sides have one."""
     vb, vn = _env_values(base), _env_values(new)
     mismatches: list[str] = []
@@ -469,8 +496,11 @@ def compare_environments(base: Mapping[str, Any], new: Mapping[str, Any]) -> tup
             continue
         if key == "torch" and ("+" in a) != ("+" in b):
             a, b = a.split("+")[0], b.split("+")[0]
+        if key == "script" and (os.path.isabs(a) or os.path.isabs(b)):
+            a, b = os.path.basename(a), os.path.basename(b)
         if a != b:
-            mismatches.append(f"different {key}: {vb[key]} (base) vs {vn[key]} (new)")
+            what = "device" if key == "GPU" and CPU_ONLY in (a, b) else key
+            mismatches.append(f"different {what}: {vb[key]} (base) vs {vn[key]} (new)")
     return mismatches, notes
 
 
@@ -484,12 +514,31 @@ def recorded_environment(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     env = read_environment(folder, [])  # read and checked as the analysis reads it
     if not env:
         return None
-    out = {k: v for k, v in env.items() if k in ("driver", "cuda_runtime", "torch")}
+    out = {k: v for k, v in env.items() if k in ("driver", "cuda_runtime", "torch", "cuda_available")}
     gpus = env.get("gpus")
     first = gpus[0] if isinstance(gpus, list) and gpus else None
     if isinstance(first, dict) and first.get("name"):
         out["gpu"] = first["name"]
+    script = recorded_script(Path(os.fspath(path)))
+    if script is not None:
+        out["script"] = script
     return out
+
+
+def recorded_script(run_dir: Path | None) -> str | None:
+    """The script path or module name manifest.json's target recorded (None for a raw trace)."""
+    if run_dir is None or not (run_dir / rundir.MANIFEST).exists():
+        return None
+    manifest = read_manifest(run_dir, [])  # read and checked as the analysis reads it
+    target = manifest.get("target")
+    name = target.get("path_or_name") if isinstance(target, dict) else None
+    return str(name) if isinstance(name, str) and name else None
+
+
+def _facts(result: AnalysisResult) -> dict[str, Any]:
+    """What `compare_environments` compares of one analysis: its environment and its script."""
+    run_dir = result.run.run_dir if result.run is not None else None
+    return {**result.environment, "script": recorded_script(run_dir)}
 
 
 def _as_result(item: DiffInput, options: Mapping[str, Any]) -> AnalysisResult:
@@ -509,7 +558,7 @@ def _as_result(item: DiffInput, options: Mapping[str, Any]) -> AnalysisResult:
 
 def diff_results(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
     """Compare two analysis results (see the module docstring for every definition)."""
-    mismatches, notes = compare_environments(base.environment, new.environment)
+    mismatches, notes = compare_environments(_facts(base), _facts(new))
     b_ms, b_spread, b_n = _step_summary(base)
     n_ms, n_spread, n_n = _step_summary(new)
     step_time: StepTimeDelta | None = None

@@ -315,8 +315,28 @@ def _all_keys(rules: Sequence[type[Rule]]) -> list[str]:
     return sorted(keys)
 
 
+# A suggestion must be this close to what was typed (difflib ratio), and within SUGGEST_MARGIN of the
+# closest one: "blocking-scalar-read" suggests blocking-scalar-reads (0.97), not clocks-throttled (0.5).
+SUGGEST_CUTOFF = 0.5
+SUGGEST_MARGIN = 0.15
+
+
+def close_matches(value: str, candidates: Sequence[str], n: int = 3) -> list[str]:
+    """The candidates closest to `value` (case-insensitive), best first: at least SUGGEST_CUTOFF alike and
+    no further than SUGGEST_MARGIN from the best of them."""
+    typed = value.strip().lower()
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, typed, c.lower()).ratio(), c) for c in candidates),
+        key=lambda sc: (-sc[0], sc[1]),
+    )
+    if not scored or scored[0][0] < SUGGEST_CUTOFF:
+        return []
+    best = scored[0][0]
+    return [c for score, c in scored[:n] if score >= max(SUGGEST_CUTOFF, best - SUGGEST_MARGIN)]
+
+
 def _unknown(what: str, value: str, candidates: Sequence[str]) -> ConfigError:
-    close = difflib.get_close_matches(value, candidates, n=3, cutoff=0.5)
+    close = close_matches(value, candidates)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return ConfigError(f"unknown {what} {value!r}{hint}")
 

@@ -33,6 +33,19 @@ class UsageError(GpuAdvisorError):
     exit_code = EXIT_USAGE
 
 
+class OutputExistsError(UsageError):
+    """The output directory already holds a run (or other files): refused unless overwriting is asked
+    for, in the words of the caller: `--force` on the command line, `force=True` in the Python API."""
+
+    def __init__(self, out: object, what: str, override: str = "--force") -> None:
+        self.out, self.what, self.override = out, what, override
+        super().__init__(f"output directory {out} already holds {what}; use {override} to overwrite it")
+
+    def for_api(self) -> OutputExistsError:
+        """The same refusal in the Python API's words (`gpuadvisor.profile`, `gpuadvisor.capture`)."""
+        return OutputExistsError(self.out, self.what, "force=True")
+
+
 class InputError(GpuAdvisorError):
     """An input to analyze/report/diff that cannot be read at all (not JSON, not a trace, missing)."""
 

@@ -219,7 +219,7 @@ def gpu_peak_for(name: str | None, sm_count: int | None = None) -> GpuPeak | Non
 MATMUL_FAMILIES: frozenset[str] = frozenset({"gemm", "conv", "attention"})
 
 # Plain FP32 math, even where the name says xmma: `sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize..._ffma_...`
-# computes with FFMA (FIELD_NOTES trap: the TensorBoard plugin counted any xmma_gemm as tensor core).
+# computes with FFMA (docs/trace-inputs.md, "Facts from real traces": the TensorBoard plugin counted any xmma_gemm as tensor core).
 _NOT_TENSOR_CORE = re.compile(
     r"simt|ffma|sgemm|dgemm|gemv|gemmsn|\bdot_kernel|implicit_convolve_sgemm|winograd|_engine<float\b|"
     # PyTorch mem-efficient attention in float32 (fmha_cutlassF_f32_*, fmha_cutlassB_f32_*): FP32-accurate

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuadvisor import __version__, rundir
 from gpuadvisor.redact import redact_argv
+from gpuadvisor.words import after_steps
 
 __all__ = [
     "CaptureState",
@@ -117,6 +118,21 @@ class Degraded(str, enum.Enum):
     OUTPUT_INCOMPLETE = rundir.DEGRADED_OUTPUT_INCOMPLETE
 
 
+_DEGRADED_PROSE: dict[Degraded, str] = {
+    Degraded.NVML_UNAVAILABLE: "GPU samples (NVML) were not recorded.",
+    Degraded.CUDA_UNAVAILABLE: "CUDA was not available to torch: only CPU activity was recorded.",
+    Degraded.NO_GPU_KERNELS: "No GPU kernels were recorded (CUPTI unavailable or no GPU work).",
+    Degraded.TOO_FEW_STEPS: "The script ran too few steps to fill the capture window.",
+    Degraded.SHORT_RUN: "The script ended before the capture window: the trace holds its first steps.",
+    Degraded.NO_STEPS_DETECTED: "No training step was detected (no optimizer step, model call, batch or time step).",
+    Degraded.SCRIPT_FAILED: "The script failed: the record holds what ran before it.",
+    Degraded.INTERRUPTED: "The run was interrupted: the record holds what ran before it.",
+    Degraded.KILLED: "The training process was killed: the record holds what was saved before it.",
+    Degraded.TRACE_NOT_EXPORTED: "The trace was not exported.",
+    Degraded.USER_PROFILER: "The script runs its own torch.profiler: gpuadvisor's profiler could not record.",
+    Degraded.OUTPUT_INCOMPLETE: "Some output of the capture could not be written.",
+}
+
 _FAILED_AT = re.compile(r"^script_failed_at_step_(\d+)$")
 
 
@@ -131,6 +147,12 @@ class DegradedFlag:
         if self.kind is Degraded.SCRIPT_FAILED and self.step is not None:
             return f"script_failed_at_step_{self.step}"
         return self.kind.value
+
+    def describe(self) -> str:
+        """The flag in words, for a report's notes (the id itself stays in manifest.json)."""
+        if self.kind is Degraded.SCRIPT_FAILED and self.step is not None:
+            return f"The script failed {after_steps(self.step)}: the record holds what ran before it."
+        return _DEGRADED_PROSE[self.kind]
 
     @classmethod
     def parse(cls, text: str) -> DegradedFlag | None:

@@ -461,7 +461,7 @@ def _kernel_metrics(kw: pd.DataFrame, tc_map: Mapping[str, Any], num_sms: int | 
     w["sm_use"] = _f(sm_use(kw, num_sms))
     occ = kw["occupancy_pct"].to_numpy(dtype=np.float64)
     fam = kw["family"].astype(str).to_numpy()
-    # Persistent Hopper GEMMs / attention kernels report 0 by design (FIELD_NOTES): leave them out.
+    # Persistent Hopper GEMMs / attention kernels report 0 by design (docs/trace-inputs.md, "Facts from real traces"): leave them out.
     persistent = (occ == 0) & np.isin(fam, list(MATMUL_FAMILIES))
     okc = ~np.isnan(occ) & ~persistent
     if okc.any() and d[okc].sum() > 0:

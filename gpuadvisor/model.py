@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpuadvisor.words import Base
 
 SCHEMA_VERSION = 1
 
@@ -53,7 +56,7 @@ class Severity(str, enum.Enum):
 
     @classmethod
     def from_impact(cls, impact: float | None) -> Severity:
-        """DESIGN.md: high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
+        """The README ("Rules"): high >= 20% of step time, medium 5-20%, low < 5%, info when unmeasured."""
         if impact is None or not math.isfinite(impact):
             return cls.INFO
         if impact >= 0.20:
@@ -126,7 +129,45 @@ def kernel_base_name(name: str) -> str:
     for prefix in ("void ", "static "):
         if text.startswith(prefix):
             text = text[len(prefix) :].strip()
+    if _WRAPPER_KERNEL.search(text):
+        # a generic launcher (cutlass::Kernel2<cutlass_80_simt_sgemm_...>): its name says nothing, its
+        # first template argument is the kernel
+        first = _first_template_argument(name, text)
+        if first:
+            text = f"{text}<{first}>"
     return text or name
+
+
+# Launchers whose name is the same for every kernel they run: CUTLASS's `Kernel`, `Kernel2`,
+# `device_kernel`; the first template argument names the kernel.
+_WRAPPER_KERNEL = re.compile(r"(?:^|::)(?:Kernel\d*|device_kernel)$")
+_WRAPPED_MAX = 80
+
+
+def _first_template_argument(name: str, base: str) -> str | None:
+    """The first top-level template argument after `base` in `name`, cut to _WRAPPED_MAX with "…"."""
+    at = name.find(base.rsplit("::", 1)[-1] + "<")
+    if at < 0:
+        return None
+    depth = 0
+    start = name.index("<", at) + 1
+    for i in range(start, len(name)):
+        ch = name[i]
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            if depth == 0:
+                arg = name[start:i].strip()
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            arg = name[start:i].strip()
+            break
+    else:
+        arg = name[start:].strip()
+    if not arg:
+        return None
+    return arg if len(arg) <= _WRAPPED_MAX else arg[: _WRAPPED_MAX - 1].rstrip() + "…"
 
 
 @dataclass(frozen=True)
@@ -172,6 +213,15 @@ class Finding:
             "verified": None if self.verified is None else _jsonable(self.verified),
             "group": self.group,
         }
+
+
+def impact_base(f: Finding) -> Base:
+    """What the finding's impact is a share of: the time per sample when its remedy changes the batch
+    (the step itself grows then: "87.5% less time per sample", never "87.5% of step time"), else the
+    step."""
+    if f.prediction is not None and f.prediction.get("per") == "sample":
+        return Base.SAMPLE
+    return Base.STEP
 
 
 def rank_impact(f: Finding) -> float:

@@ -9,7 +9,8 @@ default path. Outputs never destroy inputs.
   only the derived outputs at its top (findings.json, report.html, verify.json) may be written;
 - anything that is not a regular file: a folder, a device node (`/dev/full`), a FIFO, a socket, and
   every symbolic link (`-o out.txt` linked to `/dev/stdout`: leave -o out to write to stdout);
-- a folder that cannot hold it: the nearest existing folder on the way must be a writable folder.
+- a folder that cannot hold it (`folder_refusal`: missing, a file on the way, not writable; also
+  what the commands' -o option checks as it is read).
 
 The write itself (`gpuadvisor._atomic.write_text_atomic`) goes to a new temporary file in the target
 folder and is renamed only over a regular file (or no file).
@@ -25,7 +26,7 @@ from pathlib import Path
 from gpuadvisor import rundir
 from gpuadvisor.errors import UsageError
 
-__all__ = ["DERIVED", "check_output", "refusal"]
+__all__ = ["DERIVED", "check_output", "folder_refusal", "refusal"]
 
 # The files of a run directory gpuadvisor derives from the recording (written again at will).
 DERIVED = frozenset({rundir.FINDINGS, rundir.REPORT, rundir.VERIFY})
@@ -111,13 +112,19 @@ def refusal(path: Path, inputs: Sequence[Path]) -> str | None:
     recorded = _recorded(real)
     if recorded is not None:
         return recorded
-    for folder in real.parents:
-        if folder.exists():
-            if not folder.is_dir():
-                return f"{folder} is a file, not a folder"
-            if not os.access(folder, os.W_OK | os.X_OK):
-                return f"the folder {folder} is not writable"
-            break
+    return folder_refusal(path)
+
+
+def folder_refusal(path: Path) -> str | None:
+    """Why the folder of `path` cannot hold it (missing, a file on the way, not writable), or None."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        blocker = next((p for p in Path(path).parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            return f"{blocker} is a file, not a folder"
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
     return None
 
 

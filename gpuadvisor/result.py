@@ -1,6 +1,6 @@
 """AnalysisResult: what `gpuadvisor.analyze()` returns and every renderer consumes.
 
-`to_dict()` is exactly the JSON contract of DESIGN.md (`gpuadvisor analyze --format json`).
+`to_dict()` is exactly the JSON contract (gpuadvisor/schemas/findings.schema.json) (`gpuadvisor analyze --format json`).
 """
 
 from __future__ import annotations

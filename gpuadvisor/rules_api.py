@@ -17,7 +17,7 @@ prints it), written in sections::
     ... (before/after code example in indented blocks)
 
 `check(ctx)` yields `Finding`s built with `self.finding(...)`, which derives the severity from the
-impact estimate (DESIGN.md: high >= 20% of step time, medium 5-20%, low < 5%, info unmeasured).
+impact estimate (the README, "Rules": high >= 20% of step time, medium 5-20%, low < 5%, info unmeasured).
 A rule declares the inputs it `requires`; when an input is missing the engine reports the rule as
 "not applicable" instead of running it, so a CPU-only trace never produces false findings.
 """

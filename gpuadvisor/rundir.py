@@ -1,4 +1,4 @@
-"""The run directory: a versioned on-disk contract (see DESIGN.md, "The run directory").
+"""The run directory: a versioned on-disk contract (docs/run-directory.md).
 
 RUN/
   manifest.json       schema_version, tool version, argv, cwd, start/end, exit status, capture window,

@@ -84,6 +84,19 @@ class RunInfo:
         value = self.manifest.get("degraded")
         return [str(v) for v in value] if isinstance(value, list) else []
 
+    def rank_callsites(self, rank: int) -> list[dict[str, Any]]:
+        """The call sites rank `rank` recorded (`callsites.json` for rank 0, `callsites.rankN.json` for
+        rank N of a multi-GPU run: docs/run-directory.md); [] when that file is missing or unreadable.
+        The file name is the run directory's convention, never a path taken from the manifest."""
+        if rank == 0 or rank < 0:
+            return list(self.callsites) if rank == 0 else []
+        name = f"callsites.rank{int(rank)}.json"
+        cs = check_callsites(_read_json(self.run_dir, name, []), [], name)  # checked as callsites.json
+        raw = cs.get("callsites")
+        rows = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+        _redact_sites(rows, {})
+        return rows
+
     def gpu(self, cuda_index: int = 0) -> dict[str, Any] | None:
         """environment.json gpus entry for a CUDA ordinal (or the first one), else None."""
         gpus = self.environment.get("gpus")
@@ -345,6 +358,14 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
             if tdir.is_dir():
                 traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
         if not traces:
+            runs = sorted(p.name for p in path.iterdir() if p.is_dir() and rundir.is_run_dir(p))
+            if runs:
+                # a folder of runs (sample_runs/): say so, and how to analyze them
+                shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+                raise InputError(
+                    f"{path}: not a run but a folder of {len(runs)} run director{'y' if len(runs) == 1 else 'ies'} "
+                    f"({shown}): analyze one of them (gpuadvisor analyze {path / runs[0]})"
+                )
             raise InputError(f"{path}: no run directory (manifest.json) and no .json/.json.gz traces in it")
         return "folder", None, traces
     raise InputError(f"{path}: not a file or directory")

@@ -7,9 +7,21 @@ Pure functions, no imports beyond the standard library (rules, renderers and the
 
 from __future__ import annotations
 
+import enum
 import math
 
-__all__ = ["apart", "change", "num", "plural", "plural_noun"]
+__all__ = [
+    "Base",
+    "after_steps",
+    "apart",
+    "change",
+    "duration_of",
+    "num",
+    "percent",
+    "plural",
+    "plural_noun",
+    "share_of",
+]
 
 _ES = ("s", "x", "z", "ch", "sh")
 
@@ -70,3 +82,53 @@ def change(before: float, after: float, unit: str, decimals: int = 2) -> str:
     same to `decimals` + 2 places, never "4.05 -> 4.05 ms"."""
     first, second = apart(before, after, decimals)
     return f"still {first} {unit}" if first == second else f"{first} -> {second} {unit}"
+
+
+def after_steps(completed: int) -> str:
+    """When a script stopped, counted in steps as its loop counts them (from 0): "after 51 completed
+    steps (0-50)", "after 1 completed step (0)", "before its first step completed". A bare "at step 51"
+    read as loop index 51 where the loop's index was 50 (its step 50 had completed)."""
+    if completed <= 0:
+        return "before its first step completed"
+    span = "0" if completed == 1 else f"0-{completed - 1}"
+    return f"after {plural(completed, 'completed step')} ({span})"
+
+
+class Base(str, enum.Enum):
+    """What a duration or a share is relative to. A sentence that compares numbers says each one's base
+    (or uses one base throughout): "busy 25% of the unprofiled step", "87% less time per sample", "the
+    11.70 ms profiled step" (issue 42: "44% of the 11.7 ms profiled step; the fix saves 88%" did not
+    say that the 88% was of another step)."""
+
+    STEP = "step"
+    MEAN_STEP = "mean step"
+    MEDIAN_STEP = "median step"
+    PROFILED_STEP = "profiled step"  # the trace's steps, under the profiler
+    UNPROFILED_STEP = "unprofiled step"  # the steps the capture timed without the profiler
+    SAMPLE = "sample"  # time per sample: a change of the batch size changes the step itself
+
+
+def percent(fraction: float, digits: int = 0) -> str:
+    """A fraction (0..1) as a percentage; a value that is not zero but rounds to zero says "<0.1%"."""
+    f = float(fraction)
+    if not math.isfinite(f):
+        return "n/a"
+    smallest = 10.0**-digits
+    if 0 < abs(100 * f) < smallest / 2:
+        return f"{'>-' if f < 0 else '<'}{smallest:.{digits}f}%"
+    return f"{100 * f:.{digits}f}%"
+
+
+def share_of(fraction: float, base: Base, digits: int = 0) -> str:
+    """"44% of the profiled step", "87.5% of the time per sample": a share with its base."""
+    if base is Base.SAMPLE:
+        return f"{percent(fraction, digits)} of the time per sample"
+    return f"{percent(fraction, digits)} of the {base.value}"
+
+
+def duration_of(ms: float, base: Base) -> str:
+    """"the 11.70 ms profiled step", "0.35 ms per sample": a duration with its base."""
+    value = f"{ms:.2f}" if abs(ms) < 100 else num(round(ms))
+    if base is Base.SAMPLE:
+        return f"{value} ms per sample"
+    return f"the {value} ms {base.value}"

@@ -5,6 +5,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from gpuadvisor.rules_api import Category, Finding, Location, Rule, RuleContext, Severity, Threshold
+from gpuadvisor.words import after_steps
 
 GPU_CALLS = (
     "cudaLaunchKernel",
@@ -117,8 +118,8 @@ class CaptureIncomplete(Rule):
                 else (int(match.group(1)) if match else None)
             )
             yield self._info(
-                f"The script failed{f' at step {step}' if step is not None else ''}",
-                f"The script raised{f' at step {step}' if step is not None else ''} (exit status {manifest.get('exit_status')}); "
+                f"The script failed{f' {after_steps(step)}' if step is not None else ''}",
+                f"The script raised{f' {after_steps(step)}' if step is not None else ''}, exit status {manifest.get('exit_status')}: "
                 "the findings describe only what ran before.",
                 {"failed_at_step": step, "exit_status": manifest.get("exit_status")},
                 "Fix the script's error (its traceback was printed unchanged), then profile again.",

@@ -6,7 +6,9 @@ from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
 from gpuadvisor import multirank as mr
+from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rulekit.hostside import fmt_ms, fmt_pct
+from gpuadvisor.rulekit.hostwork import ExtraHostWork, extra_host_work
 from gpuadvisor.rules_api import (
     Category,
     Finding,
@@ -23,7 +25,19 @@ _WHY = {
     "compute": "it computes longer per step (more or slower GPU work)",
     "communication": "neither its data wait nor its compute explains it: its collectives start late "
     "for another reason (host-side delays, CPU contention, a slower link or GPU)",
+    "host_work": "its host works longer before each collective than the others' (not its data wait, not "
+    "its GPU compute)",
+    "host_compute": "it works longer per step outside collectives and data waits (no GPU kernels in this "
+    "job: its compute is host work)",
 }
+# The straggler's own host work explains its lateness when its extra time to the batch copy (or, without
+# batch copies, its extra CPU operator time) is at least this share of its extra host time per step.
+HOST_WORK_EXPLAINS = 0.5
+
+
+def _explains(work: ExtraHostWork, extra_host_us: float) -> bool:
+    seen = work.preparation_extra_us if work.preparation_extra_us is not None else work.us_per_step
+    return extra_host_us > 0 and seen >= HOST_WORK_EXPLAINS * extra_host_us
 
 
 class StragglerRank(Rule):
@@ -50,19 +64,23 @@ class StragglerRank(Rule):
     the window, following one physical GPU): the finding is then info, "profiler-induced", with the
     numbers, and no gain is claimed. A raw trace has no unprofiled steps: the verdict stands unchecked.
 
+    Where: when the lateness is host time, the straggler's top-level CPU operators are compared with
+    the other ranks' per step; those it runs more of (a per-sample transform shows as thousands of
+    `aten::mean`/`aten::div_` on CPU tensors) are named with their time, and when most of that time runs
+    before the step's batch is copied to the GPU, the location is that copy's line (callsites of the
+    straggler's rank): the work is the batch's preparation, just above it. `evidence.cause` says which
+    explanation holds: `data_wait`, `compute` (`host_compute` in a job without GPU kernels), `host_work`
+    (the extra host work above), or `communication` (none of them).
+
     How to fix
     ----------
-    Give every rank the same work and the same input speed. Before::
-
-        sampler = DistributedSampler(ds)                 # uneven shards, variable-length samples
-        loader = DataLoader(ds, sampler=sampler, batch_size=32, num_workers=2)
-
-    After::
-
-        sampler = DistributedSampler(ds, drop_last=True)
-        loader = DataLoader(ds, sampler=sampler, batch_size=32, num_workers=8,
-                            pin_memory=True, persistent_workers=True)
-        # bucket variable-length samples so that every rank's batch costs the same
+    Give every rank the same work and the same input speed; what to change depends on the cause the
+    finding names. A longer data wait: more DataLoader workers, pinned memory, persistent workers on
+    that rank, and shards of equal size (`DistributedSampler(ds, drop_last=True)`, variable-length
+    samples bucketed). Longer compute: equal batch sizes and pipeline stages, and a check of that GPU's
+    clocks (`nvidia-smi -q -d PERFORMANCE`). Host work only that rank does: move it out of the training
+    loop (into DataLoader workers, or every rank's own equal share), vectorize a per-sample Python loop,
+    or leave logging, evaluation and checkpoints to after the collective.
     """
 
     id = "GA1002"
@@ -137,6 +155,7 @@ class StragglerRank(Rule):
                 severity=Severity.INFO,
             )
             return
+        has_kernels = all(r.has_kernels for r in cr.ranks)
         if s.cause == "data_wait":
             rec = (
                 f"Rank {s.rank} waits {fmt_ms(detail['data_wait'])} per step longer for data than the others: "
@@ -147,7 +166,8 @@ class StragglerRank(Rule):
             rec = (
                 f"Rank {s.rank} computes {fmt_ms(max(detail['compute'], detail['host']))} per step longer than "
                 "the others: give every rank the same work (equal batch sizes, bucketed sequence lengths, "
-                "equal pipeline stages) and check its GPU for throttling (nvidia-smi -q -d PERFORMANCE)."
+                "equal pipeline stages)"
+                + (" and check its GPU for throttling (nvidia-smi -q -d PERFORMANCE)." if has_kernels else ".")
             )
         else:
             rec = (
@@ -156,6 +176,33 @@ class StragglerRank(Rule):
                 "contention (pin each rank's threads: OMP_NUM_THREADS, torchrun --nproc-per-node), or a slower "
                 "GPU or link on its host."
             )
+        work = self._extra_host_work(ctx, cr, s.rank) if s.cause != "data_wait" else None
+        where_text = ""
+        copy_site: Location | None = None
+        if work is not None and work.ops and _explains(work, detail["host"]):
+            copy_site = self._batch_copy_site(ctx, s.rank) if work.preparation_extra_us is not None else None
+            ops = ", ".join(f"{o.name} x{o.calls_per_step:,.0f}" for o in work.ops)
+            if copy_site is not None and work.preparation_extra_us is not None:
+                outside = max(0.0, work.preparation_extra_us - work.us_per_step)
+                where_text = (
+                    f" Rank {s.rank} takes {fmt_ms(work.preparation_extra_us)} per step longer than the others "
+                    f"from the step's start to its batch's copy to the GPU at {copy_site.label()} "
+                    f"(`{copy_site.code}`): the batch's preparation, in the lines above it. In that time it runs "
+                    f"CPU operators the others do not ({ops} per step: {fmt_ms(work.us_per_step)})"
+                    + (f"; {fmt_ms(outside)} ran outside any recorded operator (Python code, waits)." if outside else ".")
+                )
+                what = f"the preparation of its batch before {copy_site.label()}"
+            else:
+                where_text = (
+                    f" Rank {s.rank} runs {fmt_ms(work.us_per_step)} per step of CPU operators the others do not "
+                    f"({ops} per step)."
+                )
+                what = f"the host work the others do not do ({ops} per step)"
+            rec = (
+                f"Rank {s.rank} is slow in {what}: move that work out of the training loop (into DataLoader "
+                "workers), vectorize a per-sample Python loop, or give every rank the same share of it."
+            )
+        why = "host_work" if where_text else ("host_compute" if s.cause == "compute" and not has_kernels else s.cause)
         late_us = s.late_us_per_step
         bounded = ""
         if verdict.late_outside_us is not None and verdict.unprofiled_step_us and verdict.late_outside_us < late_us:
@@ -190,25 +237,48 @@ class StragglerRank(Rule):
                 f"In {s.steps_last} of {s.steps_compared} steps compared, rank {s.rank} spent the least time "
                 f"inside collectives: the other ranks waited there {fmt_ms(s.late_us_per_step)} per step on "
                 f"average ({fmt_pct(verdict.late_fraction)} of the {fmt_ms(step_us)} step, the median over ranks). "
-                f"Why: {_WHY[s.cause]}.{bounded}"
+                f"Why: {_WHY[why]}.{where_text}{bounded}"
             ),
             evidence={
                 "straggler_rank": s.rank,
                 "late_ms_per_step": late_us / 1000,
                 "late_ms_per_step_in_window": s.late_us_per_step / 1000,
                 "unprofiled_step_ms": None if verdict.unprofiled_step_us is None else verdict.unprofiled_step_us / 1000,
-                "cause": s.cause,
+                "cause": why,
                 "extra_ms_per_step": {k: v / 1000 for k, v in sorted(detail.items())},
+                **(work.to_evidence() if where_text and work is not None else {}),
                 "steps_last": s.steps_last,
                 "steps_compared": s.steps_compared,
                 "step_time_spread": cr.step_time_spread,
                 "ranks": per_rank,
             },
             recommendation=rec,
-            locations=[Location(function=f"rank {s.rank}", detail={"rank": s.rank, "cause": s.cause})],
+            locations=[
+                *([copy_site] if copy_site is not None else []),
+                Location(function=f"rank {s.rank}", detail={"rank": s.rank, "cause": why}),
+            ],
             impact_explanation=(
                 "Mean over the steps of (median collective time of the other ranks - the straggler's "
                 "collective time), divided by the median step time over ranks."
             ),
         )
 
+    @staticmethod
+    def _extra_host_work(ctx: RuleContext, cr: mr.CrossRank, rank: int) -> ExtraHostWork | None:
+        traces = {t.rank: t for t in (tuple(ctx.traces) or (ctx.trace,))}
+        return extra_host_work(traces, cr, rank)
+
+    @staticmethod
+    def _batch_copy_site(ctx: RuleContext, rank: int) -> Location | None:
+        """The straggler rank's per-step host-to-device copy that moves the most bytes (its batch)."""
+        if ctx.run is None:
+            return None
+        sites = [
+            c
+            for c in ctx.run.rank_callsites(rank)
+            if c.get("kind") == "host_to_device" and float(c.get("per_step") or 0) >= hs.MIN_CALLS_PER_STEP
+        ]
+        if not sites:
+            return None
+        best = max(sites, key=lambda c: (float(c.get("bytes_per_call") or 0) * float(c.get("per_step") or 0)))
+        return hs.site_location(best, "call")

@@ -28,7 +28,7 @@ class NchwLayoutTransposes(Rule):
     kernels run far from the memory bandwidth. With the model and its input in `torch.channels_last`
     the convolutions read the activations directly and the normalization runs its channels-last
     kernels. bf16 without channels_last gains
-    little on a conv net (FIELD_NOTES): the transposes and memory-bound kernels stay.
+    little on a conv net (docs/trace-inputs.md): the transposes and memory-bound kernels stay.
 
     How it is detected
     ------------------

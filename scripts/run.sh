@@ -21,7 +21,8 @@ fi
 cat <<'TXT'
 == No CUDA GPU on this machine, so nothing here can show GPU waste. Instead:
    1. the capture, end to end, on a small CPU training run (GPU and NVML rules say "not applicable");
-   2. the analysis and HTML reports of the real H200 recordings in sample_runs/.
+   2. the analysis and HTML reports of the real GPU recordings in sample_runs/ (NVIDIA H200 and H100:
+      each one's GPU is in its environment.json, counted below).
 TXT
 echo
 echo "== 1. gpuadvisor profile of a CPU run (benchmarks/workloads/sync_bound.py --tiny)"
@@ -33,13 +34,23 @@ echo
 echo "== 2b. top finding of every sample run, and its HTML report under runs/reports/"
 mkdir -p runs/reports
 python - <<'PY'
+import json
 from pathlib import Path
 
 import gpuadvisor
 from gpuadvisor.render._format import clip
 from gpuadvisor.render.html import write_report
 
-for run in sorted(p for p in Path("sample_runs").iterdir() if p.is_dir()):
+runs = sorted(p for p in Path("sample_runs").iterdir() if p.is_dir())
+gpus: dict[str, int] = {}
+for run in runs:
+    env = json.loads((run / "environment.json").read_text(encoding="utf-8"))
+    name = str((env.get("gpus") or [{}])[0].get("name") or "an unknown GPU")
+    gpus[name] = gpus.get(name, 0) + 1
+print(f"{len(runs)} recordings: " + ", ".join(f"{n} on {g}" for g, n in sorted(gpus.items(), key=lambda kv: -kv[1])))
+print("NAME-fixed is the workload with its planted problem removed, nothing else: other findings (its own")
+print("small batch, launch overhead...) can remain, and are listed as they are.")
+for run in runs:
     result = gpuadvisor.analyze(run)
     top = result.findings[0] if result.findings else None
     # one plotly.js for the folder (runs/reports/plotly-*.min.js) instead of ~4.8 MB inlined in each

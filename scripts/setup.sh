@@ -35,7 +35,10 @@ fi
 
 _ga_hash=$(python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest()[:16], sys.version.split()[0])' | tr ' ' '-')
 _ga_missing=""
-for _ga_extra in base ${_ga_extras//,/ }; do
+# "editable-compat": the install below is a path entry (a .pth naming this checkout), which type
+# checkers follow: `mypy` on a user's file outside the checkout sees gpuadvisor's types. An older .venv
+# (setuptools' default import-hook editable install, which mypy cannot see) is reinstalled once.
+for _ga_extra in base editable-compat ${_ga_extras//,/ }; do
   grep -qx "$_ga_hash $_ga_extra" .venv/.gpuadvisor-stamp 2>/dev/null || _ga_missing="$_ga_missing $_ga_extra"
 done
 # An editable install that no longer imports (checkout moved, .venv copied) is reinstalled too.
@@ -50,10 +53,11 @@ else
   fi
   echo "== installing gpuadvisor (editable) with extras [${_ga_extras:-none}] ${_ga_torch[*]} into .venv"
   echo "   (the first time takes a few minutes; pip reports each package below)"
-  python -m pip install --disable-pip-version-check --progress-bar on -e "$_ga_spec" "${_ga_torch[@]}" || return
+  python -m pip install --disable-pip-version-check --progress-bar on \
+    --config-settings editable_mode=compat -e "$_ga_spec" "${_ga_torch[@]}" || return
   {
     grep "^$_ga_hash " .venv/.gpuadvisor-stamp 2>/dev/null || true
-    for _ga_extra in base ${_ga_extras//,/ }; do echo "$_ga_hash $_ga_extra"; done
+    for _ga_extra in base editable-compat ${_ga_extras//,/ }; do echo "$_ga_hash $_ga_extra"; done
   } | sort -u > .venv/.gpuadvisor-stamp.new
   mv .venv/.gpuadvisor-stamp.new .venv/.gpuadvisor-stamp
 fi

@@ -22,7 +22,7 @@ Example::
     model = load_trace(path)
 
 Methods return the correlation id (GPU activities) or external id (cpu ops) they created, so tests
-can check the flow links. Names follow docs/FIELD_NOTES.md (real torch 2.11 / H100/H200 spellings).
+can check the flow links. Names follow docs/trace-inputs.md (real torch 2.11 / H100/H200 spellings).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ H100_PROPERTIES: dict[str, Any] = {
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 DATALOADER_NEXT_MP = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
-# Real kernel names (FIELD_NOTES / H100 traces) for tests.
+# Real kernel names (docs/trace-inputs.md / H100 traces) for tests.
 K_NVJET_BF16 = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
 K_XMMA_BF16 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
 K_XMMA_FFMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"

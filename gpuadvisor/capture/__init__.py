@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
 
 
 class _CallableModule(types.ModuleType):
-    """`gpuadvisor.capture(out=...)` is the public in-process API (DESIGN.md). Importing this subpackage
+    """`gpuadvisor.capture(out=...)` is the public in-process API (README, "Python API"). Importing this subpackage
     rebinds the attribute `gpuadvisor.capture` to the package, so the package itself forwards calls."""
 
     def __call__(self, out: str | os.PathLike[str], **options: Any) -> Any:

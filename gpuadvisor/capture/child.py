@@ -33,10 +33,13 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.capture import session as session_mod
 from gpuadvisor.capture._lifeline import die_with_parent, report_signals_to_parent
 from gpuadvisor.capture.execfile import run_module, run_script, set_script_path, strip_own_frames
+from gpuadvisor.capture.export import TORCH_IMPORT_FILE
 from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, SessionConfig
 from gpuadvisor.capture.watchdog import TermWatchdog
+from gpuadvisor.errors import EXIT_USAGE
 from gpuadvisor.manifest import Degraded, ExitReason
 from gpuadvisor.redact import unsealed_argv
+from gpuadvisor.words import after_steps
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.session import CaptureSession
@@ -130,6 +133,20 @@ def _exit_now(status: int, origin: bool = False) -> None:
     os._exit(status)
 
 
+def _exit_if_torch_is_broken(run_dir: str | None) -> None:
+    """torch found but failing to import (a missing libcudnn.so.9, a CUDA build without its driver): one
+    line for the parent (TORCH_IMPORT_FILE), which says it and exits 2, as when torch is not installed;
+    the script never starts."""
+    try:
+        import torch  # noqa: F401  # lazy: the child is where torch is imported; here only to check it can be
+    except Exception as exc:  # ImportError, OSError of a shared library, whatever a broken install raises
+        line = " ".join(f"{type(exc).__name__}: {exc}".split())
+        if run_dir:
+            with contextlib.suppress(OSError), open(os.path.join(run_dir, TORCH_IMPORT_FILE), "w", encoding="utf-8") as fh:
+                fh.write(line)
+        _exit_now(EXIT_USAGE)
+
+
 def main() -> None:
     die_with_parent()  # done first already when run as a program; again for any other entry
     _unblock_signals()
@@ -163,7 +180,10 @@ def run_child(
     if target["kind"] != "module":
         set_script_path(target["path_or_name"])  # before the session imports torch (PyRunner order)
 
-    session = CaptureSession(SessionConfig(**cfg))
+    config = SessionConfig(**cfg)
+    if not config.distributed:
+        _exit_if_torch_is_broken(config.out)
+    session = CaptureSession(config)
     terminated = {"count": 0, "after_script": 0}
 
     def on_term(signum: int, frame: Any) -> None:
@@ -223,7 +243,7 @@ def run_child(
         session.failed_at_unix_s = time.time()
         session.degrade(
             Degraded.SCRIPT_FAILED,
-            f"the script raised {type(exc).__name__} at step {session.steps_seen}.",
+            f"the script raised {type(exc).__name__} {after_steps(session.steps_seen)}.",
             step=session.steps_seen,
         )
     if not session.is_origin():

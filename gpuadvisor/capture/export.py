@@ -27,8 +27,20 @@ from gpuadvisor import rundir
 from gpuadvisor.capture.experiment import Suspect
 from gpuadvisor.capture.journal import CaptureJournal
 from gpuadvisor.manifest import Degraded
+from gpuadvisor.terminal import strip_controls
 
 STATE_FILE = ".child_state.json"  # child -> parent hand-over, merged into manifest.json then removed
+# child -> parent: torch could not be imported in the training process (a broken install); its one line
+TORCH_IMPORT_FILE = ".torch_import_error"
+
+
+def torch_import_error(run_dir: Path) -> str | None:
+    """The child's one line when torch could not be imported in it (TORCH_IMPORT_FILE), else None."""
+    try:
+        line = (run_dir / TORCH_IMPORT_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return strip_controls(" ".join(line.split()))[:500] or "no message"
 
 
 def rank_state_file(rank: int) -> str:

@@ -32,8 +32,9 @@ from gpuadvisor.capture.runner import (
     write_manifest,
 )
 from gpuadvisor.capture.session import STATE_FILE, CaptureSession, SessionConfig
-from gpuadvisor.errors import UsageError
+from gpuadvisor.errors import OutputExistsError, UsageError
 from gpuadvisor.manifest import Degraded, ExitReason, Manifest, NvmlInfo, Target, TargetKind
+from gpuadvisor.words import after_steps
 
 
 class Capture:
@@ -84,7 +85,10 @@ class Capture:
         self.manifest: dict[str, Any] | None = None
 
     def __enter__(self) -> Capture:
-        prepare_out_dir(self.run_dir, self._force)
+        try:
+            prepare_out_dir(self.run_dir, self._force)
+        except OutputExistsError as err:
+            raise err.for_api() from None
         self._started = time.time()
         self._sampler = NvmlSampler(self.run_dir, self._nvml_interval)
         if self._nvml:
@@ -114,7 +118,7 @@ class Capture:
             s.failed_at_step = s.steps_seen
             s.degrade(
                 Degraded.SCRIPT_FAILED,
-                f"the block raised {type(exc).__name__} at step {s.steps_seen}.",
+                f"the block raised {type(exc).__name__} {after_steps(s.steps_seen)}.",
                 step=s.steps_seen,
             )
         s.finish()

@@ -28,6 +28,7 @@ from gpuadvisor.manifest import (
     host_step_durations,
     merge_flags,
 )
+from gpuadvisor.words import after_steps
 
 LOCK_FILE = ".manifest.lock"
 # exit reasons of a rank that failed by itself (the others were stopped because of it)
@@ -176,7 +177,7 @@ def merge_ranks(
     status: int | None
     if first is not None:
         status = first.exit_status if first.exit_status is not None else launcher_status
-        where = f" at step {first.failed_at_step}" if first.failed_at_step is not None else ""
+        where = f" {after_steps(first.failed_at_step)}" if first.failed_at_step is not None else ""
         messages.append(
             f"rank {first.rank} failed{where} ({first.exit_reason.value}); the launcher stopped the others."
         )

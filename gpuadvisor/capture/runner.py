@@ -12,6 +12,7 @@ import importlib.machinery
 import importlib.util
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,11 +27,12 @@ from gpuadvisor.capture import experiment
 from gpuadvisor.capture._io import own_module_argv, read_json, write_json_atomic
 from gpuadvisor.capture._lifeline import ENV_PARENT_PID, ENV_SIGNAL_FD
 from gpuadvisor.capture.experiment import Suspect
+from gpuadvisor.capture.export import TORCH_IMPORT_FILE, torch_import_error
 from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
 from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
-from gpuadvisor.errors import EXIT_OUTPUT_LOST, UsageError
+from gpuadvisor.errors import EXIT_OUTPUT_LOST, OutputExistsError, UsageError
 from gpuadvisor.manifest import (
     CaptureState,
     CaptureWindow,
@@ -286,7 +288,7 @@ def _clear_out_dir(out: Path, force: bool) -> None:
                 "other files)"
             )
         if not force:
-            raise UsageError(f"output directory {out} already holds a previous run; use --force to overwrite it")
+            raise OutputExistsError(out, "a previous run")
         for name in (
             rundir.MANIFEST,
             rundir.ENVIRONMENT,
@@ -478,6 +480,7 @@ def _run_profile(
     else:
         validate_script(target)
     run_dir = Path(opts.out) if opts.out is not None else default_out_dir(target, module)
+    existed = run_dir.exists()
     prepare_out_dir(run_dir, opts.force)
 
     off = experiment.disabled()
@@ -566,6 +569,13 @@ def _run_profile(
         os.close(receipts[0])
     ended = time.time()
 
+    broken = torch_import_error(run_dir)
+    if broken is not None:
+        _discard_unstarted_run(run_dir, existed)
+        raise UsageError(
+            f"profile: torch cannot be imported in the training process ({broken}): the script did not "
+            "run. Repair the install (pip install --force-reinstall torch, or your CUDA build of torch)."
+        )
     if launch is not None:
         return _finish_distributed(run_dir, manifest, launch, returncode, ended, sampler, opts)
 
@@ -653,6 +663,19 @@ def _run_profile(
     if not opts.quiet:
         sys.stderr.write(_last_line(run_dir, exit_status, lost))
     return ProfileOutcome(run_dir=run_dir, exit_status=exit_status, manifest=manifest.to_json())
+
+
+def _discard_unstarted_run(run_dir: Path, existed: bool) -> None:
+    """Nothing ran: what this run wrote goes, so that the next `profile -o` needs no --force (a folder
+    made for it goes too; one that existed stays, emptied of the run's files)."""
+    with contextlib.suppress(OSError):
+        (run_dir / TORCH_IMPORT_FILE).unlink()
+    if existed:
+        with contextlib.suppress(OSError, UsageError):
+            _clear_out_dir(run_dir, force=True)
+        return
+    release_out_dir(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _lost_outputs(run_dir: Path) -> str | None:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from gpuadvisor._atomic import why_not_written, write_text_atomic
-from gpuadvisor.errors import OutputLostError
+from gpuadvisor.errors import OutputLostError, UsageError
+from gpuadvisor.outputs import folder_refusal
 from gpuadvisor.render._format import color_enabled
 from gpuadvisor.terminal import strip_controls
 from gpuadvisor.trace import limits
@@ -150,6 +151,18 @@ def trace_limit_options(f: F) -> F:
     )(f)
 
 
+def check_output_folder(ctx: click.Context | None, param: click.Parameter | None, output: Path | None) -> Path | None:
+    """-o FILE's folder must exist and be writable: checked when the option is read, before any analysis
+    (a usage error, exit 2), not found out when the result is written (exit 74). A click callback."""
+    del ctx, param
+    if output is None:
+        return None
+    why = folder_refusal(output)  # the one decision (gpuadvisor/outputs.py)
+    if why is not None:
+        raise UsageError(f"cannot write {output}: {why}")
+    return output
+
+
 def output_option(f: F) -> F:
     """-o/--output FILE (default: stdout)."""
     return click.option(
@@ -157,7 +170,8 @@ def output_option(f: F) -> F:
         "--output",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Write the output to FILE instead of stdout.",
+        callback=check_output_folder,
+        help="Write the output to FILE instead of stdout (its folder must exist).",
     )(f)
 
 
@@ -168,7 +182,6 @@ def emit(text: str, output: Path | None, *, color: bool = False) -> None:
         click.echo(text, nl=False, color=color or None)
         return
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)  # check_output saw a writable folder above it
         write_text_atomic(output, text)
     except OSError as err:
         raise OutputLostError(f"cannot write {output}: {why_not_written(output, err)}") from None
@@ -232,8 +245,8 @@ def step_time_option(f: F) -> F:
         callback=_check_step_time,
         help="The step time your run reaches without the profiler (from its logs: batch size / "
         "samples per second). The replay calibrates its host work to it; without it a run directory "
-        "uses the steps gpuadvisor timed before the window, and a trace from another tool its "
-        "host work as recorded.",
+        "uses the steps gpuadvisor timed without the profiler after the window (before it when too few "
+        "ran after), and a trace from another tool its host work as recorded.",
     )(f)
 
 

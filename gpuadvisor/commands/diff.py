@@ -50,7 +50,7 @@ def render_text(result: DiffResult, fail_on_regression: float | None = None, *, 
     style = Style(color)
     lines = [style.bold(f"gpuadvisor diff: {result.base_source} -> {result.new_source}")]
     if not result.compatible:
-        lines.append(style.bad("WARNING: environments differ, timings are not comparable:"))
+        lines.append(style.bad("WARNING: the runs differ, timings are not comparable:"))
         lines += [f"  - {m}" for m in result.mismatches]
     regressed = fail_on_regression is not None and result.exit_code(fail_on_regression) != 0
     said = verdict(result, fail_on_regression)
@@ -115,7 +115,8 @@ def render_text(result: DiffResult, fail_on_regression: float | None = None, *, 
     "--allow-mismatch",
     is_flag=True,
     default=False,
-    help="Compare runs from different GPUs, drivers, CUDA or torch versions (warns loudly).",
+    help="Compare runs of different scripts, or from different devices (CPU or GPU), GPUs, drivers, CUDA or "
+    "torch versions (warns loudly).",
 )
 @trace_limit_options
 @rule_options(thresholds=False, progress=False)
@@ -139,7 +140,8 @@ def diff(
     \b
     Exit codes: 0 no regression (or no gate); 1 step time regressed by more than
     --fail-on-regression percent and beyond the noise; 2 usage error, unreadable input, or
-    different GPU/driver/CUDA/torch without --allow-mismatch; 70 internal error; 130 interrupted.
+    runs of different scripts or from a different device (CPU vs GPU), GPU, driver, CUDA or torch
+    without --allow-mismatch; 70 internal error; 130 interrupted.
     """
     del verbose  # nothing in a diff is shortened; the error boundary reads it
     if output is not None:
@@ -161,9 +163,9 @@ def diff(
         raise UsageError(f"runs are not comparable ({reasons}); pass --allow-mismatch to compare anyway")
     if not result.compatible:
         click.echo(
-            "gpuadvisor: WARNING: comparing runs from different environments "
-            f"({'; '.join(shown.mismatches)}): step-time changes may come from the environment, "
-            "not the code.",
+            "gpuadvisor: WARNING: comparing runs that differ "
+            f"({'; '.join(shown.mismatches)}): step-time changes may come from that difference, "
+            "not from a change of the code.",
             err=True,
         )
     color = fmt == "text" and stdout_color(output)

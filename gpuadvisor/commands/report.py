@@ -10,6 +10,7 @@ import click
 from gpuadvisor import rundir
 from gpuadvisor.commands._options import (
     analyze_path,
+    check_output_folder,
     resolve_options,
     rule_options,
     step_time_option,
@@ -41,6 +42,7 @@ def default_output(path: Path) -> Path:
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
+    callback=check_output_folder,
     help="Write the report here (default: RUN/report.html for a run directory, FOLDER/report.html "
     "for a folder of traces, NAME.report.html next to a trace file).",
 )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import os
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -36,7 +39,7 @@ def rules(rule: str | None, rules_dirs: tuple[Path, ...], markdown: bool, verbos
     loaded = sorted(engine.load_rules(rules_dirs), key=lambda r: rule_sort_key(r.id))
     style = Style(not markdown and color_enabled(sys.stdout))
     if rule is None:
-        text = catalog_markdown(loaded) if markdown else catalog_table(loaded, style)
+        text = catalog_markdown(loaded) if markdown else catalog_table(loaded, style, terminal_width())
     else:
         cls = engine.find_rule([r.cls for r in loaded], rule)
         item = next(r for r in loaded if r.cls is cls)
@@ -44,8 +47,24 @@ def rules(rule: str | None, rules_dirs: tuple[Path, ...], markdown: bool, verbos
     click.echo(text, nl=False, color=style.enabled or None)
 
 
-def catalog_table(loaded: list[LoadedRule], style: Style | None = None) -> str:
-    """A table: ID, NAME, CATEGORY, SUMMARY, in natural rule order (GA101 before GA1001)."""
+# the summary column keeps at least this many characters a line, whatever the terminal's width
+MIN_SUMMARY_WIDTH = 30
+
+
+def terminal_width() -> int | None:
+    """The width to wrap to: $COLUMNS when set, else the terminal's when stdout is one; None when piped
+    (one line per rule, for grep)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def catalog_table(loaded: list[LoadedRule], style: Style | None = None, width: int | None = None) -> str:
+    """A table: ID, NAME, CATEGORY, SUMMARY, in natural rule order (GA101 before GA1001). With `width`,
+    the summary wraps under its own column to fit it."""
     st = style or Style()
     rows = [("ID", "NAME", "CATEGORY", "SUMMARY")]
     rows += [
@@ -53,13 +72,23 @@ def catalog_table(loaded: list[LoadedRule], style: Style | None = None) -> str:
         for r in sorted(loaded, key=lambda r: rule_sort_key(r.id))
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    indent = sum(widths) + 6
+    below = width is not None and width - indent - 1 < MIN_SUMMARY_WIDTH
+    if below:  # too narrow for a summary column: each summary goes under its row, indented
+        indent = 4
     lines = []
     for i, (a, b, c, d) in enumerate(rows):
-        cells = f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip()
+        summary = [d]
+        if width is not None:
+            summary = textwrap.wrap(d, max(MIN_SUMMARY_WIDTH, width - indent - 1)) or [""]
+            if below:
+                summary = ["", *summary] if i else [""]
+        cells = f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {summary[0]}".rstrip()
         if i == 0:
             lines.append(st.dim(cells))
         else:  # the id in bold; padding measured on the plain text
             lines.append(st.bold(a) + cells[len(a) :])
+        lines.extend(" " * indent + more for more in summary[1:])
     return "\n".join(lines) + "\n"
 
 

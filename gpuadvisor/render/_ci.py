@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.errors import ConfigError
 from gpuadvisor.model import Finding, RuleMeta, Severity
-from gpuadvisor.render._format import fmt_number, is_version_key, rule_sort_key
+from gpuadvisor.render._format import fmt_number, fmt_pct, is_version_key, rule_sort_key
+from gpuadvisor.words import Base
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -63,10 +64,12 @@ def rule_catalog(result: AnalysisResult) -> dict[str, RuleMeta]:
     return out
 
 
-def fmt_impact(impact: float | None) -> str:
+def fmt_impact(impact: float | None, base: Base = Base.STEP) -> str:
+    """"82.2%" (of the step: the column or the word "impact" says so), "87.5% per sample" (a finding whose
+    remedy changes the batch: `gpuadvisor.model.impact_base`)."""
     if impact is None:
         return "n/a"
-    return f"{impact * 100:.1f}%"
+    return f"{impact * 100:.1f}%" + (" per sample" if base is Base.SAMPLE else "")
 
 
 def fmt_metric(key: str, value: object) -> str:
@@ -77,7 +80,7 @@ def fmt_metric(key: str, value: object) -> str:
         return str(value)
     if isinstance(value, (int, float)):
         if key.endswith("_fraction") or key == "mfu" or key == "sm_use":
-            return f"{float(value) * 100:.1f}%"
+            return fmt_pct(float(value), 1)
         if key.endswith("_ms"):
             return f"{float(value):.2f} ms"
         if key.endswith("_us"):

@@ -16,13 +16,15 @@ from typing import IO, Any
 
 import click
 
-from gpuadvisor.words import num
+from gpuadvisor.words import change, num, percent
 
 __all__ = [
     "ELLIPSIS",
     "Style",
     "clip",
+    "clip_code",
     "color_enabled",
+    "combined_prediction_text",
     "fmt_bytes",
     "fmt_number",
     "fmt_pct",
@@ -122,13 +124,14 @@ def headline_step_text(metrics: Mapping[str, Any]) -> str | None:
 
 
 def fmt_pct(fraction: Any, digits: int = 1, unknown: str = "n/a") -> str:
-    """A fraction (0..1) as a percentage; `unknown` for None, NaN, bools and non-numbers."""
+    """A fraction (0..1) as a percentage; `unknown` for None, NaN, bools and non-numbers. A value that is
+    not zero but would print as zero at `digits` places says so: "<0.1%" (an MFU of 0.0004 is not 0.0%)."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
         return unknown
     f = float(fraction)
     if not math.isfinite(f):
         return unknown
-    return f"{100 * f:.{digits}f}%"
+    return percent(f, digits)
 
 
 def fmt_bytes(value: float | int) -> str:
@@ -151,6 +154,31 @@ def is_version_key(key: str) -> bool:
 def clip(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending in an ellipsis when cut."""
     return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + ELLIPSIS
+
+
+def clip_code(text: str, limit: int) -> str:
+    """`clip`, and a code span the cut falls inside is closed after the ellipsis (`x.item()…`), so a
+    shortened span still reads as code and no renderer takes the rest of the page for code."""
+    short = clip(text, limit)
+    return short + "`" if short != text and short.count("`") % 2 else short
+
+
+def combined_prediction_text(prediction: Mapping[str, Any] | None) -> str | None:
+    """"With the fixes of GA102, GA101, GA103 together (predicted by replaying the steps): 19.23 -> 1.92
+    ms per step (10.04x). The findings' impacts overlap: they do not add up." (`AnalysisResult.prediction`);
+    None for a single fix (its finding says what it gives) or an incomplete prediction."""
+    p = prediction
+    if not p or len(p.get("rules") or ()) < 2:
+        return None
+    rules = ", ".join(str(r) for r in p["rules"])
+    try:
+        return (
+            f"With the fixes of {rules} together (predicted by replaying the steps): "
+            f"{change(float(p['baseline_step_ms']), float(p['predicted_step_ms']), 'ms')} per step "
+            f"({float(p['speedup']):.2f}x). The findings' impacts overlap: they do not add up."
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def wrap_clipped(

@@ -543,6 +543,7 @@ NVML_PANELS: tuple[tuple[str, str, tuple[tuple[str, float, str], ...]], ...] = (
     ),
 )
 _REFERENCE_SERIES = {"mem_total_bytes", "power_limit_w", "sm_clock_max_mhz"}
+_SERIES_DASHES = ("solid", "dot")
 _SERIES_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
 
 
@@ -593,16 +594,26 @@ def nvml_figure(
     gap = 0.04
     height_each = (1.0 - gap * (n - 1)) / n
     layout = _base_layout(150 * n + 80)
-    layout.update({"margin": {"l": 70, "r": 20, "t": 40, "b": 40}, "hovermode": "x unified"})
+    # each panel's legend stands to its right (a screenshot or a printout says which line is which)
+    layout.update({"margin": {"l": 70, "r": 190, "t": 40, "b": 40}, "hovermode": "x unified"})
     data: list[dict[str, Any]] = []
     for i, (title, unit, series) in enumerate(panels):
         axis = "" if i == 0 else str(i + 1)
+        legend = "legend" if i == 0 else f"legend{i + 1}"
         top = 1.0 - i * (height_each + gap)
         layout[f"yaxis{axis}"] = {
             "domain": [_r(top - height_each, 4), _r(top, 4)],
             "title": {"text": f"{title}<br>({unit})", "font": {"size": 11}},
             "rangemode": "tozero",
             "anchor": "x",
+        }
+        layout[legend] = {
+            "x": 1.01,
+            "xanchor": "left",
+            "y": _r(top, 4),
+            "yanchor": "top",
+            "font": {"size": 11},
+            "tracegroupgap": 2,
         }
         for gpu_pos, gpu in enumerate(gpus):
             rows = nvml[nvml["gpu_index"] == gpu] if "gpu_index" in nvml else nvml
@@ -620,15 +631,17 @@ def nvml_figure(
                         "mode": "lines",
                         "name": f"GPU {gpu} {label}" if len(gpus) > 1 else label,
                         "legendgroup": f"{title}",
-                        "showlegend": False,
+                        "legend": legend,
+                        "showlegend": True,
                         "x": [_r(t, 2) for t in bt],
                         "y": [_r(v, 2) for v in bv],
                         "xaxis": "x",
                         "yaxis": f"y{axis}",
+                        # one colour per GPU; a panel's series told apart by the line's style
                         "line": {
-                            "color": _SERIES_COLORS[(gpu_pos * 2 + j) % len(_SERIES_COLORS)],
+                            "color": _SERIES_COLORS[gpu_pos % len(_SERIES_COLORS)],
                             "width": 1 if ref else 1.6,
-                            "dash": "dash" if ref else "solid",
+                            "dash": "dash" if ref else _SERIES_DASHES[j % len(_SERIES_DASHES)],
                         },
                         "hovertemplate": f"%{{y}} {unit}<extra>{'GPU ' + str(gpu) + ' ' if len(gpus) > 1 else ''}{label}</extra>",
                     }

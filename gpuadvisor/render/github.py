@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuadvisor.model import Finding, Severity
+from gpuadvisor.model import Finding, Severity, impact_base
 from gpuadvisor.render._ci import fails, fmt_impact, gate, is_internal
 from gpuadvisor.terminal import terminal_safe
 
@@ -40,7 +40,7 @@ def _command(level: str, message: str, **properties: str | int | None) -> str:
 
 
 def _annotation(finding: Finding) -> str:
-    text = f"{finding.rule} {finding.title} (impact {fmt_impact(finding.impact)}, {finding.severity.value}). "
+    text = f"{finding.rule} {finding.title} (impact {fmt_impact(finding.impact, impact_base(finding))}, {finding.severity.value}). "
     text += finding.message.strip()
     if finding.recommendation:
         text += f"\nFix: {finding.recommendation.strip()}"

@@ -18,7 +18,6 @@ import contextlib
 import datetime as _dt
 import inspect
 import json
-import math
 import os
 import re
 import textwrap
@@ -31,19 +30,33 @@ from urllib.parse import quote
 from gpuadvisor import __version__
 from gpuadvisor._atomic import why_not_written, write_text_atomic
 from gpuadvisor.errors import OutputLostError
-from gpuadvisor.model import Finding, Location, Severity, group_note, jsonable, summary_line
+from gpuadvisor.model import Finding, Location, Severity, group_note, impact_base, jsonable, summary_line
 from gpuadvisor.render import figures
 from gpuadvisor.render._explore import explore_section
 from gpuadvisor.render._format import (
-    clip,
+    clip_code,
     fmt_bytes,
-    fmt_number,
     headline_step,
-    is_version_key,
     mfu_unknown_reason,
-    rule_sort_key,
 )
 from gpuadvisor.render._source import recorded_sites, source_view
+from gpuadvisor.render._tables import (
+    OCCUPANCY_NOTE,
+    _busy_class_rows,
+    _environment_view,
+    _get,
+    _kernel_rows,
+    _key_metrics,
+    _ms,
+    _num,
+    _op_rows,
+    _pct,
+    _rules_view,
+    _run_unavailable,
+    fmt_value,
+    kv_row,
+)
+from gpuadvisor.words import share_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,8 +66,6 @@ if TYPE_CHECKING:
 MAX_REPORT_BYTES = 6 * 1024 * 1024
 # (timeline bars, NVML points per series) tried in order until the page fits MAX_REPORT_BYTES.
 _BUDGETS: tuple[tuple[int, int], ...] = ((2500, 600), (1000, 300), (300, 120))
-TOP_KERNELS = 25
-TOP_OPS = 25
 TIMELINE_STEPS = 3
 
 # Step-time breakdown: label -> derived per-step column (see `breakdown_frame`).
@@ -242,17 +253,23 @@ def build_context(
                 annotations=trace.annotations,
                 runtime=trace.runtime,
                 cpu_ops=trace.cpu_ops,
-                idle=getattr(detail, "gaps", None),
+                # no GPU took part: its "idle" time is no idle time of a GPU (the lane would be one red band)
+                idle=None if _cpu_only(result) else getattr(detail, "gaps", None),
             )
             fig = figures.timeline_figure(events, window, max_events=max_events)
             timeline_steps = [int(s[0]) for s in window.steps]
             shown = ", ".join(str(s[0]) for s in window.steps)
+            lanes = (
+                "the CPU lanes of a run without a GPU"
+                if _cpu_only(result)
+                else "CPU lanes on top, GPU lanes below; red bars are GPU idle time"
+            )
             charts.append(
                 Chart(
                     "ga-fig-timeline",
                     "Timeline",
                     script_json(fig),
-                    f"Steps {shown}: CPU lanes on top, GPU lanes below; red bars are GPU idle time. "
+                    f"Steps {shown}: {lanes}. "
                     "Drag to zoom, double-click to reset. Where events are too small to draw, runs of "
                     "them become one bar whose length is their summed time, placed in the middle of the "
                     "span they cover (hover says how many and over what span), so idle and busy time "
@@ -271,7 +288,8 @@ def build_context(
         )
     elif nvml is None or len(nvml) == 0:
         reason = run.nvml_reason or _get(run.manifest, "nvml", "reason") or "no samples were recorded"
-        unavailable.append(f"NVML unavailable: {reason}.")
+        if not any(str(reason) in note for note in result.notes):  # the capture's own message says it
+            unavailable.append(f"NVML unavailable: {reason}.")
     else:
         _shown_panels, missing_panels = figures.nvml_available_panels(nvml)
         t0 = _num(run.manifest.get("started_unix_s"))
@@ -320,6 +338,10 @@ def build_context(
         "severity_counts": _severity_counts(result.findings),
         "charts": charts,
         "kernels": _kernel_rows(getattr(detail, "kernels", None)),
+        "occupancy_note": OCCUPANCY_NOTE,
+        "no_kernels": "No GPU kernels: no GPU took part in this run (CPU only)."
+        if _cpu_only(result)
+        else "No GPU kernels in the analyzed steps.",
         "busy_classes": _busy_class_rows(getattr(detail, "busy_classes", None)),
         "ops": _op_rows(getattr(detail, "ops", None)),
         "environment": _environment_view(result),
@@ -446,62 +468,6 @@ def breakdown_frame(per_step: pd.DataFrame) -> pd.DataFrame:
 # ---- pieces of the context ------------------------------------------------------------------------------
 
 
-def _get(mapping: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(mapping, Mapping):
-            return None
-        mapping = mapping.get(key)
-    return mapping
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def fmt_value(value: Any, key: str = "") -> str:
-    """Compact human formatting of a JSON-able value. `key` (the dotted name it is shown under) keeps
-    version codes as they are (cuda_runtime_version 13000, not "13,000") and gives byte counts units."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        if is_version_key(key):
-            return str(value)
-        if key.endswith("_bytes") and value >= 1024:
-            return f"{fmt_bytes(value)} ({value:,} bytes)"
-        return f"{value:,}" if abs(value) >= 10000 else str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "—"
-        if value == 0:
-            return "0"
-        return fmt_number(value)
-    if isinstance(value, (list, tuple)):
-        if all(not isinstance(v, (dict, list, tuple)) for v in value):
-            return ", ".join(fmt_value(v, key) for v in value) if value else "[]"
-        return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
-    if isinstance(value, Mapping):
-        return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
-    return str(value)
-
-
-def _pct(value: Any) -> str:
-    f = _num(value)
-    return "—" if f is None else f"{f * 100:.1f}%"
-
-
-def _ms(value: Any) -> str:
-    f = _num(value)
-    return "—" if f is None else (f"{f:.2f} ms" if f < 100 else f"{f:,.0f} ms")
-
-
 def _verdict(result: AnalysisResult) -> dict[str, Any]:
     m = result.metrics
     env = result.environment
@@ -518,12 +484,12 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
     if not result.findings:
         headline = "No problem found by the rules that could run on this input."
     elif top and top[0].impact is not None:
-        headline = f"Biggest opportunity: {top[0].title}{_gain_suffix(top[0], ' (up to {}% of step time)')}."
+        headline = f"Biggest opportunity: {top[0].title}{_gain_suffix(top[0], ' (up to {})')}."
     elif top:
         headline = f"First thing to look at: {top[0].title}."
     elif actionable:
         largest = actionable[0]
-        gain = _gain_suffix(largest, " (up to {}% of step time)", digits=1)
+        gain = _gain_suffix(largest, " (up to {})", digits=1)
         headline = (
             "Well tuned: no finding of medium or high impact. "
             f"The largest is low: {largest.title}{gain}."
@@ -556,7 +522,7 @@ def _verdict(result: AnalysisResult) -> dict[str, Any]:
                 "title": f.title,
                 "severity": f.severity.value,
                 "gain": (
-                    _gain_suffix(f, "up to {}% of step time") if f.impact is not None else "gain not measured"
+                    _gain_suffix(f, "up to {}") if f.impact is not None else "gain not measured"
                 ),
                 "first_line": inline_code(_first_sentence(f.recommendation)),
             }
@@ -574,64 +540,20 @@ def _cpu_only(result: AnalysisResult) -> bool:
 
 
 def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
-    """`template` with the finding's impact in percent, or "" when its title already says that number
-    ("... saves 81% of the step (up to 81% of step time)" says it twice)."""
+    """`template` with the finding's impact and its base ("50% of the step", "87.5% of the time per
+    sample"), or "" when its title already says that number ("... saves 81% of the step (up to 81% of
+    the step)" says it twice)."""
     if f.impact is None:
         return ""
     said = {f"{100 * f.impact:.0f}%", f"{100 * f.impact:.1f}%"}
     if any(s in f.title for s in said):
         return ""
-    return template.format(f"{100 * f.impact:.{digits}f}")
+    return template.format(share_of(f.impact, impact_base(f), digits))
 
 
 def _first_sentence(text: str) -> str:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    short = clip(line, 220)
-    # cut inside a code span: close it, so the shortened span still shows as code
-    return short + "`" if short.count("`") % 2 else short
-
-
-_KEY_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("unprofiled_step_time_ms", "Step time without the profiler (median, host-timed)", "ms"),
-    ("step_time_ms", "Step time, profiled (median of the trace's steps)", "ms"),
-    ("step_time_p90_ms", "Step time, profiled, p90", "ms"),
-    ("gpu_busy_fraction", "GPU busy: compute (kernels and memsets, not collectives or copies)", "pct"),
-    ("collective_fraction", "Collectives (NCCL) running", "pct"),
-    ("collective_exposed_fraction", "Collectives with no compute beside them", "pct"),
-    ("copy_exposed_fraction", "Copies with no kernel beside them", "pct"),
-    ("gpu_active_fraction", "GPU running anything", "pct"),
-    ("idle_host_sync_fraction", "GPU idle: host syncs", "pct"),
-    ("idle_data_loading_fraction", "GPU idle: data loading", "pct"),
-    ("idle_launch_overhead_fraction", "GPU idle: launch-bound", "pct"),
-    ("copy_fraction", "Copies", "pct"),
-    ("kernels_per_step", "Kernels per step", "num"),
-    ("kernel_median_us", "Median kernel", "us"),
-    ("tensor_core_fraction", "Tensor-core share of matmul time", "pct"),
-    ("mfu", "MFU", "pct"),
-    ("peak_memory_fraction", "Peak memory / capacity", "pct"),
-    ("steps_analyzed", "Steps analyzed", "num"),
-)
-
-
-def _key_metrics(metrics: Mapping[str, Any], kernels: Any = None) -> list[dict[str, str]]:
-    rows = []
-    mfu_unknown = mfu_unknown_reason(metrics, kernels)
-    for key, label, unit in _KEY_METRICS:
-        value = metrics.get(key)
-        if value is None or (key.startswith("collective_") and not value):
-            continue  # no collective ran: not a multi-GPU job
-        if key == "mfu" and mfu_unknown:
-            text = f"n/a ({mfu_unknown})"
-        elif unit == "pct":
-            text = _pct(value)
-        elif unit == "ms":
-            text = _ms(value)
-        elif unit == "us":
-            text = f"{fmt_value(_num(value))} µs"
-        else:
-            text = fmt_value(value)
-        rows.append({"key": key, "label": label, "value": text})
-    return rows
+    return clip_code(line, 220)
 
 
 def _severity_counts(findings: Sequence[Finding]) -> list[tuple[str, int]]:
@@ -661,14 +583,14 @@ def _finding_view(
         "category": f.category.value,
         "severity": f.severity.value,
         "impact": f.impact,
-        "impact_text": f"{f.impact * 100:.1f}% of step time" if f.impact is not None else "not measured",
+        "impact_text": share_of(f.impact, impact_base(f), 1) if f.impact is not None else "not measured",
         "impact_width": 0.0 if f.impact is None else round(max(0.0, min(1.0, f.impact)) * 100, 1),
         "impact_explanation": f.impact_explanation,
         "group_note": group_note(f, result.findings) or "",
         "verified_text": _verified_text(f),
         "title": f.title,
         "message": f.message,
-        "evidence": [_evidence_row(str(k), v) for k, v in evidence.items()]
+        "evidence": [kv_row(str(k), v) for k, v in evidence.items()]
         if isinstance(evidence, dict)
         else [],
         "locations": [_location_view(loc, result) for loc in f.locations],
@@ -685,27 +607,6 @@ def _finding_view(
 
 def _verified_text(f: Finding) -> str | None:
     return summary_line(f)
-
-
-_LONG_VALUE = 160
-
-
-def _evidence_row(key: str, value: Any) -> tuple[str, str, str | None]:
-    """(key, shown text, full pretty-printed text when the value is too long to show inline)."""
-    text = fmt_value(value, key)
-    if len(text) <= _LONG_VALUE:
-        return key, text, None
-    full = (
-        json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False)
-        if isinstance(value, (dict, list))
-        else text
-    )
-    return key, clip(text, _LONG_VALUE), full
-
-
-def short_name(name: str, limit: int = 110) -> str:
-    """A long C++ kernel name cut to `limit` characters (the full name stays in a tooltip)."""
-    return clip(name, limit)
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
@@ -818,211 +719,6 @@ def parse_doc(doc: str) -> list[dict[str, Any]]:
         if heading or blocks:
             out.append({"heading": heading, "blocks": blocks})
     return out
-
-
-def _records(df: pd.DataFrame | None, limit: int) -> list[dict[str, Any]]:
-    if df is None or len(df) == 0:
-        return []
-    rows: list[dict[str, Any]] = df.head(limit).to_dict(orient="records")
-    return rows
-
-
-def _kernel_rows(kernels: pd.DataFrame | None) -> list[dict[str, str]]:
-    out = []
-    for r in _records(kernels, TOP_KERNELS):
-        tc = r.get("tensor_core")
-        out.append(
-            {
-                "name": str(r.get("name", "")),
-                "short": short_name(str(r.get("name", ""))),
-                "family": fmt_value(r.get("family")),
-                "total": _ms((_num(r.get("total_us")) or 0.0) / 1000.0),
-                "share": _pct(r.get("share")),
-                "count": fmt_value(_int(r.get("count"))),
-                "mean": f"{fmt_value(_num(r.get('mean_us')))} µs",
-                "grid": fmt_value(r.get("grid")),
-                "block": fmt_value(r.get("block")),
-                "blocks_per_sm": fmt_value(_num(r.get("blocks_per_sm"))),
-                "occupancy": _occupancy_text(r),
-                "tensor_core": "yes" if tc is True else ("no" if tc is False else "—"),
-            }
-        )
-    return out
-
-
-def _busy_class_rows(frame: pd.DataFrame | None) -> list[dict[str, str]]:
-    """Busy time by kernel class (Metrics.busy_classes), as display strings."""
-    if frame is None or len(frame) == 0:
-        return []
-    rows: list[dict[str, str]] = []
-    for r in _records(frame, 20):
-        roof = _num(r.get("roofline_fraction"))
-        known = _num(r.get("known_fraction"))
-        rows.append(
-            {
-                "cls": str(r.get("class", "")),
-                "time": _ms((_num(r.get("time_us")) or 0.0) / 1000.0),
-                "share": _pct(r.get("share")),
-                "kernels": f"{_num(r.get('kernels')) or 0:.0f}",
-                "roofline": _pct(roof) if roof is not None else "n/a",
-                "known": _pct(known) if known is not None else "n/a",
-                "bound": str(r.get("bound") or ""),
-            }
-        )
-    return rows
-
-
-def _occupancy_text(r: Mapping[str, Any]) -> str:
-    """Kineto's `est. achieved occupancy %`, with why a 0 says nothing for library GEMM/conv kernels:
-    on Hopper cuBLAS/cuDNN run persistent, warp-specialized kernels sized to about one block per SM,
-    which Kineto's estimate puts at 0 although they fill the GPU by design (docs/FIELD_NOTES)."""
-    occ = _num(r.get("occupancy_pct"))
-    if occ is None:
-        return "—"
-    if occ == 0 and str(r.get("family")) in ("gemm", "conv", "attention"):
-        return (
-            "0% (Kineto's estimate reads 0 for library GEMM/conv/attention kernels that run few large "
-            "blocks by design: see blocks/SM)"
-        )
-    return f"{fmt_value(occ)}%"
-
-
-def _int(value: Any) -> int | None:
-    f = _num(value)
-    return None if f is None else int(f)
-
-
-def _op_rows(ops: pd.DataFrame | None) -> list[dict[str, str]]:
-    out = []
-    for r in _records(ops, TOP_OPS):
-        flops = _num(r.get("flops"))
-        out.append(
-            {
-                "name": str(r.get("name", "")),
-                "short": short_name(str(r.get("name", ""))),
-                "self": _ms((_num(r.get("self_us")) or 0.0) / 1000.0),
-                "total": _ms((_num(r.get("total_us")) or 0.0) / 1000.0),
-                "count": fmt_value(_int(r.get("count"))),
-                "dims": fmt_value(r.get("input_dims")) if r.get("input_dims") is not None else "—",
-                "types": fmt_value(r.get("input_types")) if r.get("input_types") is not None else "—",
-                "gflop": f"{flops / 1e9:,.2f}" if flops else "—",
-            }
-        )
-    return out
-
-
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
-    if isinstance(value, Mapping):
-        rows: list[tuple[str, str]] = []
-        for key in sorted(value, key=str):
-            rows.extend(_flatten(value[key], f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
-        return rows
-    return [(prefix, fmt_value(jsonable(value), prefix))]
-
-
-_SNIPPET_KEYS = ("snippet", "file_sha256")
-
-
-def _without_snippets(value: Any) -> Any:
-    """`value` without the recorded source snippets and file hashes (docs/run-directory.md)."""
-    if isinstance(value, Mapping):
-        return {k: _without_snippets(v) for k, v in value.items() if k not in _SNIPPET_KEYS}
-    if isinstance(value, list):
-        return [_without_snippets(v) for v in value]
-    return value
-
-
-def _environment_view(result: AnalysisResult) -> dict[str, Any]:
-    run = result.run
-    env_json = run.environment if run is not None else {}
-    manifest = run.manifest if run is not None else {}
-    settings = env_json.get("settings") if isinstance(env_json.get("settings"), dict) else None
-    # trace_kind is said once, in words, in the notes ("trace kind: training, NVIDIA GPU ..."): its ~30
-    # internal fields are not environment rows; recorded snippets are shown with the findings
-    summary = _without_snippets(
-        {
-            k: v
-            for k, v in result.environment.items()
-            if k not in ("settings", "dataloaders", "optimizers", "trace_kind")
-        }
-    )
-    loaders = [d for d in env_json.get("dataloaders", []) or [] if isinstance(d, dict)]
-    optims = [d for d in env_json.get("optimizers", []) or [] if isinstance(d, dict)]
-
-    def with_site(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        views = []
-        for item in items:
-            site = f"{item.get('file')}:{item.get('line')}" if item.get("file") else "call site unknown"
-            fields = [
-                (k, fmt_value(jsonable(v), k))
-                for k, v in sorted(item.items())
-                if k not in ("file", "line", "code", "id", *_SNIPPET_KEYS)
-            ]
-            views.append({"site": site, "code": item.get("code"), "fields": fields})
-        return views
-
-    run_rows: list[tuple[str, str]] = []
-    if manifest:
-        target = manifest.get("target") if isinstance(manifest.get("target"), dict) else {}
-        argv = target.get("argv") if isinstance(target, dict) else None
-        for label, value in (
-            ("command", " ".join(str(a) for a in manifest.get("command", []) or [])),
-            ("script", _get(target, "path_or_name")),
-            ("script argv", " ".join(str(a) for a in argv) if isinstance(argv, list) else None),
-            ("started", manifest.get("started_at")),
-            ("ended", manifest.get("ended_at")),
-            ("exit status", manifest.get("exit_status")),
-            ("exit reason", manifest.get("exit_reason")),
-            ("steps seen", manifest.get("steps_seen")),
-            ("step detection", manifest.get("step_detection")),
-        ):
-            if value not in (None, ""):
-                run_rows.append((label, fmt_value(value)))
-        cap = manifest.get("capture")
-        if isinstance(cap, dict):
-            run_rows.extend(_flatten({k: v for k, v in cap.items()}, "capture"))
-        degraded = manifest.get("degraded")
-        if isinstance(degraded, list) and degraded:
-            run_rows.append(("degraded", ", ".join(str(d) for d in degraded)))
-    return {
-        "summary": _flatten(summary),
-        "settings": _flatten(settings) if settings else [],
-        "dataloaders": with_site(loaders),
-        "optimizers": with_site(optims),
-        "run": run_rows,
-        "memory": _flatten(env_json.get("memory")) if isinstance(env_json.get("memory"), dict) else [],
-        "has_run": run is not None,
-    }
-
-
-def _run_unavailable(run: Any) -> list[str]:
-    if run is None:
-        return []
-    out: list[str] = []
-    if not run.environment:
-        out.append(
-            "Settings: environment.json is missing, so TF32/AMP/cudnn.benchmark, DataLoader and optimizer settings are unknown."
-        )
-    if not run.callsites:
-        out.append(
-            "Call sites: none recorded (callsites.json missing or empty): findings cannot point at source lines."
-        )
-    messages = run.manifest.get("messages")
-    if isinstance(messages, list):
-        out.extend(str(m) for m in messages)
-    out.extend(str(n) for n in getattr(run, "notes", []) or [])
-    return out
-
-
-def _rules_view(result: AnalysisResult) -> dict[str, Any]:
-    groups: dict[str, list[dict[str, str]]] = {}
-    for status in sorted(result.rules, key=lambda r: rule_sort_key(r.rule)):
-        groups.setdefault(status.status, []).append(
-            {"rule": status.rule, "name": status.name, "detail": status.detail}
-        )
-    return {
-        "groups": [(k, groups[k]) for k in ("ran", "not_applicable", "error", "deselected") if k in groups]
-    }
 
 
 # ---- rendering -------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""JSON renderer: exactly the contract of DESIGN.md ("JSON output"), byte-deterministic.
+"""JSON renderer: exactly the JSON contract (gpuadvisor/schemas/findings.schema.json, docs/ci.md), byte-deterministic.
 
 Keys are sorted, floats were rounded by `model.jsonable`, NaN/inf became null, and the text ends with
 one newline, so the same analysis always gives the same bytes (snapshot tests, `diff` of findings.json).

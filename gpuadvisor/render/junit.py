@@ -16,7 +16,7 @@ import json
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
-from gpuadvisor.model import Finding, RuleStatus
+from gpuadvisor.model import Finding, RuleStatus, impact_base
 from gpuadvisor.render._ci import fails, fmt_impact, gate, is_internal, rule_catalog
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def _clean(text: str) -> str:
 def _describe(finding: Finding) -> str:
     lines = [
         f"[{finding.severity.value}] {finding.rule} {finding.name}: {finding.title}",
-        f"impact: {fmt_impact(finding.impact)}",
+        f"impact: {fmt_impact(finding.impact, impact_base(finding))}",
         finding.message,
     ]
     for loc in finding.locations:

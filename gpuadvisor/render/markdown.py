@@ -14,10 +14,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gpuadvisor.model import Finding, Severity, group_note
+from gpuadvisor.model import Finding, Severity, group_note, impact_base
 from gpuadvisor.render._ci import fails, fmt_impact, fmt_metric, gate, is_internal
 from gpuadvisor.render._explore import ExploreView, explore_section
-from gpuadvisor.render._format import clip, headline_step_text, mfu_unknown_reason, rule_sort_key
+from gpuadvisor.render._format import (
+    clip_code,
+    combined_prediction_text,
+    headline_step_text,
+    mfu_unknown_reason,
+    rule_sort_key,
+)
 from gpuadvisor.terminal import ZWSP, clean_data, strip_controls, terminal_safe, terminal_safe_diff
 
 if TYPE_CHECKING:
@@ -60,7 +66,7 @@ def escape(text: str, limit: int = MAX_CELL) -> str:
     """One table-cell-safe line. Text outside code spans: HTML entities for & < >, backslash escapes
     for Markdown syntax and `|`. A balanced code span (`x.item()`) stays a code span: its content is
     shown literally by any renderer, so only `|` is escaped in it (a GFM table would split on it)."""
-    flat = clip(" ".join(str(text).split()), limit)
+    flat = clip_code(" ".join(str(text).split()), limit)
     out: list[str] = []
     pos = 0
     for match in _CODE_SPAN.finditer(flat):
@@ -115,7 +121,7 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
                 severity = f"**{severity}**"
             rule = f"{escape(f.rule)} {escape(f.name)}"
             lines.append(
-                f"| {severity} | {rule} | {escape(f.title)} | {fmt_impact(f.impact)} | {_location(f)} |"
+                f"| {severity} | {rule} | {escape(f.title)} | {fmt_impact(f.impact, impact_base(f))} | {_location(f)} |"
             )
         if len(result.findings) > MAX_ROWS:
             lines.append(f"\n_…and {len(result.findings) - MAX_ROWS} more findings (see the full report)._")
@@ -124,6 +130,9 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
         lines += [f"_{escape(f.rule)}: {escape(note, 300)}_" for f, note in notes if note]
         if any(note for _, note in notes):
             lines.append("")
+        together = combined_prediction_text(result.prediction)
+        if together:
+            lines += [escape(together, 400), ""]
         top = next((f for f in result.findings if not is_internal(f)), None)
         if top is not None and top.recommendation:
             lines += [
@@ -144,7 +153,7 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     ]
     step = headline_step_text(result.metrics)  # the unprofiled step leads; the profiled one said as such
     if step is not None:
-        metrics.insert(0, f"step time (median) {escape(step)}")
+        metrics.insert(0, f"step time {escape(step)}")
     if metrics:
         lines += ["**Metrics:** " + " · ".join(metrics), ""]
 

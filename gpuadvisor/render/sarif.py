@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpuadvisor import __version__
-from gpuadvisor.model import Finding, Location, RuleMeta, Severity
+from gpuadvisor.model import Finding, Location, RuleMeta, Severity, impact_base
 from gpuadvisor.render._ci import fmt_impact, is_internal, rule_catalog
 from gpuadvisor.render._format import rule_sort_key
 
@@ -146,7 +146,7 @@ def _result(finding: Finding, rule_index: int, root: str | None) -> dict[str, An
             "severity": finding.severity.value,
             "category": finding.category.value,
             "impact": finding.to_dict()["impact"],
-            "impactText": fmt_impact(finding.impact),
+            "impactText": fmt_impact(finding.impact, impact_base(finding)),
             "evidence": finding.to_dict()["evidence"],
         },
     }

@@ -16,14 +16,16 @@ from gpuadvisor.errors import EXIT_RULE_ERRORS
 from gpuadvisor.model import Finding, Severity, group_note, summary_line
 from gpuadvisor.render._format import (
     Style,
+    combined_prediction_text,
     fmt_number,
+    fmt_pct,
     headline_step_text,
     mfu_unknown_reason,
     rule_sort_key,
     wrap_clipped,
 )
 from gpuadvisor.terminal import terminal_safe
-from gpuadvisor.words import change, plural
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     from gpuadvisor.result import AnalysisResult
@@ -69,7 +71,7 @@ def _fmt(value: Any, kind: str) -> str | None:
     if number is None:
         return None
     if kind == "pct":
-        return f"{100 * number:.0f}%" if number >= 0.01 or number == 0 else f"{100 * number:.1f}%"
+        return fmt_pct(number, 0 if number >= 0.01 or number == 0 else 1)
     if kind == "ms":
         return f"{number:.2f} ms" if number < 100 else f"{fmt_number(number)} ms"
     if kind == "int":
@@ -169,21 +171,9 @@ def _finding_lines(
 
 
 def _together_lines(result: AnalysisResult) -> list[str]:
-    """"With the fixes of GA102, GA101, GA103 together: 19.51 -> 2.94 ms per step (6.6x)." The
-    findings' impacts overlap; this line is what they give at once (from the same replay)."""
-    p = result.prediction
-    if not p or len(p.get("rules") or ()) < 2:
-        return []  # one fix: its finding already says what it gives
-    rules = ", ".join(str(r) for r in p["rules"])
-    try:
-        text = (
-            f"With the fixes of {rules} together (predicted by replaying the steps): "
-            f"{change(float(p['baseline_step_ms']), float(p['predicted_step_ms']), 'ms')} per step "
-            f"({float(p['speedup']):.2f}x). The findings' impacts overlap: they do not add up."
-        )
-    except (KeyError, TypeError, ValueError):
-        return []
-    return [*textwrap.wrap(text, WIDTH), ""]
+    """The findings' impacts overlap; this line is what their fixes give at once (from the same replay)."""
+    text = combined_prediction_text(result.prediction)
+    return [*textwrap.wrap(text, WIDTH), ""] if text else []
 
 
 def render(
@@ -251,12 +241,7 @@ def render(
         lines.extend(
             textwrap.wrap(f"Not applicable ({reason}): {', '.join(ids)}", WIDTH, subsequent_indent="  ")
         )
-    # Degraded flags come with a sentence that says the same thing: show the sentence once.
-    seen: set[str] = set()
     for note in result.notes:
-        if note.startswith("degraded: ") or note in seen:
-            continue
-        seen.add(note)
         lines.extend(textwrap.wrap(f"Note: {note}", WIDTH, subsequent_indent="  "))
     if shortened:
         lines.append(

@@ -118,9 +118,10 @@ def is_multi_tensor_kernel(name: str) -> bool:
 
 
 def short_kernel_name(name: str, limit: int = 120) -> str:
-    """A kernel name for a title: templates cut, at most `limit` characters."""
+    """A kernel name for a title: at most `limit` characters, a cut one ending in "…" (never in "...",
+    which `kernel_base_name` would strip as trailing dots)."""
     text = str(name)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 # ---------------------------------------------------------------------------------------------

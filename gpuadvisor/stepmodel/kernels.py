@@ -402,7 +402,7 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
         fraction = np.where(dur > 0, np.minimum(roof / dur, 1.0), np.nan)
     blocks = k["blocks"].to_numpy(dtype=np.float64)
     sms = float(model.facts.num_sms or (peak.sm_count if peak and peak.sm_count else 0) or 0)
-    # a grid under half the SMs (persistent GEMMs launch one block per SM by design: FIELD_NOTES)
+    # a grid under half the SMs (persistent GEMMs launch one block per SM by design: docs/trace-inputs.md)
     latency = (dur < LATENCY_BOUND_US) | (
         (sms > 0) & np.isfinite(blocks) & (blocks < 0.5 * sms) & ~(fraction >= 0.5)
     )

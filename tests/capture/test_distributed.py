@@ -107,7 +107,7 @@ def test_failing_rank_does_not_hang_and_is_recorded(tmp_path: Path, rank0_export
     assert r0["trace"] == "trace/rank0.json.gz" and r0["capture_state"] == "partial", (r0, m["messages"])
     assert "trace_not_exported" not in r0["degraded"]
     assert _dist_info(run, 0)["rank"] == 0
-    assert any("rank 1 failed at step 3" in msg for msg in m["messages"])
+    assert any("rank 1 failed after 3 completed steps (0-2)" in msg for msg in m["messages"])
 
 
 def test_existing_launcher_wraps_each_rank(tmp_path: Path) -> None:

@@ -162,5 +162,18 @@ def test_existing_run_refused(tmp_path: Path) -> None:
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "manifest.json").write_text("{}")
-    with pytest.raises(UsageError, match="--force"):
+    # the API's own word (issue 42 item 9): there is no --force in a notebook
+    with pytest.raises(UsageError, match=r"use force=True to overwrite it$"):
         Capture(tmp_path / "run", nvml=False).__enter__()
+
+
+def test_the_api_profile_says_force_true(tmp_path: Path) -> None:
+    import gpuadvisor
+    from gpuadvisor.errors import UsageError
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "manifest.json").write_text("{}")
+    with pytest.raises(UsageError, match=r"already holds a previous run; use force=True to overwrite it$"):
+        gpuadvisor.profile(script, out=tmp_path / "run")

@@ -213,7 +213,7 @@ def test_cli_exit_codes(prepared: dict[str, AnalysisResult]) -> None:
     )
     allowed = invoke("base", "h200", "--allow-mismatch", "--fail-on-regression", "5")
     assert allowed.exit_code == 1
-    assert "WARNING: comparing runs from different environments" in allowed.output
+    assert "WARNING: comparing runs that differ" in allowed.output
 
     assert invoke("base", "slow", "--fail-on-regression", "-3").exit_code == 2
     assert invoke("base", "slow", "--format", "xml").exit_code == 2
@@ -246,10 +246,9 @@ def test_cli_internal_error_and_lost_output(
     prepared: dict[str, AnalysisResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prepared["base"] = result_with_steps("base", [10.0, 10.0, 10.0])
-    (tmp_path / "afile").write_text("x")
-    unusable = tmp_path / "afile" / "dir" / "out.md"  # refused before any analysis (issue 39)
-    early = invoke("base", "base", "-o", str(unusable))
-    assert early.exit_code == 2 and "is a file, not a folder" in early.output
+    unwritable = tmp_path / "no" / "such" / "dir" / "out.md"
+    lost = invoke("base", "base", "-o", str(unwritable))  # refused before the analysis (issue 42 item 9)
+    assert lost.exit_code == 2 and "does not exist" in lost.output
 
     def full_disk(path: Path, text: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -286,3 +285,40 @@ def test_runs_from_different_gpus_are_refused_before_either_is_analyzed(
     assert refused.exit_code == 2, refused.output
     assert "different GPU: NVIDIA H100 80GB HBM3 (base) vs NVIDIA H200 (new)" in refused.output
     assert analyzed == []
+
+
+def test_runs_of_different_scripts_or_devices_are_not_comparable() -> None:
+    """Issue 42 item 6: `diff sample_runs/sync_bound-planted sample_runs/transfer_bound-planted` said
+    "slower: step time +104.1%", exit 0; a CPU run against an H200 run named only "different torch"."""
+    a = {**ENV, "script": "benchmarks/workloads/sync_bound.py"}
+    assert compare_environments(a, {**a, "script": "./benchmarks/workloads/sync_bound.py"}) == ([], [])
+    # one script in two checkouts (absolute paths): the file names are compared
+    assert compare_environments({**a, "script": "/work/a/train.py"}, {**a, "script": "/work/b/train.py"})[0] == []
+    mismatches, _ = compare_environments(a, {**a, "script": "benchmarks/workloads/transfer_bound.py"})
+    assert mismatches == [
+        "different script: benchmarks/workloads/sync_bound.py (base) vs benchmarks/workloads/transfer_bound.py (new)"
+    ]
+    cpu = {"cuda_available": False, "torch": ENV["torch"]}
+    mismatches, _ = compare_environments(cpu, ENV)
+    assert mismatches == ["different device: CPU only (base) vs NVIDIA H100 80GB HBM3 (new)"]
+
+
+@pytest.mark.parametrize("new", ["transfer_bound-planted", "sync_bound-fixed"])
+def test_diff_of_two_sample_runs_refuses_different_scripts(new: str) -> None:
+    """Refused before either run is analyzed (exit 2, documented in `diff --help`); the planted and fixed
+    runs of one workload are one script with `--fixed`, and compare."""
+    samples = Path(__file__).resolve().parents[2] / "sample_runs"
+    from gpuadvisor.diff import recorded_environment
+
+    early, _ = compare_environments(
+        recorded_environment(samples / "sync_bound-planted") or {}, recorded_environment(samples / new) or {}
+    )
+    if new == "sync_bound-fixed":
+        assert early == []
+        return
+    assert early == [
+        "different script: benchmarks/workloads/sync_bound.py (base) vs benchmarks/workloads/transfer_bound.py (new)"
+    ]
+    res = CliRunner().invoke(cli, ["diff", str(samples / "sync_bound-planted"), str(samples / new)])
+    assert res.exit_code == 2 and "different script" in res.output and "--allow-mismatch" in res.output
+    assert "runs of different scripts" in CliRunner().invoke(cli, ["diff", "--help"]).output

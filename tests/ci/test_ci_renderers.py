@@ -43,7 +43,7 @@ def test_markdown_verdict_table_and_escaping() -> None:
     assert "<script>" not in text and "&lt;script&gt;" in text
     assert "a\\|b" in text
     assert "Top recommendation** (GA201 blocking-scalar-reads): synthetic fix for GA201" in text
-    assert "**Metrics:** step time (median) 6.70 ms (profiled) · steps analyzed 8 · GPU busy (compute) 41.0%" in text
+    assert "**Metrics:** step time 6.70 ms (profiled) · steps analyzed 8 · GPU busy (compute) 41.0%" in text
     assert "MFU" not in text  # None metrics are left out, never shown as 0
     assert "1 rule not applicable" in text and "1 rule failed internally (GA999)" in text
     assert text.endswith("\n") and not text.endswith("\n\n")
@@ -269,3 +269,24 @@ def test_rule_metadata_comes_from_the_result() -> None:
     assert by_id["GA201"]["shortDescription"]["text"] == "Scalar reads block."
     # without rule_docs the title of its first finding stands in
     assert {r["id"]: r for r in plain}["GA201"]["shortDescription"]["text"] == "loss.item() blocks every step"
+
+
+def test_markdown_cut_inside_a_code_span_keeps_it_a_code_span() -> None:
+    """Issue 42 item 9: "Top recommendation" was cut inside a code span: the backtick left open, its
+    escaped rest read as text with stray backslashes."""
+    text = "Fix it: `" + "correct += int(preds[i].item() == y[i].item()) " * 20 + "` then more."
+    cell = markdown.escape(text, 120)
+    assert cell.count("`") == 2 and cell.endswith("…`")
+    assert "\\_" not in cell.split("`")[1]  # inside the span nothing is escaped (it renders literally)
+
+
+def test_markdown_has_the_combined_prediction_line() -> None:
+    """Issue 42 item 9: the terminal said what the fixes give together; the Markdown did not."""
+    from pathlib import Path
+
+    from gpuadvisor.analysis import analyze
+
+    result = analyze(Path(__file__).resolve().parents[2] / "sample_runs" / "transfer_bound-planted")
+    out = markdown.render(result)
+    line = next(ln for ln in out.splitlines() if ln.startswith("With the fixes of"))
+    assert "GA101, GA102, GA103 together" in line and "(10.04x)" in line and "do not add up" in line

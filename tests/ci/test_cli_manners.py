@@ -242,15 +242,16 @@ def test_typed_errors_keep_their_exit_codes(item_trace: Path, tmp_path: Path) ->
     """An output folder that cannot hold the file is a usage error before any analysis (issue 39)."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
+    # -o's folder is checked before any analysis (issue 42 item 9): a usage error
     res = CliRunner().invoke(cli, ["analyze", str(item_trace), "-o", str(blocker / "out.txt")])
     assert res.exit_code == 2
-    assert res.stderr.splitlines()[-1] == (
-        f"gpuadvisor: error: -o {blocker / 'out.txt'}: {blocker} is a file, not a folder"
-    )
+    assert res.stderr.splitlines()[-1].startswith("gpuadvisor: error: cannot write")
+    assert res.stderr.splitlines()[-1].endswith(f"{blocker} is a file, not a folder")
     res = CliRunner().invoke(cli, ["report", str(item_trace), "-o", str(blocker / "sub" / "r.html")])
     assert res.exit_code == 2
     assert res.stderr.splitlines()[-1] == (
-        f"gpuadvisor: error: -o {blocker / 'sub' / 'r.html'}: {blocker} is a file, not a folder"
+        f"gpuadvisor: error: cannot write {blocker / 'sub' / 'r.html'}: "
+        f"{blocker} is a file, not a folder"
     )
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing.json")])
     assert res.exit_code == 2 and "Traceback" not in res.output
@@ -278,6 +279,33 @@ def test_profile_without_torch_says_so_in_one_line(monkeypatch: pytest.MonkeyPat
     assert res.exit_code == 2
     assert res.stderr.count("\n") == 1 and not res.stdout
     assert "profile needs PyTorch" in res.output and "pip install 'gpuadvisor[profile]'" in res.output
+
+
+def test_profile_with_a_broken_torch_says_so_in_one_line(tmp_path: Path) -> None:
+    """Issue 42 item 7: torch installed but failing to import (a missing libcudnn.so.9) gave exit 1, three
+    GA001 findings and 25 lines of "Not applicable". A fake torch package first on sys.path raises that
+    ImportError in the training process: one line naming it, exit 2, no run directory left behind."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text("print('the script ran')\n")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "profile", "-o", str(out), str(script)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and not res.stdout, (res.stdout, res.stderr)
+    assert "torch cannot be imported" in res.stderr and "libcudnn.so.9: cannot open shared object file" in res.stderr
+    assert "the script ran" not in res.stdout and not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -325,7 +353,7 @@ def test_cli_option_errors_name_the_option(item_trace: Path) -> None:
 
 
 def test_rules_are_listed_in_natural_order() -> None:
-    res = CliRunner().invoke(cli, ["rules"])
+    res = CliRunner().invoke(cli, ["rules"], env={"COLUMNS": ""})  # one line per rule
     ids = [line.split()[0] for line in res.output.splitlines()[1:]]
     assert ids == sorted(ids, key=_format.rule_sort_key) and ids.index("GA101") < ids.index("GA1001")
     # GA1004 < GA1101 < GA1106 in natural order (the busy-time rules are the highest numbers)
@@ -538,3 +566,84 @@ def test_the_together_line_needs_two_fixes() -> None:
     two = {**one, "rules": ["GA502", "GA501"], "predicted_step_ms": 2.5, "speedup": 1.23}
     assert "together (predicted" not in text.render(replace(base, prediction=one))
     assert "With the fixes of GA502, GA501 together" in text.render(replace(base, prediction=two))
+
+
+def test_rules_suggests_only_the_close_names() -> None:
+    """Issue 42 item 9: `gpuadvisor rules blocking-scalar-read` suggested clocks-throttled too."""
+    res = CliRunner().invoke(cli, ["rules", "blocking-scalar-read"])
+    assert res.exit_code == 2
+    assert "(did you mean blocking-scalar-reads?)" in res.output and "clocks-throttled" not in res.output
+    assert "did you mean" not in CliRunner().invoke(cli, ["rules", "zzzzzz"]).output
+
+
+def test_rules_catalog_fits_the_terminal_width() -> None:
+    """Issue 42 item 9: the catalog ignored the terminal's width (lines of 200+ characters)."""
+    piped = CliRunner().invoke(cli, ["rules"], env={"COLUMNS": ""})
+    rules_count = len(piped.output.splitlines()) - 1
+    for columns in (80, 120):
+        res = CliRunner().invoke(cli, ["rules"], env={"COLUMNS": str(columns)})
+        assert res.exit_code == 0
+        lines = res.output.splitlines()
+        assert max(len(line) for line in lines) <= columns, (columns, max(lines, key=len))
+        rows = [ln for ln in lines if ln.startswith("GA")]
+        assert len(rows) == rules_count
+        assert any(line.startswith("    ") for line in lines)  # summaries wrapped, indented
+    assert max(len(line) for line in piped.output.splitlines()) > 120  # piped: one line per rule
+
+
+def test_top_level_help_lists_every_exit_code_of_the_code() -> None:
+    """Issue 42 item 9: the top-level help omitted exit code 3 (a rule raised under --fail-on)."""
+    import re
+
+    from gpuadvisor import errors
+
+    out = CliRunner().invoke(cli, ["--help"]).output
+    said = out.split("Exit codes:")[1].split("Colour on a terminal")[0]
+    listed = {int(n) for n in re.findall(r"(?:^|;|\s)(\d+) [a-z]", said)}
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert codes <= listed, (sorted(codes - listed), said)
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "diff"])
+def test_an_output_folder_that_does_not_exist_is_refused_before_the_analysis(
+    command: str, item_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42 item 9: `analyze RUN -o /nonexistent-dir/x.json` analyzed, then exited 74."""
+    from gpuadvisor import analysis
+
+    def no_analysis(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the analysis ran before -o was checked")
+
+    monkeypatch.setattr(analysis, "analyze", no_analysis)
+    out = tmp_path / "nonexistent-dir" / "x.json"
+    paths = [str(item_trace)] * (2 if command == "diff" else 1)
+    res = CliRunner().invoke(cli, [command, *paths, "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"gpuadvisor: error: cannot write {out}: the folder {out.parent} does not exist"
+
+
+def test_a_tiny_share_is_not_printed_as_zero() -> None:
+    """Issue 42 item 9: "MFU 0.0%" where "<0.1%" is true."""
+    from gpuadvisor.render._ci import fmt_metric
+
+    assert _format.fmt_pct(0.0004) == "<0.1%" and _format.fmt_pct(0.0) == "0.0%"
+    assert _format.fmt_pct(0.0004, 0) == "<1%" and _format.fmt_pct(0.0006) == "0.1%"
+    assert fmt_metric("mfu", 0.0002) == "<0.1%"
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_step_time_help_says_which_steps_the_code_uses(command: str) -> None:
+    """Issue 42 item 8: --help said the run's own reference is the steps timed *before* the window; the
+    code (manifest.host_step_durations) prefers those after it."""
+    from gpuadvisor.manifest import MIN_REFERENCE_STEPS_AFTER, host_step_durations
+
+    text = " ".join(CliRunner().invoke(cli, [command, "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "timed without the profiler after the window (before it when too few ran after)" in text
+    # the code: 10 skipped steps at 10 ms, the window (steps 12-16), then steps after it at 5 ms
+    ends = [[k, k * 0.010] for k in range(0, 18)]
+    t = ends[-1][1] + 0.5  # step 17 carries the export
+    ends += [[18 + i, t + i * 0.005] for i in range(MIN_REFERENCE_STEPS_AFTER + 2)]
+    capture = {"skip_steps": 10, "warmup_steps": 2, "active_steps": 5, "first_recorded_step": 12,
+               "last_recorded_step": 16, "step_ends": ends}  # fmt: skip
+    unprofiled, _ = host_step_durations(capture)
+    assert unprofiled and all(abs(d - 5.0) < 1e-6 for d in unprofiled), unprofiled

@@ -104,6 +104,24 @@ def test_public_api_types_catch_user_mistakes(tmp_path: Path) -> None:
     assert 'Missing positional argument "new" in call to "diff"' in out
 
 
+@pytest.mark.slow
+def test_mypy_outside_the_checkout_sees_the_api_of_the_editable_install(tmp_path: Path) -> None:
+    """Issue 42 item 9: with setuptools' default editable install (an import hook) mypy run on a user's
+    file outside the checkout found no gpuadvisor ("missing library stubs") and typed the API `Any`.
+    scripts/setup.sh installs it as a path entry (editable_mode=compat): this test runs mypy as a user
+    would, without MYPYPATH, in a folder outside the checkout, on whatever install this Python has."""
+    (tmp_path / "user.py").write_text(textwrap.dedent(USER_CODE))
+    (tmp_path / "mypy.ini").write_text(MYPY_INI)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--cache-dir",
+         str(tmp_path / ".mypy_cache"), "user.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ") -> gpuadvisor.result.AnalysisResult" in proc.stdout
+
+
 def test_import_gpuadvisor_stays_light() -> None:
     code = (
         "import sys, gpuadvisor\n"

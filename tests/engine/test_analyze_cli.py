@@ -210,3 +210,18 @@ def test_step_time_ms_option_reaches_the_analysis(item_trace: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["metrics"]["profiler_host_scale"] < 1.0
+
+
+def test_a_folder_of_runs_says_how_many_it_holds(tmp_path: Path) -> None:
+    """Issue 42 item 9: `gpuadvisor analyze sample_runs` said only "no run directory (manifest.json)"."""
+    from click.testing import CliRunner
+
+    from gpuadvisor.cli import cli
+
+    for name in ("b-run", "a-run"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text("{}")
+    res = CliRunner().invoke(cli, ["analyze", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "not a run but a folder of 2 run directories (a-run, b-run)" in res.output
+    assert f"gpuadvisor analyze {tmp_path / 'a-run'}" in res.output

@@ -53,3 +53,30 @@ def test_a_rule_summary_is_its_whole_first_paragraph() -> None:
 
     ga302 = next(r for r in load_rules() if r.id == "GA302")
     assert ga302.cls.summary().endswith("the GPU idles while the batch is prepared.")
+
+
+def test_after_steps_counts_as_the_loop_does() -> None:
+    """Issue 42 item 9: a script that raised in loop index 50, after that step's optimizer step, read
+    "raised at step 51"."""
+    from gpuadvisor.words import after_steps
+
+    assert after_steps(51) == "after 51 completed steps (0-50)"
+    assert after_steps(1) == "after 1 completed step (0)"
+    assert after_steps(0) == "before its first step completed"
+
+
+def test_kernel_names_keep_what_tells_them_apart_and_say_when_cut() -> None:
+    """Issue 42 item 9: every CUTLASS SIMT GEMM read "cutlass::Kernel2" (the launcher's name), and a
+    kernel name cut at 120 characters ended without an ellipsis ("...g1_execu": the "..." was taken
+    for trailing dots)."""
+    from gpuadvisor.model import Location, kernel_base_name
+    from gpuadvisor.rulekit.gpuwork import short_kernel_name
+
+    simt = "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)"
+    assert kernel_base_name(simt) == "cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
+    assert kernel_base_name(short_kernel_name(simt, 40)).startswith("cutlass::Kernel2<cutlass_80_si")
+    assert kernel_base_name("void at::native::reduce_kernel<512, 1>(int)") == "at::native::reduce_kernel"
+    long = "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_" * 2
+    cut = short_kernel_name(long)
+    assert len(cut) == 120 and cut.endswith("…")
+    assert Location(kernel=cut, op="aten::mm").place().startswith("kernel sm90_") and "…" in Location(kernel=cut).place()

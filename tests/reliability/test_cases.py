@@ -1,7 +1,7 @@
-"""The 24 cases of RELIABILITY.md (../shared/docs/RELIABILITY.md), each checked from the outside: the real
+"""The 24 reliability cases (docs/capture.md, "Faults and bad input"), each checked from the outside: the real
 `gpuadvisor` CLI as a subprocess on a real script (tests/reliability/scripts, SYNTHETIC fixtures) or a
 real file (traces built by tests/synth.py, SYNTHETIC). One test per case or sub-case, its docstring
-quoting the case. docs/capture.md ("RELIABILITY.md cases") maps each case to its tests here and
+quoting the case. docs/capture.md ("Faults and bad input") maps each case to its tests here and
 elsewhere. The CPU build of torch is enough for everything but the parts marked `gpu`."""
 
 from __future__ import annotations
@@ -226,9 +226,11 @@ def test_case_02_script_raises_at_step_3(tmp_path: Path) -> None:
     assert m["exit_status"] == 1 and m["failed_at_step"] == 3 and "script_failed_at_step_3" in m["degraded"]
     assert m["capture"]["state"] == "partial" and step_numbers(out)[:2] == [1, 2]  # steps 1 and 2 recorded, step 3 failed
     assert nvml_rows(out), "the NVML samples were not kept"
-    assert "The script failed at step 3" in r.stderr  # the summary; stdout is the script's
-    assert "script failed at step 3" in (out / "report.html").read_text()
-    assert "The script failed at step 3" in [f["title"] for f in findings(out)["findings"]]
+    # said in the loop's own count (issue 42 item 9): steps 0-2 completed, step 3 raised
+    said = "The script failed after 3 completed steps (0-2)"
+    assert said in r.stderr  # the summary; stdout is the script's
+    assert said in (out / "report.html").read_text()
+    assert said in [f["title"] for f in findings(out)["findings"]]
 
 
 @pytest.mark.parametrize(
@@ -374,7 +376,7 @@ def test_case_08_no_optimizer_step(tmp_path: Path, script: str, detection: tuple
     Here the fallback is the model's forward calls (module_forward) where an nn.Module is called once a
     step, which is more exact than a DataLoader batch or a time slice. A GradScaler that skips every
     `optimizer.step()` (inf gradients) still steps the loop: its wrapped `GradScaler.step` counts each
-    call as a step (issue 27; FIELD_NOTES: "a skipped step is still a step of the loop"), said as
+    call as a step (issue 27; docs/trace-inputs.md: "a skipped step is still a step of the loop"), said as
     `optimizer_step_hook` with `optimizers[].skipped_steps`. (Optimizer-in-backward:
     tests/capture/test_exit_path.py::test_optimizer_step_in_backward_is_captured.)"""
     out = tmp_path / "run"

@@ -1,7 +1,7 @@
 """The 12 hostile and odd inputs of issue 29 that the first outside trial found unhandled, each checked
 from the outside like tests/reliability/test_cases.py: the real `gpuadvisor` CLI as a subprocess on a
 SYNTHETIC file or script, or on a REAL recording of sample_runs/ damaged on purpose. One test (or a
-few) per case, its docstring quoting the case; docs/capture.md lists them with the RELIABILITY.md
+few) per case, its docstring quoting the case; docs/capture.md lists them with the reliability
 cases. The realistic-size bombs (512 MiB of whitespace, a 4 GiB event bomb) are `slow`; the default
 tier runs the same mechanisms at small sizes with time and memory assertions."""
 

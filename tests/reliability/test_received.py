@@ -552,15 +552,15 @@ def test_issue39_04_the_rename_goes_only_over_a_regular_file(tmp_path: Path) -> 
 
 
 def test_issue39_04_the_output_folder_is_checked_before_the_analysis(tmp_path: Path) -> None:
-    """An output under a file, or in a folder that cannot be written, is exit 2 before the analysis
-    (it was exit 74 after it); a missing folder is made."""
+    """An output under a file, or in a folder that does not exist, is exit 2 before the analysis (it
+    was exit 74 after it)."""
     run = received(tmp_path)
     (tmp_path / "afile").write_text("x")
     r = ga("analyze", str(run), "-o", str(tmp_path / "afile" / "out.txt"))
     assert r.exit_code == 2 and "is a file, not a folder" in r.output, r.output
     assert "analyzed" not in r.output
     r = ga("analyze", str(run), "-o", str(tmp_path / "new" / "deeper" / "out.txt"))
-    assert r.exit_code == 0 and (tmp_path / "new" / "deeper" / "out.txt").is_file()
+    assert r.exit_code == 2 and "does not exist" in r.output, r.output
 
 
 # ------------------------------------------------------------------ 5. verify never overwrites what the user keeps

@@ -324,3 +324,27 @@ def test_nvml_missing_utilization_is_left_out_not_zero() -> None:
     fig = figures.nvml_figure(df)
     assert all(t["name"] != "kernel running %" for t in fig["data"])
     assert len({t["yaxis"] for t in fig["data"]}) == 4
+
+
+def test_nvml_panels_have_legends_and_one_colour_per_gpu() -> None:
+    """Issue 42 item 5: two series per panel (kernel running vs memory busy, used vs total) and four
+    colours for two GPUs, told apart only by hovering: unreadable in a screenshot or a printout."""
+    two = pd.concat([_nvml(20).assign(gpu_index=0), _nvml(20).assign(gpu_index=1)], ignore_index=True)
+    two["util_mem_pct"] = 10.0
+    fig = figures.nvml_figure(two, t0=1000.0)
+    traces = fig["data"]
+    assert traces and all(t["showlegend"] for t in traces)
+    # every panel has its own legend, beside that panel
+    panels = sorted({t["yaxis"] for t in traces})
+    legends = {t["yaxis"]: t["legend"] for t in traces}
+    assert len(set(legends.values())) == len(panels)
+    for axis, legend in legends.items():
+        domain = fig["layout"][f"yaxis{axis[1:]}"]["domain"]
+        assert fig["layout"][legend]["y"] == domain[1] and fig["layout"][legend]["x"] > 1.0
+    colours = {t["name"].split(" ")[1]: t["line"]["color"] for t in traces}  # "GPU 0 kernel running %"
+    for gpu in ("0", "1"):
+        assert {t["line"]["color"] for t in traces if t["name"].startswith(f"GPU {gpu} ")} == {colours[gpu]}
+    assert colours["0"] != colours["1"]
+    util = [t for t in traces if t["name"].startswith("GPU 0 ") and t["yaxis"] == "y"]
+    assert {t["name"] for t in util} == {"GPU 0 kernel running %", "GPU 0 memory busy %"}
+    assert len({t["line"]["dash"] for t in util}) == 2  # the two series of a panel look different

@@ -339,8 +339,9 @@ def test_report_command_unwritable_output(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")  # a file where the output folder should be: fails even as root
     res = CliRunner().invoke(cli, ["report", str(run), "-o", str(blocker / "r.html"), "--no-progress"])
-    assert res.exit_code == 2, res.output  # refused before the analysis (issue 39)
-    assert "is a file, not a folder" in res.output
+    # refused before the analysis (issue 42 item 9): a usage error, not outputs lost after the work
+    assert res.exit_code == 2, res.output
+    assert f"cannot write {blocker / 'r.html'}: {blocker} is a file, not a folder" in res.output
 
 
 def test_write_report_unwritable_raises_output_lost(tmp_path: Path, plain_result: AnalysisResult) -> None:

@@ -76,11 +76,11 @@ def test_verdict_says_well_tuned_without_medium_or_high() -> None:
     low = _finding(Severity.LOW, 0.046, "Low occupancy in one kernel")
     verdict = report_html._verdict(_result([low]))
     assert verdict["headline"].startswith("Well tuned: no finding of medium or high impact.")
-    assert "Low occupancy in one kernel (up to 4.6% of step time)" in verdict["headline"]
+    assert "Low occupancy in one kernel (up to 4.6% of the step)" in verdict["headline"]
     assert verdict["well_tuned"] and verdict["actions"] == []
     medium = _finding(Severity.MEDIUM, 0.08, "Medium thing")
     verdict = report_html._verdict(_result([medium, low]))
-    assert verdict["headline"] == "Biggest opportunity: Medium thing (up to 8% of step time)."
+    assert verdict["headline"] == "Biggest opportunity: Medium thing (up to 8% of the step)."
     assert not verdict["well_tuned"] and [a["title"] for a in verdict["actions"]] == ["Medium thing"]
     page = report_html.render_html(_result([low]), generated_at=FIXED, rule_docs={})
     assert "Well tuned" in page and "Biggest opportunity" not in page
@@ -141,7 +141,7 @@ def test_the_headline_does_not_repeat_the_gain_its_title_says() -> None:
     assert verdict["headline"] == f"Biggest opportunity: {said.title}."
     assert verdict["actions"][0]["gain"] == ""
     unsaid = _finding(Severity.HIGH, 0.5, "Something costly")
-    assert report_html._verdict(_result([unsaid]))["headline"].endswith("(up to 50% of step time).")
+    assert report_html._verdict(_result([unsaid]))["headline"].endswith("(up to 50% of the step).")
 
 
 def test_environment_has_no_internal_trace_kind_rows_and_cpu_runs_no_unknown_gpu() -> None:
@@ -149,7 +149,7 @@ def test_environment_has_no_internal_trace_kind_rows_and_cpu_runs_no_unknown_gpu
     "unknown GPU"."""
     env = {"torch": "2.13.0+cpu", "cuda_available": False, "trace_kind": {"cpu_only": True, "vendor": "none"}}
     result = _result([], {"step_time_ms": 5.0, "achieved_tflops": 0.01, "mfu": None}, environment=env)
-    rows = [k for k, _ in report_html._environment_view(result)["summary"]]
+    rows = [k for k, _, _ in report_html._environment_view(result)["summary"]]
     assert rows and not any(k.startswith("trace_kind") for k in rows)
     assert report_html._verdict(result)["gpu"] == "none (CPU-only run)"
     assert report_html._verdict(result)["mfu_note"] == "no GPU ran (CPU-only run)"  # not "no peak for this GPU"
@@ -164,5 +164,27 @@ def test_a_zero_occupancy_estimate_of_a_library_gemm_says_why() -> None:
         }
     )
     rows = report_html._kernel_rows(kernels)
-    assert rows[0]["occupancy"].startswith("0% (Kineto's estimate reads 0 for library GEMM")
-    assert rows[1]["occupancy"] == "0%"  # a custom kernel at 0 is a real finding's material, said plainly
+    # issue 42 item 1: the why is a note under the table, marked in the cell, never a 110-character
+    # sentence in a cell that cannot wrap
+    assert rows[0]["occupancy"] == "0%" and rows[0]["occupancy_note"]
+    assert rows[1]["occupancy"] == "0%" and not rows[1]["occupancy_note"]  # a custom kernel at 0: said plainly
+    page = report_html.render_html(_result([]), generated_at=FIXED, rule_docs={})
+    assert "Kineto's occupancy estimate reads 0%" not in page  # no note without a row that needs it
+
+
+def test_table_values_read_as_words_not_json() -> None:
+    """Issue 42 item 9: evidence and environment tables showed raw JSON (`{"HtoD": 16.89}`), unix times
+    and `null`."""
+    from gpuadvisor.render._tables import fmt_value, kv_row
+
+    assert fmt_value({"HtoD": 16.894625}) == "HtoD: 16.9"
+    assert fmt_value({"0": {"step_ms": 72.1, "compute_ms": None}}) == "0: (compute_ms: —, step_ms: 72.1)"
+    assert fmt_value([{"name": "NVIDIA H200", "sm_count": 132}, {"name": "B"}]) == "name: NVIDIA H200, sm_count: 132; name: B"
+    assert fmt_value([]) == "none" and fmt_value({}) == "none" and fmt_value(None) == "—"
+    assert fmt_value(1795478069.29446, "capture.window_start_unix_s") == "2026-11-23 23:54:29.294 UTC"
+    assert fmt_value(12.5, "export_seconds") == "12.5"  # a duration is not a time of day
+    _, shown, full = kv_row("ranks", {str(r): {"step_time_ms": 70.0 + r, "comm_ms": 3.0} for r in range(8)})
+    assert shown.endswith("…") and len(shown) <= 100 and full is not None
+    assert full.splitlines()[0] == "0: comm_ms: 3, step_time_ms: 70" and len(full.splitlines()) == 8
+    for text in (shown, full):
+        assert "{" not in text and '"' not in text and "null" not in text

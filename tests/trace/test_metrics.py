@@ -103,7 +103,7 @@ def test_window_metrics_hand_computed(tmp_path: Path) -> None:
     assert w["kernels_per_step"] == 2.0
     # SM use: gemm 132 blocks -> 1.0 for 300 us, elementwise 66/132 = 0.5 for 50 us
     assert w["sm_use"] == pytest.approx((300 * 1.0 + 50 * 0.5) / 350)
-    # occupancy excludes the persistent GEMM's 0 (FIELD_NOTES)
+    # occupancy excludes the persistent GEMM's 0 (docs/trace-inputs.md, "Facts from real traces")
     assert w["occupancy_weighted_pct"] == pytest.approx(40.0)
     assert w["tensor_core_fraction"] == 1.0 and w["fp32_matmul_fraction"] == 0.0
     # 2*1000^3 flops per step (from Input Dims; no flops arg) over 1 ms = 2 TFLOP/s; bf16 peak 989.4
@@ -143,7 +143,7 @@ def test_cpu_scalar_reads_are_not_counted(tmp_path: Path) -> None:
         ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nt_align4>(Params)", True),
         (K_FLASH, True),
         ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64", True),
-        (K_XMMA_FFMA, False),  # the FIELD_NOTES trap: xmma in the name, ffma math
+        (K_XMMA_FFMA, False),  # docs/trace-inputs.md's trap: xmma in the name, ffma math
         (K_SIMT_SGEMM, False),
         ("void sgemm_largek_lds64<true, false, 5, 5, 4, 4, 4, 34>(float*)", False),
         ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float>)", False),

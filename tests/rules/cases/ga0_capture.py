@@ -66,7 +66,7 @@ CASES = [
         "GA001",
         _good,
         manifest={"degraded": ["script_failed_at_step_3"], "exit_status": 1},
-        expect=Expect(fires=True, title_contains=("failed at step 3",)),
+        expect=Expect(fires=True, title_contains=("failed after 3 completed steps (0-2)",)),
     ),
     RuleCase(
         "GA001-fires-on-too-few-steps",

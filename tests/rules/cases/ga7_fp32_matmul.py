@@ -39,7 +39,7 @@ def _trace(names: list[str], types: list[str], flops: float = 2e9) -> SyntheticT
 
 
 def ffma_xmma() -> SyntheticTrace:
-    # The FIELD_NOTES trap: says xmma, computes with FFMA.
+    # The trap of docs/trace-inputs.md ("Facts from real traces"): says xmma, computes with FFMA.
     return _trace([K_XMMA_FFMA, K_SIMT_SGEMM], ["float", "float"])
 
 
