@@ -282,11 +282,7 @@ def _clear_out_dir(out: Path, force: bool) -> None:
     without `force`; with it, remove that run's files, and only those."""
     if out.is_dir() and any(p.name != LOCK_FILE and not p.name.startswith(".") for p in out.iterdir()):
         if not _written_by_gpuadvisor(out):
-            raise UsageError(
-                f"output directory {out} is not empty and holds no gpuadvisor run (no manifest.json written "
-                "by gpuadvisor): choose a new or empty folder (--force overwrites only a previous run, never "
-                "other files)"
-            )
+            raise OutputExistsError(out, "no gpuadvisor run (no manifest.json written by gpuadvisor)", ours=False)
         if not force:
             raise OutputExistsError(out, "a previous run")
         for name in (

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture._io import restore_first_path, write_json_atomic
 from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
 from gpuadvisor.capture.execfile import run_module, run_script
 from gpuadvisor.capture.hooks import Recorder
@@ -444,6 +444,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         target = cfg.target
         try:
             argv = unsealed_argv(target["argv"], os.environ)  # the real one, if the file has it masked
+            restore_first_path()  # the working directory first again, as `python` gives it to the script
             guard.install(cfg.guard)  # the script's writes stay in the scratch copy of its folder
             if target["kind"] == "module":
                 run_module(target["path_or_name"], argv)
