@@ -96,17 +96,32 @@ def test_recorded_events_price_evaluation_and_checkpoints() -> None:
     assert timing is not None and timing.events_recorded
     evaluation, checkpoint = timing.cost(pc.EVALUATION), timing.cost(pc.CHECKPOINT)
     assert evaluation is not None and checkpoint is not None and timing.cost(pc.GC) is None
-    assert evaluation.steps == [None, 10, 20, 30] and evaluation.period_steps == 10
-    assert evaluation.cost_ms == pytest.approx(2000.0) and checkpoint.cost_ms == pytest.approx(300.0)
+    # the evaluation before the first step is start-up (issue 38): it dates the period, it is not priced
+    assert evaluation.steps == [10, 20, 30] and evaluation.period_steps == 10
+    assert evaluation.detail["before_first_step_ms"] == pytest.approx(500.0)
+    assert evaluation.cost_ms == pytest.approx(1500.0) and checkpoint.cost_ms == pytest.approx(300.0)
     # 500 ms every 10 steps and 100 ms every 10 steps on a 10 ms step: 50 + 10 ms per step
     assert timing.mean_step_ms == pytest.approx(70.0)
     assert evaluation.share == pytest.approx(50.0 / 70.0)
     assert timing.without(evaluation) == pytest.approx(20.0)
 
 
-def test_an_evaluation_seen_once_has_no_observed_period() -> None:
+def test_an_evaluation_seen_only_before_training_is_start_up() -> None:
+    """nanoGPT's estimate_loss at iteration 0 with eval_interval past the observed steps (issue 38: it
+    compiles the evaluation graph; priced over the run it read "90% of the run"): start-up, no cost."""
     cap = _capture([10.0] * 30, events=[{"kind": "evaluation", "step": None, "start_unix_s": T0 - 1.0,
                                          "seconds": 0.5, "forward_calls": 40}])  # fmt: skip
+    timing = pc.run_timing(cap, {}, started_unix_s=T0 - 5.0)
+    assert timing is not None and timing.cost(pc.EVALUATION) is None
+    assert timing.mean_step_ms == pytest.approx(timing.typical_step_ms)
+    assert timing.startup is not None
+    assert timing.startup.parts["evaluation_before_training"] == pytest.approx(0.5)
+
+
+def test_an_evaluation_seen_once_in_training_has_no_observed_period() -> None:
+    cap = _capture([10.0] * 30, events=[])
+    cap["step_events"] = [{"kind": "evaluation", "step": 15, "start_unix_s": _ends(cap)[15] + 0.001,
+                           "seconds": 0.5, "forward_calls": 40}]  # fmt: skip
     timing = pc.run_timing(cap, {})
     assert timing is not None
     evaluation = timing.cost(pc.EVALUATION)
