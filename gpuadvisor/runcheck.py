@@ -254,6 +254,7 @@ _SECONDS = _num(0.0, MAX_SECONDS)
 _MS = _num(0.0, MAX_SECONDS * 1e3)
 _LINE = _int(0, MAX_LINE)
 _STRS = _list(_str())
+_GPU = {"cuda_index": _int(0, 1 << 16), "uuid": _str(200), "name": _str(1000)}  # a GPU, as NVML and torch name it
 _SNIPPET = _obj({"first_line": _int(1, MAX_LINE), "lines": _list(_str(100_000), 1000)})
 _SITE = {
     "file": _str(),
@@ -387,10 +388,8 @@ _MANIFEST = _obj(
                 "gpus": _list(
                     _obj(
                         {
+                            **_GPU,
                             "nvml_index": _int(0, 1 << 16),
-                            "uuid": _str(200),
-                            "name": _str(1000),
-                            "cuda_index": _int(0, 1 << 16),
                             "mig": _bool,
                         }
                     ),
@@ -431,9 +430,7 @@ _ENVIRONMENT = _obj(
         "gpus": _list(
             _obj(
                 {
-                    "cuda_index": _int(0, 1 << 16),
-                    "name": _str(1000),
-                    "uuid": _str(200),
+                    **_GPU,
                     "sm_count": _int(1, 1 << 20),
                     "compute_capability": _str(100),
                     "total_memory_bytes": _BYTES,
