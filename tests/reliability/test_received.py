@@ -876,7 +876,7 @@ def test_issue39_10_force_never_deletes_a_projects_own_files(tmp_path: Path) -> 
     """10. "`--force` into a project folder deletes the user's own manifest.json/report.html after
     calling the folder 'a previous run'": a folder whose manifest.json gpuadvisor did not write is
     not a run, and is refused, --force or not."""
-    from gpuadvisor.capture.runner import prepare_out_dir, release_out_dir
+    from gpuadvisor.capture.outdir import prepare_out_dir, release_out_dir
     from gpuadvisor.errors import UsageError
 
     project = tmp_path / "webapp"
