@@ -98,7 +98,7 @@ def test_no_redact_keeps_the_command_line(tmp_path: Path) -> None:
 
 def test_verify_refuses_a_masked_command_unless_given_the_real_one(tmp_path: Path) -> None:
     from gpuadvisor.errors import UsageError
-    from gpuadvisor.verify.runner import recorded_command
+    from gpuadvisor.verify.command import recorded_command
 
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
