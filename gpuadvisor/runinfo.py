@@ -352,11 +352,12 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
                 )
         return "trace", None, [path]
     if path.is_dir():
-        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p))
+        # a folder of traces someone sent is data too: a link out of it is not one of its traces
+        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p) and inside(path, p))
         if not traces:
             tdir = path / rundir.TRACE_DIR
             if tdir.is_dir():
-                traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
+                traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p) and inside(path, p))
         if not traces:
             runs = sorted(p.name for p in path.iterdir() if p.is_dir() and rundir.is_run_dir(p))
             if runs:

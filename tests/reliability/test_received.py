@@ -912,3 +912,16 @@ def test_issue39_10_a_run_directory_named_with_a_newline_keeps_its_trace(tmp_pat
     assert (out / "trace" / "rank0.json.gz").is_file(), r.stderr
     assert "trace_not_exported" not in json.loads((out / "manifest.json").read_text())["degraded"]
     assert json_out(out)["metrics"]["steps_analyzed"] >= 1
+
+
+def test_issue39_01_a_folder_of_traces_links_to_nothing_outside_it(tmp_path: Path) -> None:
+    """A folder of traces is read as a run directory is: a `.json` link out of it is not one of its
+    traces (here the only one: the folder has none)."""
+    run = received(tmp_path)
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "rank0.json.gz").symlink_to(run / "trace" / "rank0.json.gz")
+    r = ga("analyze", str(folder))
+    assert r.exit_code == 2 and "no run directory (manifest.json) and no .json/.json.gz traces" in r.output, r.output
+    shutil.copy(run / "trace" / "rank0.json.gz", folder / "rank1.json.gz")
+    assert ga("analyze", str(folder)).exit_code == 0
