@@ -396,17 +396,10 @@ _SPECS: tuple[RemedySpec, ...] = (
         Replay("cuDNN's NCHW<->NHWC layout transposes around its NHWC kernels removed"),
         Injection(
             how="the top module's 4-D floating parameters and buffers made channels_last, and its 4-D "
-            "floating inputs at each call (other inputs, 5-D weights untouched); with a timm-style "
-            "`--channels-last` argument of the script (explore): that flag instead",
+            "floating inputs at each call (other inputs, 5-D weights untouched); where the script has "
+            "its own `--channels-last` switch (explore): that switch instead",
             skipped_when="no `Conv2d` in the top module",
-            levers=(
-                Lever("channels_last", "channels_last memory format for the model and its 4-D inputs"),
-                Lever(
-                    "script_channels_last",
-                    "the script's own --channels-last argument",
-                    (("script_flag", "--channels-last"),),
-                ),
-            ),
+            levers=(Lever("channels_last", "channels_last memory format for the model and its 4-D inputs"),),
             all_safe_default=True,
         ),
     ),
@@ -427,14 +420,13 @@ _SPECS: tuple[RemedySpec, ...] = (
             how="the top module's forward runs under `torch.autocast(<its device>, bfloat16)` and its "
             "floating outputs come back as float32, so a loss computed outside the model runs in float32 "
             "as autocast would run it; with Hugging Face `TrainingArguments`: `bf16=True` instead; with "
-            "Lightning `Trainer`: `precision=\"bf16-mixed\"`; with a timm-style `--amp` argument of the "
-            "script (explore): that flag. Explore measures fp16 autocast with a GradScaler (on the loss's "
+            "Lightning `Trainer`: `precision=\"bf16-mixed\"`; where the script has its own switch "
+            "(explore): that switch instead (timm's `--amp --amp-dtype bfloat16`, `--bf16`). Explore measures fp16 autocast with a GradScaler (on the loss's "
             "backward and the optimizers' steps; `fp16=True`, `precision=\"16-mixed\"` for the "
             "frameworks) instead where the GPU has no bf16",
             skipped_when="the script uses autocast or an enabled GradScaler itself; `TrainingArguments(fp16=True)`",
             levers=(
                 Lever("bf16_autocast", "bf16 autocast around the model's forward", (("dtype", "bfloat16"),)),
-                Lever("script_amp", "the script's own --amp argument", (("script_flag", "--amp"),)),
                 Lever(
                     "fp16_autocast",
                     "fp16 autocast around the model's forward, with a GradScaler",
@@ -505,13 +497,15 @@ _SPECS: tuple[RemedySpec, ...] = (
             how="every DataLoader: `batch_size` x M (the finding's `recommended_batch_multiplier`, else 4); "
             "compared in samples/s; the result says the learning rate needs scaling",
             skipped_when="batch not from a DataLoader (sliced in the script's own code); `batch_sampler`; "
-            "explore: with the script's own `--batch-size` argument, that argument x M instead (the "
-            "batch measured at the model's input in the baseline trials)",
+            "explore: with the script's own batch-size option (`-b`, `--batch-size`, "
+            "`--per_device_train_batch_size`), that option x M instead where no DataLoader's `batch_size` "
+            "can be raised or the option sets it (x the value it parsed to, else the batch measured at the "
+            "model's input in the baseline trials)",
             levers=(
                 Lever("larger_batch", "DataLoader batch_size x M", (("multiplier", "auto"),)),
                 Lever(
                     "script_batch_size",
-                    "the script's own --batch-size argument x M",
+                    "the script's own batch-size option x M",
                     (("script_flag", "--batch-size"), ("multiplier", "auto")),
                 ),
             ),

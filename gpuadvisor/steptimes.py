@@ -138,6 +138,11 @@ class SettleWatch:
         return self._steady(before, last)
 
 
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 @dataclass(frozen=True)
 class StallPattern:
     """The steps that wait much longer than the median step."""
@@ -151,8 +156,12 @@ class StallPattern:
         return len(self.steps)
 
     def describe(self, total_steps: int) -> str:
-        every = f"every {self.period}th step" if self.period else f"{self.count} of {total_steps} steps"
-        return f"{every} waits {self.mean_excess_ms:.1f} ms longer than the median step"
+        if self.period:
+            which = "every other step" if self.period == 2 else f"every {_ordinal(self.period)} step"
+            verb = "waits"
+        else:
+            which, verb = f"{self.count} of {total_steps} steps", "waits" if self.count == 1 else "wait"
+        return f"{which} {verb} {self.mean_excess_ms:.1f} ms longer than the median step"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,10 +10,10 @@ from typing import IO
 
 import click
 
-from gpuadvisor.analysis import finding_dicts
 from gpuadvisor.api import analyze_profiled
 from gpuadvisor.capture.options import ProfileOptions
 from gpuadvisor.capture.runner import LaunchOptions, ProfileOutcome, run_profile
+from gpuadvisor.commands.verify import analysis_document
 from gpuadvisor.errors import GpuAdvisorError, UsageError
 from gpuadvisor.terminal import strip_controls
 from gpuadvisor.verify.runner import VerifyOptions, verify_run
@@ -178,8 +178,8 @@ from gpuadvisor.verify.runner import VerifyOptions, verify_run
     "--explore",
     "verify_explore",
     is_flag=True,
-    help="After the run, measure every applicable lever and the best combination (verify --explore; "
-    "implies --verify; --verify-budget bounds it, default 1800 s).",
+    help="After the run, search for the best measured configuration (verify --explore; implies "
+    "--verify; --verify-budget bounds it, default: sized by the first baseline trial).",
 )
 @click.option(
     "--verify-allow-writes",
@@ -351,7 +351,7 @@ def _verify_then_analyze(
                 ),
                 stream=out,
                 argv=argv,
-                analyze=finding_dicts,
+                analyze=analysis_document,
             )
         except GpuAdvisorError as err:
             out.write(f"gpuadvisor: verify: error: {err}\n")

@@ -5,13 +5,22 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
-from gpuadvisor.analysis import finding_dicts
+from gpuadvisor.analysis import analyze
 from gpuadvisor.errors import EXIT_INTERNAL, GpuAdvisorError
 from gpuadvisor.terminal import strip_controls
 from gpuadvisor.verify.runner import VerifyOptions, verify_run
+
+
+def analysis_document(run_dir: Path) -> dict[str, Any]:
+    """The run's analysis as findings.json holds it (its findings and the top findings' combined
+    prediction): what verify plans its trials from, and explore prices its remedy sets from, when the
+    run has no findings.json yet (`profile --verify`, `profile --explore`)."""
+    document: dict[str, Any] = analyze(run_dir).to_dict()
+    return document
 
 
 def verify_options(f: click.decorators.FC) -> click.decorators.FC:
@@ -31,7 +40,8 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
                 type=click.FloatRange(min=0.0, min_open=True),
                 default=None,
                 metavar="SECONDS",
-                help="Bound on the total wall time: later trials are skipped (and reported so).",
+                help="Bound on the total wall time: later trials are skipped (and reported so). Explore "
+                "without it: sized by its first baseline trial (its length x the trials it plans).",
             ),
             click.option(
                 "--only",
@@ -46,7 +56,8 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
                 type=click.IntRange(min=1),
                 default=10,
                 show_default=True,
-                help="Steps of each trial left out before timing (compile, autotuning, workers starting).",
+                help="Steps of each trial left out before timing at least (compile, autotuning, workers "
+                "starting); more until the step time settles.",
             ),
             click.option(
                 "--steps",
@@ -54,13 +65,15 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
                 type=click.IntRange(min=1),
                 default=20,
                 show_default=True,
-                help="Steady-state steps timed in each trial.",
+                help="Settled steps timed in each trial at least (more to cover a stall pattern: 3 of its "
+                "periods); the trial compares their mean.",
             ),
             click.option(
                 "--num-workers",
                 type=click.IntRange(min=1),
                 default=None,
-                help="DataLoader workers of the dataloader_workers remedy [default: min(8, CPUs - 1)].",
+                help="DataLoader workers of the dataloader_workers remedy [default: min(8, CPUs - 1); "
+                "explore: 3/4 of the CPUs, at most 16].",
             ),
         )
     ):
@@ -74,8 +87,11 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
 @click.option(
     "--explore",
     is_flag=True,
-    help="Measure every applicable lever whether or not a finding names it, then grow the best "
-    "combination greedily (docs/verify.md). --only then names levers or remedies; --budget defaults to 1800 s.",
+    help="Search for the best measured configuration (docs/verify.md): the remedy sets the findings "
+    "price first, as sets, then what each configuration's measured bottleneck calls for, through the "
+    "script's own switches where it has them; stops when the predicted remaining gain is below the "
+    "noise. --only names levers or remedies to measure alone instead; --budget defaults to the first "
+    "baseline trial's length x the trials the search plans.",
 )
 @click.option(
     "--allow-other-machine",
@@ -127,8 +143,9 @@ def verify(
     interleaved with baseline trials, and measure the speed-up; write RUN/verify.json.
 
     \b
-    With --explore: every applicable lever (precision, layout, compile, fused optimizer, DataLoader
-    settings, allocator, a larger batch, framework switches), then the best combination.
+    With --explore: the best measured configuration of the levers (precision, layout, compile, fused
+    optimizer, DataLoader settings, allocator, a larger batch), set through the script's own switches
+    where it has them (--amp, -j, --bf16), guided by the findings and each trial's bottleneck.
 
     \b
     Exit codes: 0 verify.json written; 1 the baseline (the recorded command) failed;
@@ -150,7 +167,7 @@ def verify(
         allow_writes=allow_writes,
     )
     try:
-        outcome = verify_run(run, options, analyze=finding_dicts)
+        outcome = verify_run(run, options, analyze=analysis_document)
     except GpuAdvisorError as err:
         click.echo(f"gpuadvisor: error: {strip_controls(str(err))}", err=True)
         sys.exit(err.exit_code)

@@ -8,29 +8,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuadvisor.capture.runner import find_module, validate_script
 from gpuadvisor.errors import UsageError
+from gpuadvisor.verify.trials import RecordedCommand
 
-__all__ = ["RecordedCommand", "recorded_command", "recorded_python_note"]
-
-
-@dataclass(frozen=True)
-class RecordedCommand:
-    """What the run recorded about how the script was started (manifest.json)."""
-
-    kind: str
-    target: str
-    args: tuple[str, ...]
-    cwd: Path
-    python: str
-
-    def script_path(self) -> Path:
-        p = Path(self.target)
-        return p if p.is_absolute() else self.cwd / p
+__all__ = ["recorded_command", "recorded_python_note"]
 
 
 def recorded_command(

@@ -1,47 +1,82 @@
-"""`gpuadvisor verify RUN --explore`: measure every applicable lever, then grow the best combination.
+"""`gpuadvisor verify RUN --explore`: search for the best measured configuration of the run's levers.
 
-The levers are the registry's (`gpuadvisor.remedies.explore_levers`), whether or not a finding names
-them. The search:
+The levers are the registry's (gpuadvisor/verify/levers.py: which apply, injected or set through the
+script's own switch). The first trial is the baseline's: it sizes the search (its length gives the
+default budget), records the script's options (its switches) and measures the first bottleneck.
+
+**Guided** (the findings price remedy sets, or the baseline waits for data; gpuadvisor/verify/guide.py):
+each round measures the configuration the search stands on (the baseline first) and the candidates
+priced highest on top of it, interleaved, `trials` times: the remedy sets the replay prices, as sets
+(channels_last + bf16 that GA1102/GA1103 predict together is one configuration, not two singles
+behind the noise), and what the measured bottleneck calls for (the data levers once the loop waits
+for data). The candidate that gains most over the current configuration beyond noise (`faster`
+against its trials) becomes the configuration the next round stands on; a round without one goes
+on with the next candidates. The search stops when no candidate is predicted to gain more than the
+noise, or the budget ends. A predicted larger batch is measured alone after the first round, in
+samples/s, with its ladder.
+
+**Unguided** (no finding prices a lever, or `--only` names the levers to measure):
 
 1. **Singles.** The baseline and each applicable lever alone, `trials` times, interleaved
    (B L1 L2 ... B L1 L2 ...). A lever whose trial fails is dropped with its reason; the rest go on.
    The levers a finding of the run predicts (PREDICTED_FIRST_MIN or more) get all their trials
-   first, the largest predicted gain first; the others follow beside a baseline measured again (a
-   budget that ends during the singles then has a verdict on the predicted levers). Slow levers (compilation: minutes of
-   warm-up) are not measured alone unless a finding predicts them or no other lever is faster.
-   A budget that ends during the singles still gives a best configuration: the fastest single with a
-   `faster` verdict on the trials it has (at least 2 a side).
+   first, the largest predicted gain first; the others follow beside a baseline measured again. Slow
+   levers (compilation: minutes of warm-up) are not measured alone unless a finding predicts them or
+   no other lever is faster. A budget that ends during the singles still gives a best configuration:
+   the fastest single with a `faster` verdict on the trials it has (at least 2 a side).
 2. **Growth.** The best configuration starts as the single lever that measured fastest with a
    `faster` verdict. Each round measures the current best again and the best plus each candidate
    (interleaved, `trials` times; at most MAX_CANDIDATES, the levers fastest alone first), and keeps the
-   candidate that gains most over the current best when that gain is beyond noise (`faster` against
-   the best's trials). Candidates: not failed, not slower than the baseline alone (median), not a
-   second setting of a switch already in, applicable with the best's levers (`persistent_workers`
-   once `num_workers` is in). The candidates come in phases (GROWTH_PHASES): the levers faster alone or
-   not measurable alone; then the slow levers not measured alone; last the levers that measured no gain
-   alone (within noise).
-   The search stops when nothing adds beyond noise, no candidate is left, or the budget cannot fit
-   another trial.
+   candidate that gains most over the current best when that gain is beyond noise. Candidates: not
+   failed, not slower than the baseline alone (median), not a second setting of a switch already in,
+   applicable with the best's levers (`persistent_workers` once `num_workers` is in). The candidates
+   come in phases (GROWTH_PHASES): the levers faster alone or not measurable alone; then the slow
+   levers not measured alone; last the levers that measured no gain alone (within noise).
 
-Levers that change the batch (`larger_batch`) are measured alone, in samples/s, and never joined to a
-combination (a different batch is a different experiment). Two levers of one remedy join only when
-they set different parameters (`num_workers` + `prefetch_factor`), never two settings of one switch.
+In both: levers that change the batch are measured alone, in samples/s, never joined to a combination
+(a different batch is a different experiment). A configuration whose trial fails (the script rejects
+a lever, the loss turns NaN/Inf, the model's output changes shape, steps are counted differently) is
+reported with its reason and never kept; a lever that fails alone or as the one lever added to a
+configuration is dropped from the search. Two levers of one remedy join only when they set different
+parameters (`num_workers` + `prefetch_factor`), never two settings of one switch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gpuadvisor.remedies import Lever, RemedyId, RemedySpec, explore_levers
-from gpuadvisor.verify.plan import skip_reason
-from gpuadvisor.verify.stats import Verdict, batch_samples, compare, measured
+from gpuadvisor.verify import guide
+from gpuadvisor.verify.levers import (
+    ExploreLever,
+    applies_with,
+    build_levers,
+    conflicts,
+    estimate_text,
+    resolve_switches,
+    speed_text,
+    trial_setup,
+    unknown_only,
+)
+from gpuadvisor.verify.measure import measurement_text
+from gpuadvisor.verify.stats import MIN_EFFECT, Verdict, batch_samples, compare, measured
 
-__all__ = ["MAX_CANDIDATES", "ExploreLever", "Explorer", "script_flags"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "Configuration",
+    "ExploreLever",
+    "Explorer",
+    "applies_with",
+    "build_levers",
+    "conflicts",
+    "estimate_text",
+    "resolve_switches",
+    "speed_text",
+    "trial_setup",
+    "unknown_only",
+]
 
 MAX_CANDIDATES = 4  # combinations measured per growth round (the levers fastest alone first)
 # The batch ladder: a batch lever that measured at least LADDER_SCALING x its multiplier in samples/s
@@ -58,89 +93,14 @@ GROWTH_PHASES = ("main", "slow", "weak")
 # A lever whose predicted speed-up is at least this gets all its single trials before the others: a gain
 # beyond the trial-to-trial noise of a few percent (a prediction of 1.00x orders nothing).
 PREDICTED_FIRST_MIN = 1.05
+# What the default budget plans for after the guided search's first round: this many rounds of the
+# configuration it stands on and this many candidates each (the unguided growth: its own rounds)
+FOLLOW_UP_ROUNDS = 2
+FOLLOW_UP_CANDIDATES = 2
+OUTPUT_SHAPES_TO_COMPARE = 1  # the baseline's output shape is compared where it had one shape
 
 
-def script_flags(script: Path | None, args: Sequence[str]) -> set[str]:
-    """The timm-style switches (`--amp`, `--channels-last`) the script declares as arguments
-    (`add_argument("--amp", ...)`) and the recorded command does not pass already."""
-    if script is None:
-        return set()
-    try:
-        text = script.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return set()
-    out: set[str] = set()
-
-    def declares(flag: str) -> bool:
-        pattern = r"add_argument\(\s*(?:['\"][^'\"]*['\"]\s*,\s*)*['\"]" + re.escape(flag) + r"['\"]"
-        return re.search(pattern, text) is not None
-
-    for flag in ("--amp", "--channels-last"):
-        if flag not in args and declares(flag):
-            out.add(flag)
-    # an option with a value: measured whether or not the command passes it (the last one given wins)
-    for flag in BATCH_SIZE_FLAGS:
-        if declares(flag):
-            out.add(flag)
-            break
-    return out
-
-
-BATCH_SIZE_FLAGS = ("--batch-size", "--batch_size")  # the spellings of the script_batch_size lever's option
-
-
-def declared_at_run_time(
-    levers: Sequence[ExploreLever], declared: set[str], args: Sequence[str]
-) -> list[tuple[ExploreLever, str]]:
-    """Make applicable the script levers whose option the script's argument parsers declared at run
-    time (`declared`: their long option strings, from a trial) though its own source does not (a
-    parser built in a helper module); returns the levers changed with the option each will pass."""
-    changed: list[tuple[ExploreLever, str]] = []
-    for lv in levers:
-        flag = lv.lever.param_dict().get("script_flag")
-        if not flag or lv.skip_reason is None or not lv.skip_reason.startswith("the script takes no "):
-            continue
-        if flag == BATCH_SIZE_FLAGS[0]:
-            spelling = next((f for f in BATCH_SIZE_FLAGS if f in declared), None)
-        else:
-            spelling = flag if flag in declared and flag not in args else None
-        if spelling is None:
-            continue
-        lv.skip_reason, lv.declared = None, spelling
-        _one_batch_lever(levers)
-        if lv.skip_reason is None:
-            changed.append((lv, spelling))
-    return changed
-
-
-@dataclass
-class ExploreLever:
-    spec: RemedySpec
-    lever: Lever
-    skip_reason: str | None = None  # as a single (it may still join a combination that enables it)
-    failed: str | None = None  # failed in a trial: dropped from the search
-    declared: str | None = None  # the spelling the script declares (`--batch_size` for `--batch-size`)
-    multiplier: int | None = None  # a batch lever's rung of the ladder: its own multiplier (None: the run's)
-
-    @property
-    def name(self) -> str:
-        return self.lever.name if self.multiplier is None else f"{self.lever.name}@x{self.multiplier}"
-
-    @property
-    def remedy(self) -> RemedyId:
-        return self.spec.id
-
-    @property
-    def script_flag(self) -> str | None:
-        flag = self.lever.param_dict().get("script_flag")
-        if flag and self.declared:
-            return self.declared
-        return str(flag) if flag else None
-
-    @property
-    def takes_value(self) -> bool:
-        """A script option with a value (`--batch-size N`), not a switch."""
-        return bool(self.script_flag) and self.lever.param_dict().get("multiplier") == "auto"
+EnvironmentOk = Callable[[ExploreLever, Sequence[ExploreLever]], "str | None"]
 
 
 @dataclass
@@ -160,18 +120,12 @@ class Configuration:
         return [r for r in self.results if r.get("status") == "ok"]
 
 
-def conflicts(a: ExploreLever, b: ExploreLever) -> bool:
-    """Two levers of one remedy that set the same parameter (two settings of one switch)."""
-    if a.remedy is not b.remedy:
-        return False
-    if a.script_flag or b.script_flag:
-        return True
-    return bool(set(a.lever.param_dict()) & set(b.lever.param_dict()))
-
-
 class Explorer:
     """Runs the search. `run_trial(levers, timeout_s)` runs one trial process of a configuration and
-    returns its result; `remaining()` the seconds left of the budget (None: no budget)."""
+    returns its result; `remaining()` the seconds left of the budget (None: no budget). `findings`
+    (the run's findings as JSON objects) and `combined` (findings.json's `prediction`) guide it
+    (`guided`); `on_baseline(result)` is called with the first baseline trial's result (the script's
+    options it recorded); `on_plan(trials, text)` once the first round is known (the default budget)."""
 
     def __init__(
         self,
@@ -185,6 +139,10 @@ class Explorer:
         trial_timeout_s: float,
         predicted: Mapping[str, float] | None = None,
         on_baseline: Callable[[Mapping[str, Any]], None] | None = None,
+        on_plan: Callable[[int, str], None] | None = None,
+        findings: Sequence[Mapping[str, Any]] | None = None,
+        combined: Mapping[str, Any] | None = None,
+        guided: bool = False,
     ) -> None:
         self.levers = {lv.name: lv for lv in levers}
         self.batch_multiplier = batch_multiplier  # the batch levers' first multiplier (the ladder's first rung)
@@ -196,9 +154,13 @@ class Explorer:
         self.remaining = remaining
         self.say = say
         self.trial_timeout_s = trial_timeout_s
-        # called with the first baseline trial's result before the levers are chosen (it may clear a
-        # script lever's skip reason: the options the script's parsers declared)
         self.on_baseline = on_baseline
+        self.on_plan = on_plan
+        self.findings = list(findings or [])
+        self.combined = combined
+        self.guided = guided  # the analysis may guide the search (no --only)
+        self.sets: list[guide.PricedSet] = []  # the lever sets the analysis prices (guided)
+        self.mode = "unguided"
         self.configs: dict[tuple[str, ...], Configuration] = {}
         self.baseline = self.config(())
         self.steps: list[dict[str, Any]] = []
@@ -209,6 +171,7 @@ class Explorer:
         self.done = 0
         self.longest = 0.0
         self.key = "step_time_ms"
+        self._why: dict[tuple[str, ...], tuple[float, str]] = {}  # a guided candidate's price and reason
 
     # ------------------------------------------------------------------ bookkeeping
     def config(self, levers: Iterable[str]) -> Configuration:
@@ -239,35 +202,44 @@ class Explorer:
             return False
         self.done += 1
         result = self._run_trial(config.levers, self._timeout())
-        base_ok = self.baseline.ok()
-        method, base_method = (
-            result.get("step_detection"),
-            base_ok[0].get("step_detection") if base_ok else None,
-        )
-        if (
-            result.get("status") == "ok"
-            and config is not self.baseline
-            and base_method
-            and method != base_method
-        ):
-            result = {
-                **result,
-                "status": "failed",
-                "reason": f"steps were counted differently from the baseline: {method} vs {base_method}",
-            }
+        damage = self._damage(config, result)
+        if damage is not None:
+            result = {**result, "status": "failed", "reason": damage}
         config.results.append(result)
         self.longest = max(self.longest, float(result.get("wall_s") or 0.0))
-        if result.get("status") == "ok":
-            text = f"{float(result.get('step_time_ms') or 0):.1f} ms/step"
-            if result.get("samples_per_s"):
-                text += f", {float(result['samples_per_s']):.0f} samples/s"
-        else:
-            text = f"{result.get('status')}: {result.get('reason')}"
+        text = measurement_text(result)
+        if result.get("status") != "ok":
             config.final, config.reason = str(result.get("status")), str(result.get("reason"))
             for name in config.levers if len(config.levers) == 1 else ():
                 self.levers[name].failed = f"{config.final}: {config.reason}"
         self.say(f"{label} trial {self.done}: {config.name} ... {text}")
         return True
+
+    def _damage(self, config: Configuration, result: Mapping[str, Any]) -> str | None:
+        """Why a configuration's successful trial is still refused: it counted steps differently from
+        the baseline, or it changed the shape of the model's output (beyond the batch axis for a lever
+        that changes the batch)."""
+        base_ok = self.baseline.ok()
+        if result.get("status") != "ok" or config is self.baseline or not base_ok:
+            return None
+        method, base_method = result.get("step_detection"), base_ok[0].get("step_detection")
+        if base_method and method != base_method:
+            return f"steps were counted differently from the baseline: {method} vs {base_method}"
+        base_shapes = {tuple(s) for r in base_ok for s in r.get("output_shapes") or []}
+        mine = {tuple(s) for s in result.get("output_shapes") or []}
+        if len(base_shapes) != OUTPUT_SHAPES_TO_COMPARE or not mine:
+            return None  # no shape recorded, or one that varies from step to step (varlen batches)
+        (base,) = base_shapes
+        batch = self._changes_batch(config)
+        for shape in mine:
+            same_rank = len(shape) == len(base)
+            differs = [i for i in range(len(base)) if same_rank and shape[i] != base[i]]
+            if not same_rank or (differs and not (batch and len(differs) == 1)):
+                return (
+                    f"the model's output changed shape: {list(base)} in the baseline, {list(shape)} with "
+                    f"{config.name} (a lever must not change what the model computes)"
+                )
+        return None
 
     def comparison(self, config: Configuration, against: Configuration | None = None) -> Any:
         """stats.compare of `config` against the baseline (or `against`); None without measurements."""
@@ -298,6 +270,182 @@ class Explorer:
         return any(self.levers[n].spec.changes_batch for n in config.levers if n in self.levers)
 
     # ------------------------------------------------------------------ the search
+
+    def best_so_far(self) -> Configuration | None:
+        """The fastest configuration measured with a `faster` verdict against the baseline (a search cut
+        short by Ctrl-C or the budget: at least 2 trials a side), else the current one."""
+        ranked = self._ranked([c for c in self.configs.values() if c.levers])
+        current = self.best if self.best is not None and self.best.levers else None
+        if ranked and (current is None or self._faster_than(ranked[0], current)):
+            return ranked[0]
+        return current
+
+    def _faster_than(self, a: Configuration, b: Configuration) -> bool:
+        ca, cb = self.comparison(a), self.comparison(b)
+        return ca is not None and (cb is None or ca.speedup > cb.speedup)
+
+    # ------------------------------------------------------------------ the search
+    def run(self, environment_ok: EnvironmentOk) -> None:
+        # the first baseline trial comes first: it sizes the search, records the script's options
+        # (its switches) and measures the first bottleneck
+        self.measure(self.baseline, f"singles 1/{self.trials}")
+        if self.baseline.final is not None:
+            self.stopped = f"the baseline failed: {self.baseline.reason}"
+            return
+        if self.on_baseline is not None:
+            self.on_baseline(self.baseline.results[0])
+        if self.guided:
+            self.sets = guide.predicted_sets(self.findings, self.combined, self.levers, environment_ok)
+            first = self._guided_candidates(environment_ok)
+            if first or any(s.changes_batch for s in self._batch_sets()):
+                self.mode = "guided"
+                self._plan(len(first) + 1, self._plan_text(first))
+                self._guided(environment_ok, first)
+                return
+        self._plan(
+            1 + sum(1 for lv in self.levers.values() if lv.skip_reason is None and not lv.lever.slow),
+            "no finding prices a lever set and the baseline does not wait for data: every applicable lever "
+            "alone, then the best combination grows"
+            if self.guided
+            else "every lever named by --only alone, then the best combination grows",
+        )
+        self._unguided(environment_ok)
+
+    def _plan(self, first_round: int, text: str) -> None:
+        if self.on_plan is None:
+            return
+        follow = FOLLOW_UP_ROUNDS * (1 + FOLLOW_UP_CANDIDATES)
+        batch = 2 if any(s.changes_batch for s in self._batch_sets()) else 0
+        self.on_plan(self.trials * (first_round + follow + batch) - 1, text)
+
+    def _plan_text(self, first: Sequence[guide.Candidate]) -> str:
+        names = "; ".join(f"{'+'.join(c.levers)} (up to {c.price:.2f}x: {c.why})" for c in first) or "none"
+        return f"round 1 measures the baseline and {len(first)} configuration(s): {names}; then what the bottleneck calls for"
+
+    def _batch_sets(self) -> list[guide.PricedSet]:
+        return [s for s in self.sets if s.changes_batch and s.speedup >= guide.threshold(None)]
+
+    def _guided_candidates(self, environment_ok: EnvironmentOk) -> list[guide.Candidate]:
+        assert self.baseline.ok()
+        stands = self.best if self.best is not None else self.baseline
+        here = guide.Bottleneck.of(stands.ok())
+        base = guide.Bottleneck.of(self.baseline.ok())
+        if here is None or base is None:
+            return []
+        recorded = self._recorded_ms() or base.compute_ms
+        measured_configs = [
+            (c.levers, b)
+            for c in self.configs.values()
+            if c.levers and c.final is None and not self._changes_batch(c) and (b := guide.Bottleneck.of(c.ok()))
+        ]
+
+        def skip(names: tuple[str, ...]) -> bool:
+            c = self.configs.get(names)
+            if c is not None and (c.results or c.final is not None):
+                return True  # measured already
+            # a configuration that contains one that failed would fail too
+            return any(set(f.levers) <= set(names) for f in self.configs.values() if f.final is not None and f.levers)
+
+        found = guide.candidates(
+            best_levers=stands.levers,
+            best=here,
+            recorded_ms=recorded,
+            sets=self.sets,
+            measured=measured_configs,
+            levers=self.levers,
+            env_ok=environment_ok,
+            skip=skip,
+        )
+        for c in found:
+            self._why[c.levers] = (c.price, c.why)
+        return found
+
+    def _recorded_ms(self) -> float | None:
+        """The recorded step the findings' predictions are of (their `baseline_step_ms`)."""
+        for pred in (*(f.get("prediction") for f in self.findings), self.combined):
+            value = pred.get("baseline_step_ms") if isinstance(pred, Mapping) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return float(value)
+        return None
+
+    def _guided(self, environment_ok: EnvironmentOk, first: Sequence[guide.Candidate]) -> None:
+        """The guided search (module docstring)."""
+        self.best = self.baseline
+        found: Sequence[guide.Candidate] = first
+        batch_done = False
+        number = 1
+        while True:
+            if not found and not batch_done:
+                batch_done = True
+                if not self._guided_batch():
+                    return
+                found = self._guided_candidates(environment_ok)
+                continue
+            if not found:
+                here = guide.Bottleneck.of(self.best.ok())
+                self.stopped = (
+                    f"the predicted remaining gain is below the noise ({100 * (guide.threshold(here) - 1):.0f}%) "
+                    f"on {'the baseline' if not self.best.levers else self.best.name}"
+                    + (f" ({here.text()})" if here is not None else "")
+                )
+                break
+            here = guide.Bottleneck.of(self.best.ok())
+            self.say(
+                f"round {number}: on {self.best.name} ({here.text() if here else 'not measured'}): "
+                + "; ".join(f"{'+'.join(c.levers)} (up to {c.price:.2f}x: {c.why})" for c in found)
+            )
+            configs = [self.config(c.levers) for c in found]
+            complete = self._round(configs, f"round {number}", skip_first=self.best is self.baseline and number == 1)
+            winner = self._winner(configs)
+            self._record_step(configs, winner)
+            number += 1
+            if winner is not None:
+                self.best = winner
+            if not complete:
+                self.stopped = (
+                    f"the baseline failed: {self.baseline.reason}"
+                    if self.baseline.final is not None
+                    else f"the budget ended during round {number - 1}"
+                )
+                break
+            if number == 2 and not batch_done:
+                batch_done = True
+                if not self._guided_batch():
+                    break
+            found = self._guided_candidates(environment_ok)
+        if self.best is self.baseline:
+            self.best = None
+
+    def _guided_batch(self) -> bool:
+        """A larger batch the findings predict: measured alone beside the baseline, with its ladder;
+        False when the budget ended."""
+        batch = [self.levers[s.levers[0]] for s in self._batch_sets() if len(s.levers) == 1 and s.levers[0] in self.levers]
+        batch = [lv for lv in batch if lv.skip_reason is None and not lv.failed][:1]
+        if not batch:
+            return True
+        if not self._singles(batch, "batch", baseline_from=len(self.baseline.results)):
+            self.stopped = "the budget ended while measuring a larger batch"
+            return False
+        if not self._ladder(batch):
+            self.stopped = "the budget ended on the batch ladder"
+            return False
+        return True
+
+    def _round(self, configs: Sequence[Configuration], label: str, *, skip_first: bool = False) -> bool:
+        """The current best and `configs`, interleaved, `trials` times; False when the budget ended.
+        `skip_first`: the best's first trial of this round is one it already has (the first baseline
+        trial)."""
+        assert self.best is not None
+        for rnd in range(self.trials):
+            for c in (self.best, *configs):
+                if rnd == 0 and skip_first and c is self.best:
+                    continue
+                if not self.measure(c, label):
+                    return False
+                if self.baseline.final is not None:
+                    return False
+        return True
+
     def _singles(self, levers: Sequence[ExploreLever], label: str, *, baseline_from: int = 0) -> bool:
         """Each lever alone, interleaved with the baseline, `trials` times; False when stopped. The
         baseline trials from index `baseline_from` on count for this group's rounds (a later group
@@ -347,15 +495,8 @@ class Explorer:
                 below, m = self.config((rung.name,)), nxt
         return True
 
-    def run(self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None]) -> None:
-        if self.on_baseline is not None:
-            # the first baseline trial runs before the levers are chosen: what it saw of the script
-            # (its parsers' options) can make a script lever applicable
-            self.measure(self.baseline, f"singles 1/{self.trials}")
-            if self.baseline.final is not None:
-                self.stopped = f"the baseline failed: {self.baseline.reason}"
-                return
-            self.on_baseline(self.baseline.results[0])
+    def _unguided(self, environment_ok: EnvironmentOk) -> None:
+        """Every applicable lever alone, then greedy growth (the module docstring's unguided search)."""
         for lv in self.levers.values():
             if lv.skip_reason is not None:
                 self.say(f"{lv.name}: not measured alone ({lv.skip_reason})")
@@ -414,15 +555,7 @@ class Explorer:
                     "no lever adds to the best configuration beyond noise" if tried_a_round else "no lever is left to add"
                 )
                 return
-            label = f"grow {len(self.best.levers) + 1}"
-            out_of_budget = False
-            for _rnd in range(self.trials):
-                for c in (self.best, *candidates):
-                    if not self.measure(c, label):
-                        out_of_budget = True
-                        break
-                if out_of_budget:
-                    break
+            out_of_budget = not self._round(candidates, f"grow {len(self.best.levers) + 1}")
             winner = self._winner(candidates)
             self._record_step(candidates, winner)
             if winner is not None:
@@ -439,25 +572,36 @@ class Explorer:
                     self.tried_on_best.add(name)
 
     def _winner(self, candidates: Sequence[Configuration]) -> Configuration | None:
-        """The candidate that gains most over the current best, when beyond noise; drops the levers
-        whose combination failed."""
+        """The candidate that gains most over the current best, when beyond noise (of those within the
+        smallest effect of it, the one with the fewest levers); drops a lever whose
+        combination failed when it was the one lever added (a set that fails leaves its levers to the
+        candidates that hold fewer of them)."""
         assert self.best is not None
         winners = []
         for c in candidates:
             over_best = self.comparison(c, self.best)
             if over_best is not None and over_best.verdict is Verdict.FASTER:
                 winners.append((over_best.speedup, c))
-            if c.final is not None:  # failed in combination: dropped from the search
-                for name in set(c.levers) - set(self.best.levers):
-                    self.levers[name].failed = f"{c.final} on top of {self.best.name}: {c.reason}"
-        return max(winners, key=lambda w: w[0])[1] if winners else None
+            added = set(c.levers) - set(self.best.levers)
+            if c.final is not None and len(added) == 1:  # failed in combination: dropped from the search
+                (name,) = added
+                self.levers[name].failed = f"{c.final} on top of {self.best.name}: {c.reason}"
+        if not winners:
+            return None
+        winners.sort(key=lambda w: (-w[0], len(w[1].levers)))
+        top_speedup, chosen = winners[0]
+        for speedup, c in winners[1:]:
+            # as fast within the smallest effect the verdicts count, with fewer levers: the simpler one
+            if len(c.levers) < len(chosen.levers) and speedup * MIN_EFFECT >= top_speedup:
+                chosen = c
+        return chosen
 
     def _untried(self, lv: ExploreLever) -> bool:
         assert self.best is not None
         return not lv.failed and lv.name not in self.best.levers and lv.name not in self.tried_on_best
 
     def _candidates(
-        self, environment_ok: Callable[[ExploreLever, Sequence[ExploreLever]], str | None], *, phase: str
+        self, environment_ok: EnvironmentOk, *, phase: str
     ) -> list[Configuration]:
         """The best configuration plus each lever of this growth `phase` (GROWTH_PHASES) that may add
         to it: not in it, not failed, not tried on this best already, not a second setting of a switch
@@ -506,6 +650,9 @@ class Explorer:
         entry: dict[str, Any] = {"from": list(self.best.levers), "candidates": []}
         for c in candidates:
             item: dict[str, Any] = {"levers": list(c.levers), "trials": len(c.ok())}
+            if c.levers in self._why:
+                price, why = self._why[c.levers]
+                item.update(predicted_over_best=round(price, 3), why=why)
             if c.final is not None:
                 item.update(status=c.final, reason=c.reason)
             else:
@@ -524,125 +671,3 @@ class Explorer:
             entry["candidates"].append(item)
         entry["chosen"] = list(winner.levers) if winner is not None else None
         self.steps.append(entry)
-
-
-def build_levers(
-    environment: Mapping[str, Any],
-    *,
-    num_workers: int,
-    env: Mapping[str, str],
-    bf16_supported: bool | None,
-    flags: set[str],
-    only: Sequence[str] = (),
-) -> list[ExploreLever]:
-    """Every explore lever with why it cannot apply as a single (None: it is measured). `only`:
-    lever names or remedy ids to restrict the search to."""
-    wanted = {t.strip().lower() for t in only if t.strip()}
-    lever_names = {lv.name for _, lv in explore_levers()}
-    out: list[ExploreLever] = []
-    for spec, lv in explore_levers():
-        # a token names a lever; a remedy id that is not also a lever's name selects all its levers
-        by_remedy = spec.id.value in wanted and spec.id.value not in lever_names
-        if wanted and lv.name not in wanted and not by_remedy:
-            continue
-        params = lv.param_dict()
-        flag = params.get("script_flag")
-        declared = None
-        if flag == BATCH_SIZE_FLAGS[0]:
-            declared = next((f for f in BATCH_SIZE_FLAGS if f in flags), None)
-            reason = None if declared else f"the script takes no {flag} argument"
-        elif flag:
-            reason = (
-                None if flag in flags else f"the script takes no {flag} argument (or the command passes it)"
-            )
-        else:
-            reason = skip_reason(
-                spec.id,
-                environment,
-                num_workers=num_workers,
-                env=env,
-                params=params,
-                bf16_supported=bf16_supported,
-            )
-        out.append(ExploreLever(spec, lv, reason, declared=declared))
-    _one_batch_lever(out)
-    return out
-
-
-def _one_batch_lever(levers: Sequence[ExploreLever]) -> None:
-    """The script's --batch-size is measured only where no DataLoader's batch_size can be raised:
-    both are one experiment (a larger batch), and the DataLoader's is where the batch is drawn."""
-    by = {lv.name: lv for lv in levers}
-    loader, script = by.get("larger_batch"), by.get("script_batch_size")
-    if loader is not None and script is not None and loader.skip_reason is None and script.skip_reason is None:
-        script.skip_reason = "larger_batch raises the DataLoader's batch_size: the same experiment"
-
-
-def unknown_only(only: Sequence[str]) -> list[str]:
-    names = {lv.name for _, lv in explore_levers()} | {s.id.value for s, _ in explore_levers()}
-    return [t for t in only if t.strip() and t.strip().lower() not in names]
-
-
-def applies_with(
-    environment: Mapping[str, Any], *, num_workers: int, env: Mapping[str, str], bf16_supported: bool | None
-) -> Callable[[ExploreLever, Sequence[ExploreLever]], str | None]:
-    """Whether a lever that does not apply alone applies on top of `members` (prefetch_factor or
-    persistent_workers once num_workers is in the combination)."""
-
-    def check(lv: ExploreLever, members: Sequence[ExploreLever]) -> str | None:
-        if lv.script_flag:
-            return lv.skip_reason
-        return skip_reason(
-            lv.remedy,
-            environment,
-            num_workers=num_workers,
-            env=env,
-            with_remedies=[m.remedy for m in members],
-            params=lv.lever.param_dict(),
-            bf16_supported=bf16_supported,
-        )
-
-    return check
-
-
-def trial_setup(
-    levers: Sequence[ExploreLever],
-) -> tuple[tuple[str, ...], dict[str, dict[str, Any]], tuple[str, ...]]:
-    """(remedies to inject, their merged lever parameters, script flags) for a configuration."""
-    remedies: list[str] = []
-    params: dict[str, dict[str, Any]] = {}
-    flags: list[str] = []
-    for lv in sorted(levers, key=lambda x: x.spec.order):
-        if lv.script_flag:
-            flags.append(lv.script_flag)
-            continue
-        r = lv.remedy.value
-        if r not in remedies:
-            remedies.append(r)
-        params.setdefault(r, {}).update(lv.lever.param_dict())
-    return tuple(remedies), params, tuple(flags)
-
-
-def estimate_text(manifest: Mapping[str, Any], warmup: int, steps: int) -> tuple[float | None, str]:
-    """A first guess of one trial's wall time from the recording (profile's own run: start-up, its
-    steps and the profiler), before any trial ran."""
-    start, end, seen = (
-        manifest.get("started_unix_s"),
-        manifest.get("ended_unix_s"),
-        manifest.get("steps_seen"),
-    )
-    if (
-        not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, seen))
-        or not seen
-    ):
-        return None, "no estimate from the recording (it does not say how long it ran)"
-    assert (
-        isinstance(start, (int, float)) and isinstance(end, (int, float)) and isinstance(seen, (int, float))
-    )
-    wall = max(0.0, float(end) - float(start))
-    guess = wall * max(1.0, (warmup + steps) / float(seen))
-    return guess, f"the recording ran {int(seen)} steps in {wall:.0f} s"
-
-
-def speed_text(cmp: Any, trials: int) -> str:
-    return f"{cmp.speedup:.2f}x ({cmp.low:.2f}-{cmp.high:.2f}, {trials} trial{'s' if trials != 1 else ''})"

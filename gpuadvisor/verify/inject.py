@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
 import inspect
 import os
 import sys
@@ -27,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuadvisor.capture.frameworks import spec_from_other_finders
 from gpuadvisor.remedies import REMEDIES, RemedyId, apply_order
 from gpuadvisor.verify import inject_memory as _inject_memory  # noqa: F401 (registers its injectors)
+from gpuadvisor.verify.importpatch import PostImportPatcher
 from gpuadvisor.verify.injectors import INJECTORS, injector
 from gpuadvisor.verify.plan import ALLOC_CONF, EXPANDABLE
 
@@ -524,7 +522,7 @@ class Injections:
                 patch(module)
                 del patches[name]
         if patches:
-            sys.meta_path.insert(0, _PostImportPatcher(patches))
+            sys.meta_path.insert(0, PostImportPatcher(patches))
 
     def _patch_hf_training_args(self, module: types.ModuleType) -> None:
         cls = getattr(module, "TrainingArguments", None)
@@ -793,44 +791,3 @@ def _outputs_to_fp32(torch: Any, out: Any, dtype: Any = None) -> Any:
             return out
         return out
     return out
-
-
-class _PostImportPatcher(importlib.abc.MetaPathFinder):
-    """Runs a patch on a module right after it is first imported (framework constructors)."""
-
-    def __init__(self, patches: dict[str, Callable[[types.ModuleType], None]]) -> None:
-        self.patches = patches
-        self._busy: set[str] = set()
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        patch = self.patches.get(fullname)
-        if patch is None or fullname in self._busy:
-            return None
-        self._busy.add(fullname)
-        try:
-            spec = spec_from_other_finders(self, fullname, path, target)
-        finally:
-            self._busy.discard(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _PatchingLoader(spec.loader, patch)
-        return spec
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any, patch: Callable[[types.ModuleType], None]) -> None:
-        self.inner = inner
-        self.patch = patch
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        module: types.ModuleType | None = self.inner.create_module(spec)
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self.inner.exec_module(module)
-        self.patch(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, is_package, ... of the real loader
-        return getattr(self.inner, name)

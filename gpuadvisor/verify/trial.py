@@ -5,18 +5,21 @@ capture's child does) with no profiler, after installing the remedy's injections
 trial). Steps are counted as the capture counts them: the first optimizer that steps (global step
 hook), else DataLoader batches (a second batch before any optimizer step), else calls of the top
 module (the first module with trainable parameters that the script calls). Higher-priority evidence
-restarts the count. The first `warmup_steps` steps are skipped (compilation, cudnn autotuning,
-DataLoader workers starting); the next `steps` are timed on the host clock between two device
-synchronizations (none per step). At the end of the timed region the parameters the optimizers hold
-are checked for NaN/Inf, the result is written to the result file, and the script is stopped (a
-SystemExit at that step boundary, as `gpuadvisor profile` stops a script after its window).
+restarts the count. What is measured at the step boundaries is `gpuadvisor.verify.measure.SteadyRegion`:
+start-up left out by the settled-step rule (at least `warmup_steps` steps), then at least `steps`
+steps timed on the host clock between two device synchronizations (none per step), more where a stall
+pattern needs them; the time the loop waits in DataLoader `__next__`. At the end of the timed region
+the parameters the optimizers hold and the last loss the script called `backward()` on are checked for
+NaN/Inf, the shapes of the model's output are recorded (explore refuses a lever that changes them),
+the result is written to the result file, and the script is stopped (a SystemExit at that step
+boundary, as `gpuadvisor profile` stops a script after its window).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
+import math
 import os
 import sys
 import threading
@@ -33,7 +36,10 @@ from gpuadvisor.capture.hooks import Recorder
 from gpuadvisor.redact import unsealed_argv
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.verify import guard
+from gpuadvisor.verify.importpatch import patch_on_import
 from gpuadvisor.verify.inject import Injections, TrialSkip
+from gpuadvisor.verify.measure import SteadyRegion
+from gpuadvisor.verify.scriptopts import long_options, record_script_options
 
 __all__ = ["TrialComplete", "TrialConfig", "run_trial"]
 
@@ -84,6 +90,9 @@ class TrialConfig:
 
 
 _PRIORITY = {"optimizer_step_hook": 3, "dataloader": 2, "forward": 1}
+MAX_OUTPUT_SHAPES = (
+    4  # distinct output shapes recorded per trial (more: the shape varies, as in varlen batches)
+)
 
 
 def _batch_shape(batch: Any, depth: int = 0) -> tuple[int, ...] | None:
@@ -111,11 +120,13 @@ def _batch_shape(batch: Any, depth: int = 0) -> tuple[int, ...] | None:
 
 
 class StepClock:
-    """Counts steps, times the steady-state region, checks the parameters, stops the script."""
+    """Counts steps, measures the settled region (`SteadyRegion`), checks the parameters and the loss,
+    stops the script."""
 
-    def __init__(self, cfg: TrialConfig, injections: Any) -> None:
+    def __init__(self, cfg: TrialConfig, injections: Any, started: float | None = None) -> None:
         self.cfg = cfg
         self.injections = injections
+        self.started = time.perf_counter() if started is None else started
         self.pid = os.getpid()
         self.method: str | None = None
         self.switches: list[str] = []
@@ -125,7 +136,8 @@ class StepClock:
         self.opt_steps = 0
         self.primary: Any = None
         self.optimizers: list[Any] = []
-        self.region_start: float | None = None
+        self.backlog = 0  # batches the script's DataLoader workers hold ahead
+        self.region = self._new_region()
         self.samples: int | None = None
         # samples at the top module's input (first dimension of its first tensor argument), for scripts
         # whose batches do not come from a DataLoader
@@ -133,10 +145,24 @@ class StepClock:
         # the shape of the first batch counted in the region (DataLoader batch, model input)
         self.samples_shape: tuple[int, ...] | None = None
         self.model_shape: tuple[int, ...] | None = None
+        self.kept: tuple[Any, ...] | None = None  # the sample counters of the region's first `steps`
+        self.last_loss: Any = None  # the last scalar the script called backward() on, in the region
+        self.output_shapes: list[tuple[int, ...]] = []  # the model's output shapes seen in the region
         self.stop_pending = False
         self.done = False
         self.measure: dict[str, Any] = {}
         self.error: str | None = None
+
+    def _new_region(self) -> SteadyRegion:
+        region = SteadyRegion(
+            warmup_steps=self.cfg.warmup_steps, steps=self.cfg.steps, started=self.started, sync=_synchronize
+        )
+        region.loader(self.backlog)
+        return region
+
+    @property
+    def timing(self) -> bool:
+        return self.region.timing
 
     # ------------------------------------------------------------------ signals from the hooks
     def _ours(self) -> bool:
@@ -172,8 +198,19 @@ class StepClock:
         if self.method == "dataloader":
             self._boundary()
 
-    def on_batch(self, batch: Any) -> None:
-        if self._ours() and self.region_start is not None and self.samples is not None:
+    def on_loader(self, backlog: int) -> None:
+        """A DataLoader iterator whose workers hold `backlog` batches ahead (0 without workers)."""
+        if self._ours():
+            self.backlog = max(self.backlog, backlog)
+            self.region.loader(self.backlog)
+
+    def on_batch(self, batch: Any, waited_s: float = 0.0) -> None:
+        """A batch the loop received after waiting `waited_s` in DataLoader `__next__`."""
+        if not self._ours():
+            return
+        if threading.current_thread() is threading.main_thread():
+            self.region.waited(waited_s)
+        if self.timing and self.samples is not None:
             shape = _batch_shape(batch)
             self.samples = None if shape is None else self.samples + shape[0]
             self.samples_shape = self.samples_shape or shape
@@ -182,7 +219,7 @@ class StepClock:
         if not self._ours():
             return
         self.forward_calls += 1
-        if self.region_start is not None and self.model_samples is not None and inputs is not None:
+        if self.timing and self.model_samples is not None and inputs is not None:
             shape = _batch_shape(inputs)
             self.model_samples = None if shape is None else self.model_samples + shape[0]
             self.model_shape = self.model_shape or shape
@@ -196,6 +233,19 @@ class StepClock:
         elif self.method == "forward":
             self._boundary()
 
+    def on_output(self, output: Any) -> None:
+        """The top module returned `output`: its shape is recorded in the region (a few distinct ones)."""
+        if self._ours() and self.timing and len(self.output_shapes) < MAX_OUTPUT_SHAPES:
+            shape = _batch_shape(output)
+            if shape is not None and shape not in self.output_shapes:
+                self.output_shapes.append(shape)
+
+    def on_backward(self, tensor: Any) -> None:
+        """The script called backward() on `tensor`: a scalar loss is kept (no copy, no sync) to be
+        checked for NaN/Inf when the region ends."""
+        if self._ours() and self.timing and tensor.numel() == 1:
+            self.last_loss = tensor.detach()
+
     # ------------------------------------------------------------------ the region
     def _switch(self, method: str) -> None:
         if self.method is not None and _PRIORITY[method] <= _PRIORITY[self.method]:
@@ -203,26 +253,28 @@ class StepClock:
         self.switches.append(method)
         self.method = method
         self.count = 0
-        self.region_start = None
+        self.region = self._new_region()
 
     def _boundary(self) -> None:
         self._guard()
         self.count += 1
         c = self.count
-        warmup, steps = self.cfg.warmup_steps, self.cfg.steps
         try:
-            if c <= warmup:
+            if c <= self.cfg.warmup_steps:
                 self.injections.enforce()
-            if c == warmup:
-                _synchronize()
+            what = self.region.boundary(c)
+            if what == "start":
                 self.samples = 0
                 self.model_samples = 0
                 self.samples_shape = self.model_shape = None
-                self.region_start = time.perf_counter()
-            elif c == warmup + steps and self.region_start is not None:
-                _synchronize()
-                elapsed = time.perf_counter() - self.region_start
-                self._finish(elapsed)
+                self.output_shapes = []
+            elif what in ("checkpoint", "restart"):
+                self.kept = (self.samples, self.model_samples, self.samples_shape, self.model_shape)
+                if what == "restart":
+                    self.samples = self.model_samples = 0
+                    self.samples_shape = self.model_shape = None
+            elif what == "done":
+                self._finish()
         except (TrialComplete, _TrialAbort):
             raise
         except Exception as err:  # our own bug: fail the trial rather than measure wrongly
@@ -233,26 +285,51 @@ class StepClock:
                 raise TrialComplete()
             self.stop_pending = True
 
-    def _finish(self, elapsed: float) -> None:
-        steps = self.cfg.steps
+    def ended(self) -> bool:
+        """The script ended before the region was complete: measured on the region's first `steps` where
+        they were kept (True; the result says so), else nothing was measured (False)."""
+        if self.done or not self.region.ended():
+            return self.done
+        if self.kept is not None:
+            self.samples, self.model_samples, self.samples_shape, self.model_shape = self.kept
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
+        _synchronize()
+        measured = self.region.result()
+        elapsed = float(measured["elapsed_s"])
         nonfinite, checked = self._check_params()
         samples, counted_at, shape = (
             (self.samples, "dataloader", self.samples_shape)
             if self.dl_calls
             else (self.model_samples, "model input", self.model_shape)
         )
+        loss = self._loss()
         self.measure = {
-            "elapsed_s": round(elapsed, 6),
-            "steps_timed": steps,
-            "step_time_ms": round(1000.0 * elapsed / steps, 6),
+            **measured,
             "samples": samples,
             "samples_counted_at": counted_at if samples else None,
             "samples_per_s": round(samples / elapsed, 3) if samples and elapsed > 0 else None,
             "samples_shape": list(shape) if samples and shape else None,
             "params_checked": checked,
             "nonfinite_params": nonfinite,
+            "loss_checked": loss is not None,
+            "loss": loss,
+            "output_shapes": [list(s) for s in self.output_shapes],
         }
         self.done = True
+
+    def _loss(self) -> float | None:
+        """The last loss of the region as a float (NaN/Inf kept: the caller fails the trial); None
+        when the script called backward() on no scalar."""
+        if self.last_loss is None:
+            return None
+        try:
+            return float(self.last_loss.float().cpu())
+        except Exception as err:  # an unusual tensor (a subclass, a meta tensor): not checked
+            del err
+            return None
 
     def _params(self) -> list[Any]:
         params: dict[int, Any] = {}
@@ -288,7 +365,8 @@ def _synchronize() -> None:
 
 
 def _install_step_hooks(clock: StepClock, injections: Any) -> None:
-    """Optimizer step hook, DataLoader iterator hook, and the top-module finder."""
+    """Optimizer step hook, DataLoader iterator hook (with the time the loop waits in it), the loss's
+    backward() (its last scalar, checked at the end), and the top-module finder (its output's shape)."""
     # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -300,12 +378,28 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
 
     @functools.wraps(orig_next)
     def __next__(it: Any) -> Any:
+        if getattr(it, "_gpuadvisor_backlog", None) is None:
+            it._gpuadvisor_backlog = int(getattr(it, "_num_workers", 0) or 0) * int(
+                getattr(it, "_prefetch_factor", 0) or 0
+            )
+            clock.on_loader(it._gpuadvisor_backlog)
         clock.on_batch_request()
+        asked = time.perf_counter()
         batch = orig_next(it)
-        clock.on_batch(batch)
+        clock.on_batch(batch, time.perf_counter() - asked)
         return batch
 
     dlmod._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
+
+    tensor_cls: Any = torch.Tensor
+    orig_backward = tensor_cls.backward
+
+    @functools.wraps(orig_backward)
+    def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        clock.on_backward(tensor)
+        return orig_backward(tensor, *args, **kwargs)
+
+    tensor_cls.backward = backward
 
     module_cls: Any = torch.nn.Module
     orig_call = module_cls.__call__
@@ -316,7 +410,11 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
     def count_forward(module: Any, args: Any, kwargs: Any) -> None:
         clock.on_forward((args, kwargs) if args else kwargs)
 
+    def record_output(module: Any, args: Any, output: Any) -> None:
+        clock.on_output(output)
+
     pre_hook = disable(count_forward) if disable is not None else count_forward
+    post_hook = disable(record_output) if disable is not None else record_output
 
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
         if (
@@ -326,45 +424,11 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
         ):
             module_cls.__call__ = orig_call  # found: remove this wrapper before anything else runs
             module.register_forward_pre_hook(pre_hook, with_kwargs=True)
+            module.register_forward_hook(post_hook)
             injections.on_top_module(module)
         return orig_call(module, *args, **kwargs)
 
     module_cls.__call__ = __call__
-
-
-MAX_SCRIPT_OPTIONS = 2000  # option strings kept from the script's argument parsers
-
-
-def _record_parsers(seen: set[str], values: dict[str, int]) -> None:
-    """Collect the long option strings of every argparse parser the script parses with into `seen`,
-    and the integer values they parsed to into `values`: explore's script levers (`--batch-size`,
-    `--amp`) apply to options the script declares in a helper module too, which reading the script's own
-    source does not see, and `--batch-size` is multiplied from the value the script runs with."""
-    cls = argparse.ArgumentParser
-    orig = cls.parse_known_args
-
-    @functools.wraps(orig)
-    def parse_known_args(parser: Any, *args: Any, **kwargs: Any) -> Any:
-        actions: dict[str, Any] = {}
-        try:
-            for option, action in getattr(parser, "_option_string_actions", {}).items():
-                if isinstance(option, str) and option.startswith("--") and len(seen) < MAX_SCRIPT_OPTIONS:
-                    seen.add(option)
-                    actions[option] = action
-        except Exception as err:  # a parser we do not understand: no options recorded, the script runs on
-            del err
-        parsed = orig(parser, *args, **kwargs)
-        try:
-            namespace = parsed[0]
-            for option, action in actions.items():
-                value = getattr(namespace, getattr(action, "dest", ""), None)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    values[option] = value
-        except Exception as err:  # an unusual return value: the values stay unknown
-            del err
-        return parsed
-
-    cls.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
 
 
 def _locator() -> Any:
@@ -410,8 +474,9 @@ def _exception_text(exc: BaseException) -> str:
     return lines[0]
 
 
-def run_trial(cfg: TrialConfig) -> dict[str, Any]:
-    """Install, run the target, and return the result object (never raises for the script's faults)."""
+def run_trial(cfg: TrialConfig, started: float | None = None) -> dict[str, Any]:
+    """Install, run the target, and return the result object (never raises for the script's faults).
+    `started`: the trial process's start (perf_counter), from which its start-up is counted."""
     # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
 
@@ -423,7 +488,7 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         locate=_locator(),
         params=cfg.params,
     )
-    clock = StepClock(cfg, injections)
+    clock = StepClock(cfg, injections, started)
     result: dict[str, Any] = {
         "pid": os.getpid(),
         "torch": torch.__version__,
@@ -431,10 +496,9 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         "remedies": list(cfg.remedies),
     }
     status, reason = "failed", None
-    options: set[str] = set()
-    option_values: dict[str, int] = {}
+    options: list[dict[str, Any]] = []
     try:
-        _record_parsers(options, option_values)
+        record_script_options(options, patch_on_import)
         injections.install()
         _install_step_hooks(clock, injections)
     except Exception as err:
@@ -473,11 +537,10 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
                     f"(step {clock.count + 1}, counted by {clock.method or 'none'})"
                 )
     if not clock.done and reason == "ended":
-        needed = cfg.warmup_steps + cfg.steps
-        reason = (
-            f"the script ended after {clock.count} steps (counted by {clock.method or 'none'}); the trial "
-            f"needs {cfg.warmup_steps} warm-up + {cfg.steps} timed steps = {needed}"
-        )
+        if clock.ended():  # measured on the first settled steps; the result's measure_note says so
+            status = "ok"
+        else:
+            reason = clock.region.why_not(clock.method, cfg.warmup_steps, cfg.steps)
     if status == "ok" and cfg.remedies:
         skip = injections.runtime_skip_reason()
         if skip is not None:
@@ -486,7 +549,13 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         status = "failed"
         reason = (
             f"{clock.measure['nonfinite_params']} of {clock.measure['params_checked']} parameter tensors "
-            f"hold NaN/Inf after {cfg.warmup_steps + cfg.steps} steps"
+            f"hold NaN/Inf after {clock.count} steps"
+        )
+    loss = clock.measure.get("loss")
+    if status == "ok" and isinstance(loss, float) and not math.isfinite(loss):
+        status = "failed"
+        reason = (
+            f"the loss is {loss} after {clock.count} steps (the last loss the script called backward() on)"
         )
     result.update(clock.measure)
     result.update(_peak_memory(torch))
@@ -498,10 +567,10 @@ def run_trial(cfg: TrialConfig) -> dict[str, Any]:
         steps_counted=clock.count,
         changes=[c.to_dict() for c in injections.changes],
         notes=list(injections.notes),
-        script_options=sorted(options),
-        script_option_values=dict(sorted(option_values.items())),
-        writes_refused=guard.refused()[:20],
     )
+    names, values = long_options(options)
+    result.update(script_options=names, script_option_values=values, script_arguments=options)
+    result["writes_refused"] = guard.refused()[:20]
     return result
 
 
@@ -521,9 +590,10 @@ def _peak_memory(torch: Any) -> dict[str, int]:
 
 
 def main() -> None:
+    started = time.perf_counter()
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg = TrialConfig.from_json(json.load(fh))
-    result = run_trial(cfg)
+    result = run_trial(cfg, started)
     write_json_atomic(Path(cfg.result), result)
     for stream in (sys.stdout, sys.stderr):
         try:

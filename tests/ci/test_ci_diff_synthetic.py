@@ -94,7 +94,7 @@ def test_cli_on_synthetic_traces(traces: tuple[Path, Path]) -> None:
         cli, ["diff", str(fixed), str(base), "--fail-on-regression", "5", "--format", "json"]
     )
     assert regressed.exit_code == 1, regressed.output
-    data = json.loads(regressed.output)
+    data = json.loads(regressed.stdout)
     assert data["regressed"] is True and data["compatible"] is True
 
 
@@ -123,7 +123,7 @@ def test_analyze_outputs_validate_and_gate(traces: tuple[Path, Path], tmp_path: 
     runner = CliRunner()
     out = runner.invoke(cli, ["analyze", str(base), "--format", "json"])
     assert out.exit_code == 0, out.output
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     errors = [e.message for e in validator().iter_errors(data)]
     assert not errors, errors
     assert any(f["rule"] == "GA701" for f in data["findings"])
@@ -139,7 +139,7 @@ def test_analyze_outputs_validate_and_gate(traces: tuple[Path, Path], tmp_path: 
 
     sarif_out = runner.invoke(cli, ["analyze", str(base), "--format", "sarif"])
     assert sarif_out.exit_code == 0
-    log = json.loads(sarif_out.output)
+    log = json.loads(sarif_out.stdout)
     check_sarif_structure(log)
     rules = {r["id"]: r for r in log["runs"][0]["tool"]["driver"]["rules"]}
     assert "GA701" in rules and rules["GA701"]["help"]["text"].count("How to fix") == 1
@@ -159,12 +159,12 @@ def test_analyze_cli_config_precedence(traces: tuple[Path, Path], tmp_path: Path
     # configured: GA701 ignored, gate at low -> whatever remains decides
     configured = runner.invoke(cli, ["analyze", str(base), "--format", "json"])
     assert configured.exit_code in (0, 1), configured.output
-    data = json.loads(configured.output)
+    data = json.loads(configured.stdout)
     assert "GA701" not in {f["rule"] for f in data["findings"]}
     # CLI --ignore replaces the configured list: GA701 is back, and the low gate from pyproject fails it
     cli_ignore = runner.invoke(cli, ["analyze", str(base), "--format", "json", "--ignore", "GA601"])
     assert cli_ignore.exit_code == 1
-    assert "GA701" in {f["rule"] for f in json.loads(cli_ignore.output)["findings"]}
+    assert "GA701" in {f["rule"] for f in json.loads(cli_ignore.stdout)["findings"]}
     # CLI --fail-on none overrides the configured gate
     assert runner.invoke(cli, ["analyze", str(base), "--ignore", "GA601", "--fail-on", "none"]).exit_code == 0
     # a bad configuration is a one-line usage error naming the file

@@ -224,7 +224,7 @@ def test_cli_formats(prepared: dict[str, AnalysisResult], tmp_path: Path) -> Non
     prepared["slow"] = result_with_steps("slow", [12.0, 12.2, 11.8, 12.1, 11.9], copy_ms=5.0)
     out = invoke("base", "slow", "--format", "json", "--fail-on-regression", "5")
     assert out.exit_code == 1
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     assert data["schema_version"] == 1 and data["regressed"] is True and data["fail_on_regression"] == 5.0
     assert data["step_time"]["delta_pct"] == pytest.approx(20.0)
     assert {c["key"]: c["delta_ms"] for c in data["categories"]}["copy"] == pytest.approx(2.0)

@@ -68,7 +68,7 @@ def test_ci_formats_on_run(run_dir: Path, tmp_path: Path) -> None:
     assert any("needs GPU kernels" in (c.find("skipped").get("message") or "") for c in skipped)  # type: ignore[union-attr]
     sarif = runner.invoke(cli, ["analyze", str(run_dir), "--format", "sarif"])
     assert sarif.exit_code == 0
-    check_sarif_structure(json.loads(sarif.output))
+    check_sarif_structure(json.loads(sarif.stdout))
     md = runner.invoke(cli, ["analyze", str(run_dir), "--format", "markdown", "--fail-on", "high"])
     assert md.exit_code == 0 and "PASS" in md.output and "not applicable" in md.output
 
@@ -79,7 +79,7 @@ def test_diff_on_runs(run_dir: Path, tmp_path: Path) -> None:
         cli, ["diff", str(run_dir), str(run_dir), "--fail-on-regression", "5", "--format", "json"]
     )
     assert same.exit_code == 0, same.output
-    data = json.loads(same.output)
+    data = json.loads(same.stdout)
     assert data["compatible"] is True and data["regressed"] is False
     assert data["step_time"] is not None and data["step_time"]["delta_ms"] == 0
     # the same run "recorded" with another torch: refused, then allowed with a warning

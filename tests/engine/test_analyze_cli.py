@@ -209,7 +209,7 @@ def test_step_time_ms_option_reaches_the_analysis(item_trace: Path) -> None:
         cli, ["analyze", str(item_trace), "--format", "json", "--step-time-ms", str(0.8 * step)]
     )
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["metrics"]["profiler_host_scale"] < 1.0
+    assert json.loads(res.stdout)["metrics"]["profiler_host_scale"] < 1.0
 
 
 def test_a_folder_of_runs_says_how_many_it_holds(tmp_path: Path) -> None:

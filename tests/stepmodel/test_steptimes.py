@@ -59,3 +59,13 @@ def test_the_distribution_of_a_bursty_loader_has_the_mean_the_user_pays_and_its_
 def test_steady_steps_have_no_stalls() -> None:
     dist = distribution([10.0, 10.2, 9.9, 10.1, 10.0, 10.3])
     assert dist is not None and dist.stalls is None and dist.stall_share == 0.0
+
+
+def test_a_stall_pattern_reads_as_english() -> None:
+    from gpuadvisor.steptimes import StallPattern
+
+    assert StallPattern((3, 6), 40.0, 3).describe(9) == "every 3rd step waits 40.0 ms longer than the median step"
+    assert StallPattern((2, 4), 40.0, 2).describe(9).startswith("every other step waits")
+    assert StallPattern((2, 5), 40.0, None).describe(9).startswith("2 of 9 steps wait ")
+    assert StallPattern((2,), 40.0, None).describe(9).startswith("1 of 9 steps waits ")
+    assert StallPattern((11, 22), 1.0, 11).describe(30).startswith("every 11th step")

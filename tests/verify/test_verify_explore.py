@@ -11,6 +11,7 @@ import pytest
 from gpuadvisor.remedies import REMEDIES, RemedyId, explore_levers
 from gpuadvisor.verify import explore as ex
 from gpuadvisor.verify.probe import compare, describe
+from gpuadvisor.verify.switches import ScriptOption
 
 CUDA_ENV: dict[str, Any] = {
     "cuda_available": True,
@@ -20,8 +21,8 @@ CUDA_ENV: dict[str, Any] = {
 }
 
 
-def levers(only: tuple[str, ...], env: dict[str, Any] = CUDA_ENV, flags: set[str] | None = None) -> list[ex.ExploreLever]:
-    return ex.build_levers(env, num_workers=8, env={}, bf16_supported=True, flags=flags or set(), only=only)
+def levers(only: tuple[str, ...], env: dict[str, Any] = CUDA_ENV, options: tuple[ScriptOption, ...] = ()) -> list[ex.ExploreLever]:
+    return ex.build_levers(env, num_workers=8, env={}, bf16_supported=True, options=options, only=only)
 
 
 class FakeTrials:
@@ -147,79 +148,25 @@ def test_every_explore_lever_belongs_to_an_injectable_record() -> None:
     names = {lv.name for _, lv in explore_levers()}
     assert {"num_workers", "prefetch_factor", "persistent_workers", "dataloader_pin_memory", "bf16_autocast",
             "tf32", "channels_last", "torch_compile", "torch_compile_reduce_overhead", "fused_optimizer",
-            "cudnn_benchmark", "expandable_segments", "larger_batch", "script_amp"} <= names  # fmt: skip
+            "cudnn_benchmark", "expandable_segments", "larger_batch", "script_batch_size"} <= names  # fmt: skip
 
 
 def test_fp16_is_measured_only_where_bf16_is_not() -> None:
-    on_bf16 = ex.build_levers(CUDA_ENV, num_workers=8, env={}, bf16_supported=True, flags=set(), only=("fp16_autocast",))
+    on_bf16 = ex.build_levers(CUDA_ENV, num_workers=8, env={}, bf16_supported=True, only=("fp16_autocast",))
     assert on_bf16[0].skip_reason is not None and "bf16" in on_bf16[0].skip_reason
-    old = ex.build_levers(CUDA_ENV, num_workers=8, env={}, bf16_supported=False, flags=set(), only=("fp16_autocast", "bf16_autocast"))
+    old = ex.build_levers(CUDA_ENV, num_workers=8, env={}, bf16_supported=False, only=("fp16_autocast", "bf16_autocast"))
     assert {lv.name: lv.skip_reason is None for lv in old} == {"bf16_autocast": False, "fp16_autocast": True}
 
 
-def test_script_flags_are_found_in_the_scripts_arguments(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import argparse\np = argparse.ArgumentParser()\n"
-        "p.add_argument('--amp', action='store_true')\np.add_argument(\"--channels-last\", action='store_true')\n"
-    )
-    assert ex.script_flags(script, []) == {"--amp", "--channels-last"}
-    assert ex.script_flags(script, ["--amp"]) == {"--channels-last"}
-    (tmp_path / "plain.py").write_text("print('--amp is only a string here')\n")
-    assert ex.script_flags(tmp_path / "plain.py", []) == set()
-    lvs = levers(("script_amp", "script_channels_last"), flags={"--amp"})
-    assert {lv.name: lv.skip_reason is None for lv in lvs} == {"script_amp": True, "script_channels_last": False}
-    remedies, _, flags = ex.trial_setup([lv for lv in lvs if lv.name == "script_amp"])
-    assert remedies == () and flags == ("--amp",)
-
-
-def test_the_scripts_batch_size_option_is_a_lever_with_a_value(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('-b', '--batch_size', type=int)\n")
-    # an option with a value is measured even when the command passes it (the last value given wins)
-    assert ex.script_flags(script, []) == {"--batch_size"} == ex.script_flags(script, ["--batch_size", "8"])
-    (lv,) = levers(("script_batch_size",), flags={"--batch_size"})
-    assert lv.skip_reason is None and lv.script_flag == "--batch_size" and lv.takes_value
-    assert lv.spec.changes_batch  # compared in samples/s, measured alone, never joined
-    (none,) = levers(("script_batch_size",), flags=set())
-    assert none.skip_reason == "the script takes no --batch-size argument"
-    (amp,) = levers(("script_amp",), flags={"--amp"})
-    assert not amp.takes_value
-
-
-def test_options_a_parser_declared_at_run_time_make_the_script_levers_apply() -> None:
-    lvs = levers(("script_batch_size", "script_amp", "script_channels_last"), flags=set())
-    assert all(lv.skip_reason and lv.skip_reason.startswith("the script takes no ") for lv in lvs)
-    # the baseline trial saw `--batch_size` and `--amp`; the command passes `--amp` already
-    changed = ex.declared_at_run_time(lvs, {"--batch_size", "--amp", "--lr"}, ["--amp"])
-    assert [(lv.name, flag) for lv, flag in changed] == [("script_batch_size", "--batch_size")]
-    by = {lv.name: lv for lv in lvs}
-    assert by["script_batch_size"].skip_reason is None and by["script_batch_size"].script_flag == "--batch_size"
-    assert by["script_amp"].skip_reason and by["script_channels_last"].skip_reason
-
-
-def test_the_scripts_batch_size_waits_where_a_dataloaders_batch_can_be_raised() -> None:
-    both = levers(("larger_batch", "script_batch_size"), flags={"--batch-size"})
-    by = {lv.name: lv for lv in both}
-    assert by["larger_batch"].skip_reason is None
-    assert by["script_batch_size"].skip_reason == "larger_batch raises the DataLoader's batch_size: the same experiment"
-    # seen at run time: the same rule
-    late = levers(("larger_batch", "script_batch_size"), flags=set())
-    assert ex.declared_at_run_time(late, {"--batch-size"}, []) == []
-    assert "the same experiment" in str({lv.name: lv for lv in late}["script_batch_size"].skip_reason)
-    # no DataLoader: the script's option is the lever
-    no_loader = levers(("larger_batch", "script_batch_size"), env={**CUDA_ENV, "dataloaders": []}, flags={"--batch-size"})
-    assert {lv.name: lv.skip_reason for lv in no_loader}["script_batch_size"] is None
-
-
 def test_the_first_baseline_trial_comes_before_the_levers_are_chosen() -> None:
-    lvs = levers(("tf32", "script_batch_size"), flags=set())
+    lvs = levers(("tf32", "script_batch_size"))
     fake = FakeTrials({"tf32": 0.5, "script_batch_size": 1.0})
     seen: list[tuple[str, ...]] = []
+    batch = ScriptOption(("--batch-size",), "batch_size", "value", value=8, type="int", seen_at_run_time=True)
 
     def on_baseline(result: dict[str, Any]) -> None:
         seen.append(tuple(fake.calls[-1]))
-        ex.declared_at_run_time(lvs, {"--batch-size"}, [])
+        ex.resolve_switches(lvs, [batch], [], num_workers=8, environment={**CUDA_ENV, "dataloaders": []})
 
     e = ex.Explorer(lvs, trials=2, run_trial=fake, remaining=lambda: None, say=lambda m: None, trial_timeout_s=60,
                     on_baseline=on_baseline)  # fmt: skip
@@ -489,7 +436,7 @@ def test_the_ladder_judges_the_batch_by_the_shape_not_the_multiplier() -> None:
 
 
 def test_a_batch_count_along_the_batch_axis() -> None:
-    from gpuadvisor.verify.runner import _baseline_batch
+    from gpuadvisor.verify.explore_run import _baseline_batch
 
     trials = [{"samples": 35 * 20, "steps_timed": 20, "samples_shape": [35, 20]} for _ in range(3)]
     assert _baseline_batch(trials) == 35  # axis 0: the time steps of a sequence-first input

@@ -228,7 +228,7 @@ def test_a_batch_sliced_in_the_script_is_raised_through_its_own_batch_size_argum
     lever = by["script_batch_size"]
     assert lever["status"] == "ok", lever
     # the option is declared in a helper module: found by the baseline trial, not in the script's source
-    assert "the script's argument parser declares --batch-size (seen in the baseline trial)" in r.stderr
+    assert "the script's own switches: script_batch_size -> --batch-size (ArgumentParser, seen at run time)" in r.stderr
     assert lever["compared_in"] == "samples_per_s" and "learning rate" in lever["note"]
     # the baseline's batch was counted at the model's input: 4 samples a step, times the finding's 8
     assert doc["baseline"]["samples_per_s"] and lever["change"] == "the script's own --batch-size argument set to 32 (4 x 8)"

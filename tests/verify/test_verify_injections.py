@@ -18,7 +18,7 @@ from verify_helpers import LOADER, SCRIPTS, run_trial_child
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["--model", "conv", "--optimizer", "adamw", "--steps", "12"]
+ARGS = ["--model", "conv", "--optimizer", "adamw", "--steps", "60"]
 
 
 def dump_of(
@@ -34,7 +34,8 @@ def dump_of(
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     state, result = dump_of(tmp_path_factory.mktemp("baseline"), ())
     assert result["status"] == "ok" and result["changes"] == []
-    assert result["step_detection"] == "optimizer_step_hook" and result["steps_timed"] == 4
+    # at least the 4 steps asked; more where the host's jitter looks like a stall pattern (8 x 4 at most)
+    assert result["step_detection"] == "optimizer_step_hook" and 4 <= result["steps_timed"] <= 32
     return state
 
 
@@ -73,7 +74,7 @@ def test_injection_changes_exactly(remedy: str, baseline: dict[str, Any], tmp_pa
 def test_expandable_segments_comes_from_the_parent_environment(
     baseline: dict[str, Any], tmp_path: Path
 ) -> None:
-    from gpuadvisor.verify.runner import trial_environment
+    from gpuadvisor.verify.trials import trial_environment
 
     env, before = trial_environment(
         ("expandable_segments",), {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
@@ -100,7 +101,7 @@ def test_pin_memory_without_cuda_changes_nothing_and_says_so(
 
 
 def test_optimizer_without_fused_gets_foreach(tmp_path: Path) -> None:
-    args = [*ARGS[:2], "--optimizer", "rmsprop", "--steps", "12"]
+    args = [*ARGS[:2], "--optimizer", "rmsprop", "--steps", "60"]
     (tmp_path / "base").mkdir()
     base, _ = dump_of(tmp_path / "base", (), args)
     state, result = dump_of(tmp_path, ("fused_optimizer",), args)
@@ -228,11 +229,11 @@ def test_checkpointed_functions_run_directly(tmp_path: Path) -> None:
     could be undone, calls the blocks once per step (no recomputation in the backward)."""
     base_dump, res = tmp_path / "base.json", None
     (tmp_path / "b").mkdir()
-    res = run_trial_child(tmp_path / "b", CHECKPOINTED, ["--steps", "12", "--dump", str(base_dump)], ())
+    res = run_trial_child(tmp_path / "b", CHECKPOINTED, ["--steps", "40", "--dump", str(base_dump)], ())
     assert res["status"] == "ok" and json.loads(base_dump.read_text())["forwards_per_block_per_step"] == 2
     dump = tmp_path / "direct.json"
     res = run_trial_child(
-        tmp_path, CHECKPOINTED, ["--steps", "12", "--dump", str(dump)], ("drop_activation_checkpointing",)
+        tmp_path, CHECKPOINTED, ["--steps", "40", "--dump", str(dump)], ("drop_activation_checkpointing",)
     )
     assert res["status"] == "ok", res
     assert json.loads(dump.read_text())["forwards_per_block_per_step"] == 1
@@ -241,7 +242,7 @@ def test_checkpointed_functions_run_directly(tmp_path: Path) -> None:
 
 def test_empty_cache_becomes_a_no_op_and_says_where(tmp_path: Path) -> None:
     dump = tmp_path / "d.json"
-    res = run_trial_child(tmp_path, CHECKPOINTED, ["--steps", "12", "--dump", str(dump)], ("remove_empty_cache",))
+    res = run_trial_child(tmp_path, CHECKPOINTED, ["--steps", "40", "--dump", str(dump)], ("remove_empty_cache",))
     assert res["status"] == "ok", res
     (change,) = res["changes"]
     assert change["what"] == "torch.cuda.empty_cache()" and "checkpointed_mlp.py" in (change["where"] or "")

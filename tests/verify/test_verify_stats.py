@@ -90,7 +90,7 @@ def test_unclear_shapes_fall_back_to_axis_0(base_shape: list[int] | None, mine_s
 
 
 def test_the_batch_note_tells_the_factor_the_shape_shows() -> None:
-    from gpuadvisor.verify.runner import batch_note
+    from gpuadvisor.verify.trials import batch_note
 
     # a --batch-size multiplied from 35 counted time steps: 35 x 8 = 280 against a batch of 20
     s = batch_samples([_trial(5000.0, [35, 20])], [_trial(2500.0, [35, 280])])
@@ -105,7 +105,7 @@ def test_the_batch_note_tells_the_factor_the_shape_shows() -> None:
 
 
 def test_a_batch_label_shows_the_sizes_where_they_are_not_the_multiplier_apart() -> None:
-    from gpuadvisor.verify.runner import _label_as_measured
+    from gpuadvisor.verify.explore_run import _label_as_measured
 
     entry = {"changes_batch": True, "batch_sizes": [2, 32]}
     assert _label_as_measured("script --batch-size x4", 4, entry) == "script --batch-size x4 (batch 2 -> 32)"

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 p = argparse.ArgumentParser()
-p.add_argument("--steps", type=int, default=12)
+p.add_argument("--steps", type=int, default=40)
 p.add_argument("--own-autocast", action="store_true")
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--dump", default=None)

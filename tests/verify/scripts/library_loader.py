@@ -10,7 +10,7 @@ import torch
 from fakelib import make_loader  # the script's folder is sys.path[0], as under plain python
 
 p = argparse.ArgumentParser()
-p.add_argument("--steps", type=int, default=12)
+p.add_argument("--steps", type=int, default=40)
 p.add_argument("--workers", type=int, default=1)
 p.add_argument("--dump", default=None)
 args = p.parse_args()
