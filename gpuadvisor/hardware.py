@@ -13,9 +13,10 @@ is judged against a number we do not have.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from gpuadvisor.namepattern import NamePattern
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -220,40 +221,34 @@ MATMUL_FAMILIES: frozenset[str] = frozenset({"gemm", "conv", "attention"})
 
 # Plain FP32 math, even where the name says xmma: `sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize..._ffma_...`
 # computes with FFMA (docs/trace-inputs.md, "Facts from real traces": the TensorBoard plugin counted any xmma_gemm as tensor core).
-_NOT_TENSOR_CORE = re.compile(
+_NOT_TENSOR_CORE = NamePattern(
     r"simt|ffma|sgemm|dgemm|gemv|gemmsn|\bdot_kernel|implicit_convolve_sgemm|winograd|_engine<float\b|"
     # PyTorch mem-efficient attention in float32 (fmha_cutlassF_f32_*, fmha_cutlassB_f32_*): FP32-accurate
     # math (SIMT, or 3xTF32 emulation on Sm80+): FP32 math for our purposes, bf16 runs several times faster
     r"fmha_cutlass[fb]_f32|"
-    r"fft|precomputed_convolve",
-    re.I,
-)
+    r"fft|precomputed_convolve")
 
 # Tensor-core evidence in the name: MMA instruction families, Hopper cuBLAS JIT kernels, half/bf16/tf32
 # cutlass/xmma tiles, tensor-op cutlass kernels, fused attention kernels.
-_TENSOR_CORE = re.compile(
+_TENSOR_CORE = NamePattern(
     r"nvjet|hmma|wgmma|gmma|imma|tensorop|tensor_op|[shi](?:884|1688|16816)|"
     r"xmma_gemm_(?:bf16|f16|e4m3|e5m2|tf32)|"
     r"(?:bf16|f16|fp16|half|tf32|e4m3|e5m2)[a-z0-9_]*(?:gemm|fprop|dgrad|wgrad)|"
     r"(?:gemm|fprop|dgrad|wgrad)[a-z0-9_]*(?:bf16|f16|fp16|tf32)|"
     r"fmha|flash|cudnn_generated_fort_native_sdpa|sm\d+_xmma_(?:fprop|dgrad|wgrad)_.*(?:f16|bf16|tf32)|"
-    r"ampere_(?:h|bf16|fp16|tf32)|turing_h|volta_h|sm\d0_(?:h|bf16|tf32)",
-    re.I,
-)
+    r"ampere_(?:h|bf16|fp16|tf32)|turing_h|volta_h|sm\d0_(?:h|bf16|tf32)")
 
 # 16-bit data in a kernel's template arguments or its op's input types: a CUDA-core kernel on bf16/fp16
 # data (cuDNN's `implicit_convolve_sgemm<__nv_bfloat16, ...>` for a 3-channel patch embedding) is not
 # FP32 math that autocast would move to tensor cores: it already runs in low precision.
-_LOW_PRECISION = re.compile(
-    r"__nv_bfloat16|__half(?![a-z0-9])|c10::BFloat16|c10::Half|(?<![a-z0-9])(?:bf16|fp16|f16|bfloat16|half)(?![a-z0-9])",
-    re.I,
-)
+_LOW_PRECISION = NamePattern(
+    r"__nv_bfloat16|__half(?![a-z0-9])|c10::BFloat16|c10::Half|(?<![a-z0-9])(?:bf16|fp16|f16|bfloat16|half)(?![a-z0-9])")
 
 
 @functools.lru_cache(maxsize=8192)  # a step repeats a few hundred (name, types) pairs thousands of times
 def low_precision_data(name: str, input_types: str | None = None) -> bool:
     """The kernel works on bf16/fp16 data (its name's template arguments, else its op's input types)."""
-    return bool(_LOW_PRECISION.search(name) or (input_types and _LOW_PRECISION.search(input_types)))
+    return _LOW_PRECISION.matches(name) or bool(input_types and _LOW_PRECISION.matches(input_types))
 
 
 def tensor_core_from_name(name: str) -> bool | None:
@@ -261,9 +256,9 @@ def tensor_core_from_name(name: str) -> bool | None:
 
     The FP32 patterns are checked first so that `xmma_gemm_f32f32_..._ffma` is False.
     """
-    if _NOT_TENSOR_CORE.search(name):
+    if _NOT_TENSOR_CORE.matches(name):
         return False
-    if _TENSOR_CORE.search(name):
+    if _TENSOR_CORE.matches(name):
         return True
     return None
 

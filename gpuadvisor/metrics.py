@@ -532,9 +532,8 @@ def _gaps(idle: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
-    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
-    import pandas as pd
 
     if len(kw) == 0:
         return _empty(KERNEL_AGG_COLUMNS)
@@ -546,11 +545,6 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
         _fam=kw["family"].astype(str),
     )
     g = df.groupby("_name", sort=True)
-    out = pd.DataFrame(
-        {
-            "name": list(g.groups.keys()),
-        }
-    )
     agg = g.agg(
         family=("_fam", "first"),
         count=("dur", "size"),

@@ -11,6 +11,16 @@ from gpuadvisor.words import plural
 
 # the modeled remedy must recover at least this share of the measured wait to rate the finding by it
 MODELED_SHARE = 0.5
+# Behind a loader that sets the pace, the loop's own step: the remedies of the busy-time rules that would
+# shorten it (each is worth nothing on the mean step while the loop waits for data, so their rules stay
+# quiet), named with their speed-up on the typical step when it is at least BEHIND_MIN_SPEEDUP.
+BEHIND_REMEDIES = (
+    RemedyId.CHANNELS_LAST,
+    RemedyId.BF16_AUTOCAST,
+    RemedyId.TORCH_COMPILE,
+    RemedyId.FUSED_OPTIMIZER,
+)
+BEHIND_MIN_SPEEDUP = 1.05
 
 
 class DataloaderStall(Rule):
@@ -44,7 +54,11 @@ class DataloaderStall(Rule):
     loop runs at the loader's pace (the mean step less the costs between steps), the finding is priced
     on the run's mean step, and more workers are predicted from the rates: N workers deliver N batches
     in the time one takes, so the pace scales by now/new until the loop's own step is the slower one
-    (docs/model.md, "The run's mean step").
+    (docs/model.md, "The run's mean step"). Behind such a loader, the remedies that shorten the loop's
+    own step (channels_last, bf16 autocast, torch.compile, a fused optimizer) gain nothing on the mean
+    step, so their rules stay quiet; this finding names the ones whose replay on the typical step
+    saves at least 5% ("once the loader keeps up, ...": `prediction.behind_the_loader`), so that the
+    fix is planned as the combination it is (verify --explore measures them with the workers).
 
     How to fix
     ----------
@@ -231,6 +245,20 @@ class DataloaderStall(Rule):
                 f"({cm.of_profiled_step(win.share(wait_us), win.median_step_us)}; CPU-only run: the wait is "
                 "on the critical path). "
             )
+        behind: list[tuple[str, float]] = []
+        behind_text = ""
+        if run_share is not None and modeled:
+            for remedy in BEHIND_REMEDIES:
+                typical = ctx.predict(remedy).typical_speedup
+                if typical is not None and typical >= BEHIND_MIN_SPEEDUP:
+                    behind.append((remedy.value, typical))
+            if behind:
+                behind_text = (
+                    " Once the loader keeps up, the loop's own step is the bottleneck; replayed on it: "
+                    + ", ".join(f"{r} {cm.times(x)}" for r, x in behind)
+                    + " (each worth nothing on the mean step while the loop waits for data: apply them with the "
+                    "workers; `gpuadvisor verify --explore` measures the combination)."
+                )
         if run_share is not None and stalls is not None and timing is not None:
             every = (
                 f"every {stalls.pattern.period}th step waits" if stalls.pattern.period else
@@ -266,6 +294,7 @@ class DataloaderStall(Rule):
             + how
             + " "
             + cm.prediction_sentence(pred, plural(workers, "loader worker"))
+            + behind_text
             + cm.note_uncorrected(pred),
             evidence={
                 "dataloader_wait_ms_per_step": win.per_step(wait_us) / 1000,
@@ -295,5 +324,12 @@ class DataloaderStall(Rule):
                 f"removes most of it (more workers: {cm.pct(impact)}), so the finding is rated by what it costs now."
             ),
             remedy=RemedyId.DATALOADER_WORKERS,
-            prediction=pred,
+            prediction={
+                **pred.to_dict(),
+                **(
+                    {"behind_the_loader": [{"remedy": r, "typical_speedup": round(x, 4)} for r, x in behind]}
+                    if behind
+                    else {}
+                ),
+            },
         )

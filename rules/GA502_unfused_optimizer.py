@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from gpuadvisor.model import Category, Finding, Location
+from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
@@ -17,7 +17,7 @@ from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 _FUSED_CAPABLE = ("Adam", "AdamW", "SGD", "Adagrad")
 # kernels of torch's fused optimizers (fused=True): multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata<4>,
 # ...FusedAdamMathFunctor...>, and apex/DeepSpeed fused_adam kernels
-_FUSED_KERNEL = re.compile(r"FusedOptimizer|Fused\w*MathFunctor|fused_adam|fused_sgd|_fused_", re.I)
+_FUSED_KERNEL = NamePattern(r"FusedOptimizer|Fused\w*MathFunctor|fused_adam|fused_sgd|_fused_")
 
 
 class UnfusedOptimizer(Rule):
@@ -89,7 +89,7 @@ class UnfusedOptimizer(Rule):
         if len(opt_k) == 0:
             return
         names = opt_k["name"].astype(str)
-        if names.map(lambda n: bool(_FUSED_KERNEL.search(n))).mean() >= 0.5:
+        if names.map(lambda n: _FUSED_KERNEL.matches(n)).mean() >= 0.5:
             return  # the fused implementation already runs (multi_tensor_apply with FusedOptimizer... kernels)
         steps_with = max(1, len(np.unique(opt_k["step"].to_numpy())))
         kernels_per_step = len(opt_k) / steps_with

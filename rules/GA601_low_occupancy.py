@@ -101,6 +101,13 @@ class LowOccupancyKernels(Rule):
             return
         sms = gw.sm_count(ctx)
         k = kernels.assign(bps=gw.blocks_per_sm(kernels, sms), kname=kernels["name"].astype(str))
+        # Only a custom kernel with a real share can be reported: the other names are left out before
+        # the per-name work (a trace can hold a million distinct names); the share is checked again below.
+        first = k.drop_duplicates("kname")
+        custom = set(first["kname"][first["origin"].astype(str).to_numpy() == sb.ORIGIN_CUSTOM])
+        time_by_name = k.groupby("kname", sort=False)["dur"].sum()
+        big = set(time_by_name.index[time_by_name.to_numpy() >= ctx.threshold("min_kernel_share") * total_kernel_us * (1 - 1e-9)])
+        k = k[k["kname"].isin(custom & big)]
         rows: list[dict[str, Any]] = []
         for kname, group in k.groupby("kname", sort=True):
             name = str(kname)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.stepmodel.tables import blocks_per_sm as blocks_per_sm
 from gpuadvisor.stepmodel.tables import sm_use as sm_use
 
@@ -108,13 +108,13 @@ def setting_used(ctx: RuleContext, key: str) -> bool | None:
 
 # Cached per distinct name: rules call it once per kernel row, a trace holds few distinct names.
 _NAME_CACHE_SIZE = 1 << 16
-_MULTI_TENSOR_RE = re.compile(r"multi_tensor_apply|fused_adam|fusedadam|_fused_sgd|foreach", re.IGNORECASE)
+_MULTI_TENSOR_RE = NamePattern(r"multi_tensor_apply|fused_adam|fusedadam|_fused_sgd|foreach")
 
 
 @functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def is_multi_tensor_kernel(name: str) -> bool:
     """Multi-tensor (foreach/fused optimizer) kernels: at most 320 blocks per launch by design."""
-    return bool(_MULTI_TENSOR_RE.search(name))
+    return _MULTI_TENSOR_RE.matches(name)
 
 
 def short_kernel_name(name: str, limit: int = 120) -> str:

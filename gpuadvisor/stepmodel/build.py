@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.stepmodel.window import StepWindow
 from gpuadvisor.trace.model import _join_launch, name_mask
 
@@ -193,31 +194,27 @@ DATA_DEPENDENT_OPS = (
 _DATALOADER_RE = re.compile(r"DataLoader.*__next__")
 _OPTIMIZER_SPAN_RE = re.compile(r"^Optimizer\.step#[^.]+\.step$")
 
-_LIBRARY_RE = re.compile(
+_LIBRARY_RE = NamePattern(
     r"nvjet|cutlass|cublas|cudnn|xmma|sm\d+_|gemm|gemv|fmha|flash|implicit_convolve|winograd|"
-    r"cutensor|cufft|fft|miopen|rocblas|hipblas|ck::|kernel_func",
-    re.I,
-)
-_INDUCTOR_RE = re.compile(
-    r"^triton_(?:poi|red|per|tem|for|mm|bmm|addmm|fused|helper)_|^triton_\w*fused", re.I
-)
-_ATEN_RE = re.compile(
-    r"at::native|at::cuda|\bc10::|^void at::|elementwise_kernel|reduce_kernel|index_elementwise", re.I
-)
-_OPTIMIZER_KERNEL_RE = re.compile(r"multi_tensor_apply|fused_?adam|FusedOptimizer|_fused_sgd|fused_sgd", re.I)
+    r"cutensor|cufft|fft|miopen|rocblas|hipblas|ck::|kernel_func")
+_INDUCTOR_RE = NamePattern(
+    r"^triton_(?:poi|red|per|tem|for|mm|bmm|addmm|fused|helper)_|^triton_\w*fused")
+_ATEN_RE = NamePattern(
+    r"at::native|at::cuda|\bc10::|^void at::|elementwise_kernel|reduce_kernel|index_elementwise")
+_OPTIMIZER_KERNEL_RE = NamePattern(r"multi_tensor_apply|fused_?adam|FusedOptimizer|_fused_sgd|fused_sgd")
 
 
 def kernel_origin(name: str, family: str) -> str:
     """Who sets this kernel's launch configuration: see the ORIGIN_* constants."""
     if family == "collective":
         return ORIGIN_COLLECTIVE
-    if _OPTIMIZER_KERNEL_RE.search(name):
+    if _OPTIMIZER_KERNEL_RE.matches(name):
         return ORIGIN_OPTIMIZER
-    if _INDUCTOR_RE.search(name):
+    if _INDUCTOR_RE.matches(name):
         return ORIGIN_INDUCTOR
-    if _ATEN_RE.search(name):
+    if _ATEN_RE.matches(name):
         return ORIGIN_ATEN
-    if _LIBRARY_RE.search(name) or family in ("gemm", "conv", "attention"):
+    if _LIBRARY_RE.matches(name) or family in ("gemm", "conv", "attention"):
         return ORIGIN_LIBRARY
     return ORIGIN_CUSTOM
 

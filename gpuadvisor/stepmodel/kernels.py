@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import GpuPeak, gpu_peak_for, tensor_core_from_name
+from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.trace.kernels import MATH_CLASSES, MEMORY_CLASSES, kernel_class
 
 if TYPE_CHECKING:
@@ -100,10 +101,10 @@ def dtype_of_types(types: str | None) -> str:
 
 
 _NAME_DTYPE = (
-    (re.compile(r"e4m3|e5m2|fp8", re.I), "fp8"),
-    (re.compile(r"bf16|bfloat16", re.I), "bf16"),
-    (re.compile(r"tf32", re.I), "tf32"),
-    (re.compile(r"(?<![a-z0-9])(?:f16|fp16|half)|_h_|hmma|__half", re.I), "fp16"),
+    (NamePattern(r"e4m3|e5m2|fp8"), "fp8"),
+    (NamePattern(r"bf16|bfloat16"), "bf16"),
+    (NamePattern(r"tf32"), "tf32"),
+    (NamePattern(r"(?<![a-z0-9])(?:f16|fp16|half)|_h_|hmma|__half"), "fp16"),
 )
 
 
@@ -261,7 +262,7 @@ def _math_dtype(name: str, data_dtype: str, tensor_core: bool | None) -> str:
     if data_dtype in ("bf16", "fp16", "fp8"):
         return data_dtype
     for pattern, dtype in _NAME_DTYPE:
-        if pattern.search(name):
+        if pattern.matches(name):
             if dtype == "tf32" and data_dtype not in ("", "fp32"):
                 continue
             return dtype
@@ -436,7 +437,7 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
 
 def _name_dtype(name: str) -> str:
     for pattern, dtype in _NAME_DTYPE:
-        if pattern.search(name):
+        if pattern.matches(name):
             return dtype
     return ""
 

@@ -63,6 +63,9 @@ class Prediction:
     # the typical (median) step the replay was made on, when the prediction was carried over to the
     # run's mean step (`baseline_step_ms` is then that mean step; issue 38); None: on the replayed step
     median_step_ms: float | None = None
+    # the replay's own speed-up on that typical step: what the remedy gives once nothing else (a loader
+    # that sets the loop's pace) holds the mean step back (verify --explore reads it after a data lever)
+    typical_speedup: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -82,6 +85,8 @@ class Prediction:
         if self.median_step_ms is not None:
             out["per_step"] = "mean"
             out["median_step_ms"] = round(self.median_step_ms, 4)
+        if self.typical_speedup is not None:
+            out["typical_speedup"] = round(self.typical_speedup, 4)
         if self.notes:
             out["notes"] = list(self.notes)
         if self.remedies:
@@ -604,6 +609,7 @@ class StepModel:
             speedup=1.0 / per_sample if per_sample > 0 else math.inf,
             recovered_fraction=max(0.0, min(1.0, 1.0 - per_sample)),
             median_step_ms=timing.typical_step_ms,
+            typical_speedup=pred.speedup,
             notes=pred.notes + tuple(extra),
         )
 

@@ -5,16 +5,20 @@ Parsing and sorting the events (msgspec, then the collector's per-event pass) is
 of `load_trace` on a large trace and runs on one core. With a second core, a worker process (`_split_worker.py`) started
 with the same Python (`sys.executable`, importing only the loader, not pandas) skips to the split
 point of the decompressed text (`MAIN_SHARE`), finds the first `}` `,` `{` after it, reports that
-offset, and collects the events from there to the end with the same `_Collector`; it sends each
+offset, and collects the events from there to the end with the same `Collector`; it sends each
 block's columns back as it goes (length-prefixed pickles on its stdout, read by a thread here). This
 process reads up to the boundary and checks it: the text before it, parsed from the real start of
 the array, must end exactly after a whole event (a `}` inside a string or a nested value cannot
 parse). The columns of both parts are then joined in file order, so the tables are the same as a
 one-process read.
 
+The split runs only where a second CPU is free now (the load average says so): on cores shared with
+other work the worker would compete with this process and make the load slower.
+`GPUADVISOR_LOAD_SPLIT=0` turns it off, `=1` asks for it whatever the load.
+
 Anything unexpected (the worker cannot start, dies, reports no boundary or an error, stops sending
 for `_STALL_S` seconds, or the boundary is not an event boundary) falls back to reading the rest in
-this process: the split only ever costs time, never events. `GPUADVISOR_LOAD_SPLIT=0` turns it off.
+this process: the split only ever costs time, never events.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuadvisor.trace.load import _Collector
+    from gpuadvisor.trace.collect import Collector
 
 # Below this much decompressed text a second process does not pay for its start (~0.1 s).
 SPLIT_MIN_BYTES = 32 * 1024 * 1024
@@ -56,6 +60,17 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def second_cpu_free() -> bool:
+    """Whether another CPU is idle now: the last minute's load average (this process counts one) leaves
+    half a CPU or more. On shared cores the worker would only compete with this process (measured on 2
+    cores with another job running, benchmarks/scale: the split read made `analyze` 15% slower)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not told: as before, a second CPU is taken to be free
+        return True
+    return load < usable_cpus() - 0.5
+
+
 def text_size(path: Path) -> int | None:
     """Bytes of decompressed text: the file size, or a gzip file's ISIZE trailer (None when unknown:
     not a regular file, or a gzip whose size wrapped past 4 GiB)."""
@@ -76,14 +91,16 @@ def text_size(path: Path) -> int | None:
 
 
 def start(
-    path: Path, col: _Collector, chunk_bytes: int, *, while_waiting: Callable[[], object] | None = None
+    path: Path, col: Collector, chunk_bytes: int, *, while_waiting: Callable[[], object] | None = None
 ) -> SplitRead | None:
     """A started split read of `path` feeding `col`, or None when it does not pay or cannot run.
     while_waiting: work for this process once its part is read and the worker is still busy (the
     loader imports pandas there, which it needs next)."""
-    if os.environ.get(ENV, "").strip() in ("0", "false", "no", "off"):
+    setting = os.environ.get(ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
         return None
-    if usable_cpus() < 2 or not sys.executable:
+    forced = setting in ("1", "true", "yes", "on")  # asked for: whatever the load on the other CPU
+    if usable_cpus() < 2 or not sys.executable or not (forced or second_cpu_free()):
         return None
     size = text_size(path)
     if size is None or size < SPLIT_MIN_BYTES:
@@ -96,7 +113,7 @@ def start(
 class SplitRead:
     """This process's side of the split (the `_stream.Handover` protocol)."""
 
-    def __init__(self, path: Path, col: _Collector, chunk_bytes: int, wait_offset: int) -> None:
+    def __init__(self, path: Path, col: Collector, chunk_bytes: int, wait_offset: int) -> None:
         self.col = col
         self.wait_offset = wait_offset
         self.while_waiting: Callable[[], object] | None = None

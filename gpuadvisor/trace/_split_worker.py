@@ -1,6 +1,6 @@
 """The worker process of a split read (gpuadvisor/trace/_split.py): started as a new interpreter, it
 collects the events after the first boundary at or after its start offset with the loader's own
-`_Collector` and sends their columns on its stdout. A module of its own so that the loader imports
+`Collector` and sends their columns on its stdout. A module of its own so that the loader imports
 the splitter and the worker imports the loader, never both ways.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from gpuadvisor.trace._split import _HEADER
 from gpuadvisor.trace._stream import EventStream
+from gpuadvisor.trace.collect import Collector
 from gpuadvisor.trace.limits import TraceLimits, too_many_events
-from gpuadvisor.trace.load import _Collector, decode_events
 
 # -- the worker process ----------------------------------------------------------------------------
 
@@ -37,13 +37,14 @@ def worker_main(argv: list[str]) -> None:
 
     try:
         limits = TraceLimits.from_env()  # the parent's limits: the options set the environment
-        col = _Collector(keep_py)
+        col = Collector(keep_py)
         stream = EventStream(
             path,
             chunk_bytes=chunk_bytes,
             progress=progress,
             start_at=start_at,
-            decode=decode_events,
+            decode=col.decode,
+            repair=col.repair,
             on_boundary=lambda b: send(b"B", pickle.dumps((b, pos[0]))),
             limits=limits,
         )

@@ -51,6 +51,10 @@ _NEXT = re.compile(rb"\s*,\s*\{")
 _WS = b" \t\r\n"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _MAX_TRIES = 32  # cut candidates tried per block before reading a bigger block
+# The longest text read without an event ending in it (or before the traceEvents array): a Kineto event
+# is at most kilobytes (a cat of thousands of tensors), so this much is a decompression bomb (nested
+# brackets, one endless string, number or object), refused before it is held whole.
+MAX_EVENT_BYTES = 64 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _SPLIT_SEARCH = 64 * 1024 * 1024  # a split point with no event boundary this far after it: no split
 _AFTER_BOUNDARY = 64  # bytes read past a handover boundary to see the comma and '{' after it
@@ -92,6 +96,7 @@ class EventStream:
 
     decode: parses `[` + whole events + `]` (default orjson.loads); it must raise
     orjson.JSONDecodeError for invalid JSON. The last block's events are always orjson's dicts.
+    repair: the text of the last block again, for the errors `decode` repairs (lone surrogates).
     handover: read only the events before a boundary that another reader chose (see `Handover`).
     start_at: read only the events that begin after the first event boundary at or after this offset
     of the decompressed text; `on_boundary(offset)` is told that boundary first (the worker side).
@@ -108,6 +113,7 @@ class EventStream:
         on_boundary: Callable[[int], None] | None = None,
         decode: Callable[[bytes], list[Any]] | None = None,
         limits: TraceLimits | None = None,
+        repair: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self.path = path
         self.chunk_bytes = max(1024, chunk_bytes)
@@ -116,6 +122,7 @@ class EventStream:
         self.start_at = start_at
         self.on_boundary = on_boundary
         self.decode = decode
+        self.repair = repair
         self.limits = limits or TraceLimits(0, 0)
         self.inflated = 0  # bytes of decompressed text read so far
         self._ahead: _InflatedSize | None = None
@@ -177,11 +184,11 @@ class EventStream:
         if buf.startswith(_UTF8_BOM):
             buf = buf[len(_UTF8_BOM) :]  # a byte-order mark before the JSON (UTF-16/32 ones fall back)
             base = len(_UTF8_BOM)
-        while not eof and _blank(buf):  # leading whitespace: dropped block by block
+        while not eof and is_blank(buf):  # leading whitespace: dropped block by block
             base += len(buf)
             buf = self._read(reader, raw, total)
             eof = not buf
-        if _blank(buf):
+        if is_blank(buf):
             raise InputError(f"{self.path}: empty file, not a trace")
         if not buf.lstrip(_WS).startswith(b"{"):
             raise StreamFallback("not a JSON object")
@@ -190,7 +197,12 @@ class EventStream:
             m = _OPEN.search(buf)
             if m is not None:
                 break
-            if eof or len(buf) > 4 * self.chunk_bytes:
+            if len(buf) > MAX_EVENT_BYTES:
+                raise InputError(
+                    f"{self.path}: no traceEvents array in the first {MAX_EVENT_BYTES >> 20} MiB of its text "
+                    "(a Kineto trace's header is a few KB): not a trace gpuadvisor reads"
+                )
+            if eof:
                 raise StreamFallback("no traceEvents array")
             more = self._read(reader, raw, total)
             eof = not more
@@ -252,7 +264,7 @@ class EventStream:
             if not more:
                 eof = True
                 break
-            if _blank(more):  # a block of whitespace: nothing to keep but one separating byte
+            if is_blank(more):  # a block of whitespace: nothing to keep but one separating byte
                 if size == 0:
                     base += len(more)  # before the next event
                     continue
@@ -293,6 +305,11 @@ class EventStream:
                     continue
             events, rest = _cut(buf, decode)
             if events is None:  # no clean cut in this text (one huge event): read on
+                if size > MAX_EVENT_BYTES:
+                    raise InputError(
+                        f"{self.path}: holds a single event of more than {MAX_EVENT_BYTES >> 20} MiB of text (a "
+                        "profiler's events are at most kilobytes): not a trace gpuadvisor reads"
+                    )
                 need = 2 * size
                 continue
             base += size - len(rest)
@@ -302,7 +319,12 @@ class EventStream:
         if handover is not None:
             handover.abandon()  # the file ended before the boundary: everything was read here
         # the keys after the array: any JSON
-        tail = orjson.loads(b'{"traceEvents":[' + buf)
+        try:
+            tail = orjson.loads(b'{"traceEvents":[' + buf)
+        except orjson.JSONDecodeError as exc:
+            if self.repair is None or "surrogate" not in str(exc):
+                raise
+            tail = orjson.loads(b'{"traceEvents":[' + self.repair(buf))
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise StreamFallback("malformed end of trace")
         for key, value in tail.items():
@@ -311,7 +333,7 @@ class EventStream:
         yield tail["traceEvents"]
 
 
-def _blank(text: bytes) -> bool:
+def is_blank(text: bytes) -> bool:
     """Whether `text` is JSON whitespace only (empty too). `isspace` is fast but also takes vertical
     tab and form feed, which JSON does not."""
     return not text or (text.isspace() and b"\x0b" not in text and b"\x0c" not in text)

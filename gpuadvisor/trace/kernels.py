@@ -7,10 +7,10 @@ verdict with the launching op's input dtypes, the TF32 settings and the achieved
 
 from __future__ import annotations
 
-import re
+from gpuadvisor.hardware import MATMUL_FAMILIES, low_precision_data, tensor_core_from_name
 
 # The tensor-core name classifier lives with the other hardware facts (a leaf module); re-exported here.
-from gpuadvisor.hardware import MATMUL_FAMILIES, low_precision_data, tensor_core_from_name
+from gpuadvisor.namepattern import NamePattern
 
 __all__ = [
     "FAMILIES",
@@ -35,49 +35,46 @@ FAMILIES: tuple[str, ...] = (
 )
 
 # Checked in order; the first match wins. Case-insensitive.
-_FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("collective", re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.I)),
+_FAMILY_PATTERNS: tuple[tuple[str, NamePattern], ...] = (
+    ("collective", NamePattern(r"nccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv")),
     # `lamb(?!da)`: the LAMB optimizer, not every templated kernel's `{lambda(...)#1}`
     (
         "optimizer",
-        re.compile(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|sgd|lamb(?!da)|(?<![a-z])lion|optim", re.I),
+        NamePattern(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|sgd|lamb(?!da)|(?<![a-z])lion|optim"),
     ),
-    ("attention", re.compile(r"fmha|flash|attention|attn|sdpa|_mha|mha_|softmax_rescale", re.I)),
+    ("attention", NamePattern(r"fmha|flash|attention|attn|sdpa|_mha|mha_|softmax_rescale")),
     (
         "conv",
-        re.compile(
+        NamePattern(
             r"conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|implicit_convolve|im2col|col2im|"
             r"cudnn::.*(?:fwd|bwd)|precomputed_convolve",
-            re.I,
         ),
     ),
     (
         "gemm",
-        re.compile(
+        NamePattern(
             r"gemm|nvjet|cutlass|cublas|matmul|gemv|\bdot_kernel|hmma|wgmma|gmma|triton_tem|"
             r"splitkreduce|s1688|s16816|h1688|h16816|bmm|_mm_|addmm",
-            re.I,
         ),
     ),
     (
         "memcpy-like",
-        re.compile(
-            r"memcpy|memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|CatArray|transpose", re.I
+        NamePattern(
+            r"memcpy|memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|CatArray|transpose"
         ),
     ),
     # elementwise before reduction: "vectorized_elementwise_kernel<... sum_functor ...>" is elementwise
-    ("elementwise", re.compile(r"elementwise|triton_poi|pointwise|vectorized|unrolled", re.I)),
+    ("elementwise", NamePattern(r"elementwise|triton_poi|pointwise|vectorized|unrolled")),
     (
         "reduction",
-        re.compile(
+        NamePattern(
             r"reduce|reduction|softmax|norm|triton_red|triton_per|argmax|argmin|cross_entropy|nll_loss|"
             r"\bsum\b|mean|scan|cub::",
-            re.I,
         ),
     ),
     (
         "elementwise",
-        re.compile(r"fill|index|gather|scatter|where|cat_|embedding|dropout|relu|gelu|silu", re.I),
+        NamePattern(r"fill|index|gather|scatter|where|cat_|embedding|dropout|relu|gelu|silu"),
     ),
 )
 
@@ -85,7 +82,7 @@ _FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 def kernel_family(name: str) -> str:
     """The family of a kernel name (one of FAMILIES)."""
     for family, pattern in _FAMILY_PATTERNS:
-        if pattern.search(name):
+        if pattern.matches(name):
             return family
     return "other"
 
@@ -128,48 +125,37 @@ MEMORY_CLASSES: frozenset[str] = frozenset(
     {"elementwise", "normalization", "reduction_softmax", "layout_transpose", "copy"}
 )
 
-_OPTIMIZER_NAME = re.compile(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|(?<![a-z])sgd|lamb(?!da)|(?<![a-z])lion", re.I)
+_OPTIMIZER_NAME = NamePattern(r"multi_tensor_apply|fused_?adam|adamw?_|_adam|(?<![a-z])sgd|lamb(?!da)|(?<![a-z])lion")
 # cuDNN's layout transposes around its NHWC kernels in an NCHW network, and explicit transpose kernels
-_TRANSPOSE_NAME = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose", re.I)
-_FLASH_NAME = re.compile(
+_TRANSPOSE_NAME = NamePattern(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose")
+_FLASH_NAME = NamePattern(
     r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_attn|cudnn_generated_fort_native_sdpa|fmha_v2|"
-    r"fmha_.*sm(?:90|100)|fmhaSm\d|sdpa_flash",
-    re.I,
-)
-_EFFICIENT_NAME = re.compile(r"fmha_cutlass|efficient_attention|mem_eff|AttentionKernel|AttentionBackwardKernel", re.I)
-_ATTENTION_NAME = re.compile(r"fmha|flash|attention|(?<![a-z])attn|sdpa", re.I)
-_CONV_NAME = re.compile(
+    r"fmha_.*sm(?:90|100)|fmhaSm\d|sdpa_flash")
+_EFFICIENT_NAME = NamePattern(r"fmha_cutlass|efficient_attention|mem_eff|AttentionKernel|AttentionBackwardKernel")
+_ATTENTION_NAME = NamePattern(r"fmha|flash|attention|(?<![a-z])attn|sdpa")
+_CONV_NAME = NamePattern(
     r"conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|implicit_convolve|im2col|col2im|precomputed_convolve|"
-    r"cudnn::.*(?:fwd|bwd)",
-    re.I,
-)
-_DGRAD_NAME = re.compile(r"dgrad|bwd_data|backward_data|col2im", re.I)
-_WGRAD_NAME = re.compile(r"wgrad|bwd_filter|backward_filter|bwd_weight", re.I)
-_CONV_OPS = re.compile(r"^aten::(?:cudnn_convolution|_convolution|convolution|conv\d?d|miopen_convolution|_slow_conv|slow_conv|thnn_conv|convolution_overrideable|mkldnn_convolution)", re.I)
-_CONV_BACKWARD_OPS = re.compile(r"convolution_backward|conv.*backward", re.I)
-_GEMM_OPS = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|_addmm_activation|addbmm|einsum)$", re.I)
-_NORM_OPS = re.compile(
+    r"cudnn::.*(?:fwd|bwd)")
+_FORWARD_NAME = NamePattern(r"fprop|fwd|forward")
+_DGRAD_NAME = NamePattern(r"dgrad|bwd_data|backward_data|col2im")
+_WGRAD_NAME = NamePattern(r"wgrad|bwd_filter|backward_filter|bwd_weight")
+_CONV_OPS = NamePattern(r"^aten::(?:cudnn_convolution|_convolution|convolution|conv\d?d|miopen_convolution|_slow_conv|slow_conv|thnn_conv|convolution_overrideable|mkldnn_convolution)")
+_CONV_BACKWARD_OPS = NamePattern(r"convolution_backward|conv.*backward")
+_GEMM_OPS = NamePattern(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|_addmm_activation|addbmm|einsum)$")
+_NORM_OPS = NamePattern(
     r"^aten::(?:native_batch_norm|batch_norm|_batch_norm|cudnn_batch_norm|native_layer_norm|layer_norm|"
-    r"native_group_norm|group_norm|_fused_rms_norm|rms_norm|instance_norm|miopen_batch_norm|_native_batch_norm)",
-    re.I,
-)
-_NORM_NAME = re.compile(
+    r"native_group_norm|group_norm|_fused_rms_norm|rms_norm|instance_norm|miopen_batch_norm|_native_batch_norm)")
+_NORM_NAME = NamePattern(
     r"batch_norm|layer_norm|group_norm|rms_?norm|instance_norm|bn_fw|bn_bw|RowwiseMoments|ComputeInternalGradients|"
-    r"GammaBeta|welford|norm_kernel|batchnorm|layernorm",
-    re.I,
-)
-_SOFTMAX_OPS = re.compile(
+    r"GammaBeta|welford|norm_kernel|batchnorm|layernorm")
+_SOFTMAX_OPS = NamePattern(
     r"^aten::(?:_?softmax|_?log_softmax|_softmax_backward_data|_log_softmax_backward_data|nll_loss|nll_loss2d|"
     r"cross_entropy_loss|sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|var_mean|std_mean|cumsum|"
-    r"argmax|argmin|prod|any|all|logsumexp|topk|sort)",
-    re.I,
-)
-_SOFTMAX_NAME = re.compile(
-    r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|argmax|argmin|\bsum\b|logsumexp|cub::|triton_red|triton_per",
-    re.I,
-)
-_COPY_OPS = re.compile(r"^aten::(?:copy_|_to_copy|to|clone|contiguous|cat|_cat|stack|fill_|zero_|zeros|ones|full|index_put_|_unsafe_view)$", re.I)
-_COPY_NAME = re.compile(r"memcpy|memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|CatArray|AddPadding|fill_kernel|FillFunctor", re.I)
+    r"argmax|argmin|prod|any|all|logsumexp|topk|sort)")
+_SOFTMAX_NAME = NamePattern(
+    r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|argmax|argmin|\bsum\b|logsumexp|cub::|triton_red|triton_per")
+_COPY_OPS = NamePattern(r"^aten::(?:copy_|_to_copy|to|clone|contiguous|cat|_cat|stack|fill_|zero_|zeros|ones|full|index_put_|_unsafe_view)$")
+_COPY_NAME = NamePattern(r"memcpy|memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|CatArray|AddPadding|fill_kernel|FillFunctor")
 
 
 def kernel_class(name: str, op_name: str | None = None, family: str | None = None) -> str:
@@ -181,34 +167,34 @@ def kernel_class(name: str, op_name: str | None = None, family: str | None = Non
     op = op_name or ""
     if fam == "collective":
         return "collective"
-    if _OPTIMIZER_NAME.search(name):
+    if _OPTIMIZER_NAME.matches(name):
         return "optimizer"
-    if _TRANSPOSE_NAME.search(name):
+    if _TRANSPOSE_NAME.matches(name):
         return "layout_transpose"
-    if _FLASH_NAME.search(name):
+    if _FLASH_NAME.matches(name):
         return "attention_flash"
-    if _EFFICIENT_NAME.search(name) or "efficient_attention" in op:
+    if _EFFICIENT_NAME.matches(name) or "efficient_attention" in op:
         return "attention_efficient"
-    if _ATTENTION_NAME.search(name) and fam == "attention":
+    if _ATTENTION_NAME.matches(name) and fam == "attention":
         return "attention_math"
-    conv_op = bool(_CONV_OPS.search(op) or _CONV_BACKWARD_OPS.search(op))
-    if _CONV_NAME.search(name) or (conv_op and fam in ("gemm", "conv")):
-        if _DGRAD_NAME.search(name):
+    conv_op = bool(_CONV_OPS.matches(op) or _CONV_BACKWARD_OPS.matches(op))
+    if _CONV_NAME.matches(name) or (conv_op and fam in ("gemm", "conv")):
+        if _DGRAD_NAME.matches(name):
             return "conv_dgrad"
-        if _WGRAD_NAME.search(name):
+        if _WGRAD_NAME.matches(name):
             return "conv_wgrad"
-        if re.search(r"fprop|fwd|forward", name, re.I) or (conv_op and not _CONV_BACKWARD_OPS.search(op)):
+        if _FORWARD_NAME.matches(name) or (conv_op and not _CONV_BACKWARD_OPS.matches(op)):
             return "conv_fprop"
         if conv_op:
             return "conv_dgrad" if fam != "other" else "other"
         return "conv_fprop"
-    if fam == "gemm" or (_GEMM_OPS.search(op) and fam not in ("elementwise", "reduction", "memcpy-like")):
+    if fam == "gemm" or (_GEMM_OPS.matches(op) and fam not in ("elementwise", "reduction", "memcpy-like")):
         return "gemm"
-    if _NORM_OPS.search(op) or _NORM_NAME.search(name):
+    if _NORM_OPS.matches(op) or _NORM_NAME.matches(name):
         return "normalization"
-    if _COPY_NAME.search(name) or (_COPY_OPS.search(op) and fam in ("memcpy-like", "elementwise", "other")):
+    if _COPY_NAME.matches(name) or (_COPY_OPS.matches(op) and fam in ("memcpy-like", "elementwise", "other")):
         return "copy"
-    if _SOFTMAX_OPS.search(op) or _SOFTMAX_NAME.search(name) or fam == "reduction":
+    if _SOFTMAX_OPS.matches(op) or _SOFTMAX_NAME.matches(name) or fam == "reduction":
         return "reduction_softmax"
     if fam == "elementwise":
         return "elementwise"

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.trace.kernels import is_triton
 from gpuadvisor.trace.model import analyzed_mask
 
@@ -111,10 +112,10 @@ class SchemaStatus(str, enum.Enum):
 
 # ---- evidence patterns ------------------------------------------------------------------------------
 
-_BACKWARD_OP = re.compile(
-    r"Backward\d*$|^autograd::engine::evaluate_function|^aten::\w*_backward|^## backward ##$"
+_BACKWARD_OP = NamePattern(
+    r"Backward\d*$|^autograd::engine::evaluate_function|^aten::\w*_backward|^## backward ##$", flags=0
 )
-_BACKWARD_KERNEL = re.compile(r"backward|_bwd|bwd_|wgrad|dgrad", re.I)
+_BACKWARD_KERNEL = NamePattern(r"backward|_bwd|bwd_|wgrad|dgrad")
 _OPTIMIZER_SPAN = re.compile(r"^Optimizer\.step#")
 _COMPILE_SPAN = re.compile(r"^CompiledFunction|^Torch-Compiled Region|CompiledFxGraph|^TorchDynamo", re.I)
 _AMD_DEVICE = re.compile(r"\bAMD\b|Radeon|Instinct|\bMI\d{2,3}\b|\bgfx\d", re.I)
@@ -122,9 +123,9 @@ _NVIDIA_DEVICE = re.compile(
     r"NVIDIA|Tesla|GeForce|Quadro|\bRTX\b|\bTITAN\b|\b[VAHBL]\d{2,3}\b|\bGH200\b|\bGB200\b|\bT4\b", re.I
 )
 _MTIA_DEVICE = re.compile(r"MTIA|ARTEMIS|FREYA", re.I)
-_AMD_KERNEL = re.compile(r"^Cijk_|rocblas|miopen|hipblaslt|\bhip[A-Z_]|_ZN\d+hip", re.I)
-_NVIDIA_KERNEL = re.compile(
-    r"nvjet|cutlass|cudnn|cublas|^sm\d{2,3}_|volta_|turing_|ampere_|hopper_|ncclDevKernel|ncclKernel"
+_AMD_KERNEL = NamePattern(r"^Cijk_|rocblas|miopen|hipblaslt|\bhip[A-Z_]|_ZN\d+hip")
+_NVIDIA_KERNEL = NamePattern(
+    r"nvjet|cutlass|cudnn|cublas|^sm\d{2,3}_|volta_|turing_|ampere_|hopper_|ncclDevKernel|ncclKernel", flags=0
 )
 _OLD_CATEGORIES = ("Operator", "Runtime", "Kernel", "Memcpy", "Memset")
 _GRAPH_LAUNCH = re.compile(r"GraphLaunch")
@@ -419,9 +420,9 @@ def _names(table: pd.DataFrame) -> list[str]:
     return sorted({str(v) for v in col})
 
 
-def _count_matching(table: pd.DataFrame, pattern: re.Pattern[str]) -> tuple[int, list[str]]:
+def _count_matching(table: pd.DataFrame, pattern: re.Pattern[str] | NamePattern) -> tuple[int, list[str]]:
     """(rows whose name matches, the matching distinct names)."""
-    names = [n for n in _names(table) if pattern.search(n)]
+    names = [n for n in _names(table) if (pattern.matches(n) if isinstance(pattern, NamePattern) else pattern.search(n))]
     if not names:
         return 0, []
     return int(table["name"].astype(str).isin(names).sum()), names
@@ -431,7 +432,7 @@ def _named_evidence(
     prefixes: tuple[str, ...],
     api: str,
     device_re: re.Pattern[str],
-    kernel_re: re.Pattern[str],
+    kernel_re: NamePattern,
     library: str,
     runtime_names: list[str],
     devices: list[str],
@@ -444,7 +445,7 @@ def _named_evidence(
     named = [d for d in devices if device_re.search(d)]
     if named:
         return f"device {named[0]}"
-    kernels = [n for n in kernel_names if kernel_re.search(n)]
+    kernels = [n for n in kernel_names if kernel_re.matches(n)]
     if kernels:
         return f"{library} library kernels: {_examples(kernels, 1)[:60]}"
     return None

@@ -54,6 +54,7 @@ from gpuadvisor.trace.model import (
     STEP_SOURCE_PROFILER,
     STEP_SOURCE_WHOLE_TRACE,
 )
+from gpuadvisor.words import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -262,6 +263,29 @@ def _leave_out_cut_steps(model: TraceModel, steps: pd.DataFrame) -> pd.DataFrame
     return kept
 
 
+# Step numbers fit an int64 column; ProfilerStep#N past it is not a step any profiler counted.
+_MAX_STEP_NUMBER = (1 << 63) - 1
+
+
+def _step_numbers_in_range(model: TraceModel, numbers: pd.Series) -> npt.NDArray[np.bool_]:
+    """Which `ProfilerStep#N` numbers fit an int64 (each distinct number read once); the others are not
+    step markers, said in a note."""
+    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
+    import numpy as np
+
+    too_big = {t for t in set(numbers.dropna()) if len(t) >= 19 and int(t) > _MAX_STEP_NUMBER}
+    if not too_big:
+        return np.ones(len(numbers), dtype=bool)
+    bad = numbers.isin(too_big).to_numpy(dtype=bool)
+    example = min(too_big, key=lambda t: (len(t), t))
+    shown = example if len(example) <= 30 else f"{example[:12]}...{example[-6:]} ({len(example)} digits)"
+    model.warnings.append(
+        f"{plural(int(bad.sum()), 'ProfilerStep annotation')} carry a step number beyond 64 bits "
+        f"(ProfilerStep#{shown}): not read as step markers."
+    )
+    return ~bad
+
+
 def segment_steps(model: TraceModel) -> tuple[pd.DataFrame, str]:
     """Segment `model` into steps. Returns (steps DataFrame with STEP_COLUMNS, step_source)."""
     steps, source = _segment(model)
@@ -283,6 +307,8 @@ def _segment(model: TraceModel) -> tuple[pd.DataFrame, str]:
     if names is not None:
         num = names.str.extract(_PROFILER_STEP, expand=False)
         is_ps = num.notna().to_numpy()
+        if is_ps.any():
+            is_ps = is_ps & _step_numbers_in_range(model, num)
         if is_ps.any():
             ps = ann[is_ps].assign(step=num[is_ps].astype("int64").to_numpy())
             cpu = ps[~ps["on_gpu"]].groupby("step").agg(cs=("ts", "min"), ce=("end", "max"))

@@ -361,11 +361,15 @@ class Explorer:
         return found
 
     def _recorded_ms(self) -> float | None:
-        """The recorded step the findings' predictions are of (their `baseline_step_ms`)."""
-        for pred in (*(f.get("prediction") for f in self.findings), self.combined):
-            value = pred.get("baseline_step_ms") if isinstance(pred, Mapping) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                return float(value)
+        """The recorded step the predicted shares are of: the typical step where the predictions were
+        carried to the run's mean step (`median_step_ms`; guide reads their `typical_speedup`), else
+        their `baseline_step_ms`."""
+        preds = [p for p in (*(f.get("prediction") for f in self.findings), self.combined) if isinstance(p, Mapping)]
+        for key in ("median_step_ms", "baseline_step_ms"):
+            for pred in preds:
+                value = pred.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                    return float(value)
         return None
 
     def _guided(self, environment_ok: EnvironmentOk, first: Sequence[guide.Candidate]) -> None:

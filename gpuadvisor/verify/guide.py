@@ -8,7 +8,16 @@ problem, one trial) and the top findings' remedies replayed together (findings.j
 A remedy no lever applies (an edit of the script: host syncs, SDPA) is left out of its set, which then
 keeps the largest price of what is left. A remedy with several settings of one switch (torch.compile
 and its reduce-overhead mode) gives one set per setting. A set with a larger batch is measured alone,
-in samples/s.
+in samples/s. A prediction carried to the run's mean step (issue 38) is read at the replay's own
+speed-up on the recording's typical step (`typical_speedup`, of `median_step_ms`): on a loop whose
+loader sets the pace, the mean-step speed-up of a compute remedy is near 1.00x, and what it saves
+shows only once the data levers keep up (timm's ResNet-50 on an H200: more workers 2.24x, the hand fix
+with bf16 and channels_last on top 3.36x). A group carried so is priced at least at its members' own
+typical speed-ups composed.
+
+A finding whose remedy frees a loader that sets the loop's pace (GA301) names the compute remedies that
+pay once it keeps up (`prediction.behind_the_loader`, their speed-ups on the typical step): they form
+one more set with the data remedy, priced as the product of the speed-ups (an upper bound).
 
 **The measured bottleneck.** Each trial measures its mean step and the time the loop waited in
 DataLoader `__next__` (gpuadvisor/verify/measure.py). On the configuration B the search stands on
@@ -152,6 +161,16 @@ def _remedies_of(prediction: Mapping[str, Any] | None, key: str = "remedies") ->
     return out
 
 
+def _typical(prediction: Mapping[str, Any] | None, speedup: float) -> float:
+    """The replay's own speed-up on the recording's typical step where the prediction was carried to
+    the run's mean step (`typical_speedup`: what the remedy gives once a loader that sets the pace keeps
+    up), else the prediction's."""
+    value = prediction.get("typical_speedup") if prediction is not None else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return speedup
+
+
 def predicted_sets(
     findings: Sequence[Mapping[str, Any]],
     combined: Mapping[str, Any] | None,
@@ -169,23 +188,47 @@ def predicted_sets(
         remedies = _remedies_of(pred) or ([str(f["remedy"])] if isinstance(f.get("remedy"), str) else [])
         speedup = predicted_speedup(f)
         if remedies and speedup is not None:
+            speedup = _typical(pred, speedup)
             raw.append((remedies, speedup, rule))
             if len(remedies) == 1:
                 own[remedies[0]] = max(own.get(remedies[0], 0.0), speedup)
         if pred and isinstance(pred.get("group"), str):
             groups.setdefault(str(pred["group"]), []).append(rule)
+        behind = pred.get("behind_the_loader") if pred else None
+        if remedies and speedup is not None and isinstance(behind, list):
+            # GA301: the compute remedies that pay once the loader keeps up, one set with the data remedy
+            # (each is worth nothing alone on a loader-bound loop), priced as the product (at most)
+            extra = [
+                (str(b["remedy"]), float(b["typical_speedup"]))
+                for b in behind
+                if isinstance(b, Mapping) and isinstance(b.get("remedy"), str) and _pos(b.get("typical_speedup"))
+            ]
+            if extra:
+                price = speedup
+                for _, x in extra:
+                    price *= x
+                raw.append(([*remedies, *(r for r, _ in extra)], price, f"{rule} (the loader, then its compute)"))
     for f in findings:
         pred = f.get("prediction") if isinstance(f.get("prediction"), Mapping) else None
         group, speedup = (pred.get("group"), pred.get("group_speedup")) if pred else (None, None)
         members = _remedies_of(pred, "group_remedies")
         if isinstance(group, str) and isinstance(speedup, (int, float)) and _pos(speedup) and members:
+            price = float(speedup)
+            if pred is not None and _pos(pred.get("typical_speedup")):
+                # carried to the run's mean step, where a loader that sets the pace hides what the group
+                # saves: its members' own typical speed-ups, composed as independent shares, at least
+                typical = 1.0
+                for r in members:
+                    typical *= own.get(r, 1.0)
+                price = max(price, typical)
             who = " + ".join(dict.fromkeys(groups.get(group, [])))
-            raw.append((members, float(speedup), f"{who} ({group.replace('_', ' ')}: one problem)"))
+            raw.append((members, price, f"{who} ({group.replace('_', ' ')}: one problem)"))
     top = _remedies_of(combined)
     if combined and top and _pos(combined.get("speedup")):
         rules = combined.get("rules")
         which = " + ".join(str(r) for r in rules) if isinstance(rules, list) else ""
-        raw.append((top, float(combined["speedup"]), f"the top findings together ({which})" if which else "the top findings together"))
+        price = _typical(combined, float(combined["speedup"]))
+        raw.append((top, price, f"the top findings together ({which})" if which else "the top findings together"))
 
     best: dict[tuple[str, ...], PricedSet] = {}
     order = {name: i for i, name in enumerate(levers)}

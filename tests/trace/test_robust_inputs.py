@@ -525,3 +525,105 @@ def test_cpu_only_trace_with_launch_calls_blames_cupti(tmp_path: Path) -> None:
     assert m.kind is not None and m.kind.cpu_only and m.kind.launches_without_kernels == 3
     assert m.kind.workload is Workload.INFERENCE or m.kind.workload is Workload.UNKNOWN
     assert any("CUPTI was unavailable" in label for label in m.kind.labels())
+
+
+# ---- values validated once at the loader (issue 39 items 9 and 10; the CLI checks: tests/reliability/test_trace_content.py)
+
+
+def test_input_dims_that_are_not_shapes_are_left_out_with_a_note(tmp_path: Path) -> None:
+    """Input Dims with text, numbers beyond 2^53 or past float64, or not a list: the op's shapes are
+    None (no FLOPs from them), counted in one note; a valid value next to them is kept as it was."""
+    st = SyntheticTrace()
+    _steps(st, n=6)
+    doc = json.loads(st.to_bytes())  # a copy to change
+    mms = [e for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
+    for e in mms:
+        e["args"]["Input Dims"] = [[64, 128], [128, 64]]
+    bad = [[[10**400, 4]], [["64", "x"]], [[2**60, 2**60]], "x", [[1.5, 2]]]
+    for e, dims in zip(mms, bad, strict=False):
+        e["args"]["Input Dims"] = dims
+    raw = json.dumps(doc).encode()  # 10**400 as a JSON integer
+    for chunk in (None, 1024):  # one block (its events parsed as dicts), and streamed blocks (msgspec)
+        p = tmp_path / f"dims-{chunk}.json"
+        p.write_bytes(raw)
+        m = load_trace(p, chunk_bytes=chunk)
+        ops = m.cpu_ops[m.cpu_ops["name"] == "aten::mm"]
+        assert ops["input_dims"].tolist() == [None] * 5 + ["[[64, 128], [128, 64]]"], chunk
+        assert ops["input_types"].isna().tolist() == [True] * 5 + [False], chunk  # the op's shapes go together
+        assert "5 ops carry Input Dims or Input type that are not shapes and type names" in " ".join(m.warnings)
+    assert not [r for r in _status(_analyze(p)).values() if r["status"] == "error"]
+
+
+def test_profiler_step_numbers_beyond_int64_are_no_steps(tmp_path: Path) -> None:
+    st = SyntheticTrace()
+    _steps(st)
+    doc = json.loads(st.to_bytes())  # a copy to change
+    for e in doc["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{2**63 + int(e['name'].split('#')[1])}"
+    p = tmp_path / "steps.json"
+    p.write_text(json.dumps(doc))
+    m = load_trace(p)
+    assert m.step_source == "optimizer_step" and len(m.steps) == 4
+    assert any("carry a step number beyond 64 bits (ProfilerStep#9223372036854775809)" in w for w in m.warnings)
+    doc["traceEvents"][0]["name"] = f"ProfilerStep#{2**63 - 1}"  # the largest int64 still is one
+    p.write_text(json.dumps(doc))
+    assert 2**63 - 1 in load_trace(p).steps["step"].tolist()
+
+
+def test_device_properties_are_validated_once(tmp_path: Path) -> None:
+    st = SyntheticTrace()
+    _steps(st)
+    doc = json.loads(st.to_bytes())  # a copy to change
+    props = doc["deviceProperties"][0]
+    props.update(numSms="132", computeMinor=[0], totalGlobalMem=1e30, warpSize=True, name=7)
+    p = tmp_path / "props.json"
+    p.write_text(json.dumps(doc))
+    m = load_trace(p)
+    kept = m.meta.device(0)
+    assert kept is not None
+    assert not {"numSms", "computeMinor", "totalGlobalMem", "warpSize", "name"} & set(kept)
+    assert kept["computeMajor"] == 9 and m.meta.num_sms is None
+    note = next(w for w in m.warnings if w.startswith("deviceProperties of GPU 0: "))
+    assert "numSms '132'" in note and "totalGlobalMem 1e+30" in note and "name 7" in note
+    assert not [w for w in load_trace(st.write(tmp_path / "good.json")).warnings if "deviceProperties" in w]
+
+
+def test_events_that_appear_twice_are_kept_once(tmp_path: Path) -> None:
+    st = SyntheticTrace()
+    _steps(st)
+    once = load_trace(st.write(tmp_path / "once.json"))
+    doc = json.loads(st.to_bytes())  # a copy to change
+    doc["traceEvents"] = doc["traceEvents"] * 2
+    p = tmp_path / "twice.json"
+    p.write_text(json.dumps(doc))
+    twice = load_trace(p)
+    for table in ("kernels", "runtime", "cpu_ops", "annotations", "steps"):
+        pd_testing_equal(getattr(once, table), getattr(twice, table))
+    assert any("appeared again, equal in every field" in w for w in twice.warnings)
+    assert not [w for w in twice.warnings if "correlation ids" in w]  # no link was dropped as colliding
+
+
+def pd_testing_equal(a: Any, b: Any) -> None:
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+@pytest.mark.parametrize("where", ["block", "tail", "whole"])
+def test_an_escaped_lone_surrogate_is_read_as_a_replacement_character(tmp_path: Path, where: str) -> None:
+    """`\\ud800` alone is valid JSON text (Python reads it) that msgspec and orjson refuse: in a streamed
+    block, in the last block, or in a file read whole (a bare array), it reads as U+FFFD."""
+    st = SyntheticTrace()
+    _steps(st, n=40)
+    doc: Any = json.loads(st.to_bytes())
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    victim = ops[0] if where == "block" else ops[-1]
+    victim["name"] += "\ud800"
+    if where == "whole":
+        doc = doc["traceEvents"]
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(doc))
+    m = load_trace(p, chunk_bytes=2048)
+    assert (m.cpu_ops["name"].astype(str) == victim["name"][:-1] + "\ufffd").sum() == 1
+    assert "s.json holds 1 escaped lone surrogate (half a UTF-16 pair" in " ".join(m.warnings)

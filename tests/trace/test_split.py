@@ -48,6 +48,7 @@ class _Spy:
         monkeypatch.setattr(_split.SplitRead, "boundary", spy_boundary)
         monkeypatch.setattr(_split, "SPLIT_MIN_BYTES", 0)
         monkeypatch.setattr(_split, "usable_cpus", lambda: 2)
+        monkeypatch.setattr(_split, "second_cpu_free", lambda: True)
         monkeypatch.delenv(_split.ENV, raising=False)
 
 
@@ -192,6 +193,9 @@ def test_off_switch_and_thresholds(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_split, "usable_cpus", lambda: 1)
     load_trace(p, chunk_bytes=4096)
     monkeypatch.setattr(_split, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(_split, "second_cpu_free", lambda: False)  # the other CPU is busy: no split
+    load_trace(p, chunk_bytes=4096)
+    monkeypatch.setattr(_split, "second_cpu_free", lambda: True)
     monkeypatch.setattr(_split, "SPLIT_MIN_BYTES", p.stat().st_size + 1)
     load_trace(p, chunk_bytes=4096)
     assert spy.finished == [] and spy.boundaries == []
@@ -223,8 +227,8 @@ def test_progress_counts_both_processes(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_module_stays_light() -> None:
-    """The worker imports the loader only: no pandas or numpy (their import would cost the worker
-    ~0.3 s and 50 MB)."""
+    """The worker imports the loader only: no pandas or numpy at import (pandas would cost the worker
+    ~0.3 s and 50 MB; numpy comes with the first block it sorts into columns, never pandas)."""
     import subprocess
 
     code = (
