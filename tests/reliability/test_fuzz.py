@@ -241,14 +241,15 @@ def test_no_fuzzed_run_directory_is_an_internal_error(tmp_path: Path, name: str)
     assert not failures, "\n".join(failures)
 
 
-# Found by this test on 2026-11-28 (h39, before the trace reader's part of issue 39 landed): a
-# ProfilerStep#N with N >= 2^63 (OverflowError in trace/steps.py _segment) and a kernel's `stream` of
-# 1e29 (a NaN stream id, KeyError in stepmodel/replay.py). Both are the trace reader's to fix (issue 39
-# items 9 and 10, trace parts); the expectation goes when they are.
+# Found by this test on 2026-11-28 (h39): a ProfilerStep#N with N >= 2^63 (OverflowError in
+# trace/steps.py; fixed by the trace reader's part of issue 39) and, still after it, a kernel's `stream`
+# of 1e29 or -1e300 (tutorial_cnn-planted cases 8 and 28: the loader keeps a NaN stream id, and
+# stepmodel/replay.py's stream map raises KeyError: nan). That one is the trace reader's to fix; the
+# expectation goes when it is.
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=False,
-    reason="trace-content crashes of issue 39 owned by the trace reader's work: ProfilerStep#N >= 2^63, a NaN stream id",
+    reason="a kernel stream id beyond float64's integers reads as NaN (trace reader): KeyError in the replay",
 )
 @pytest.mark.parametrize("name", RUNS)
 def test_no_fuzzed_trace_is_an_internal_error(tmp_path: Path, name: str) -> None:
