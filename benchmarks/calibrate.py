@@ -13,7 +13,8 @@ For every planted workload and every measured fix (each fix alone, and all of th
   band is the min-max over repeats);
 - predicted: the replay of the planted recording with the fix's remedy applied (the remedy's
   parameters derived from the recording as the rules derive them; a larger batch at the multiplier
-  the fix used), 1 - predicted/replayed time per sample;
+  the fix used), 1 - predicted/replayed time per sample (negative where the replay is slower, as a
+  measured fix can be: a finding's impact stops at 0);
 - finding: the impact of the finding that names the remedy (what a user reads), 0 when no rule fired.
 Per workload: is the top finding's remedy the fix with the largest measured gain? Controls: no high or
 medium finding. Errors are in points of the step (|predicted - measured| x 100), summarized per split
@@ -287,7 +288,7 @@ def analyze_workload(
                 measured=meas_rec,
                 low=recovered(m.get("speedup_min")),
                 high=recovered(m.get("speedup_max")),
-                predicted=pred.recovered_fraction,
+                predicted=recovered(pred.speedup),
                 finding=got,
                 finding_rules=rules,
                 multiplier=mult if mult and mult != 1.0 else None,

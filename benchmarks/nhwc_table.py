@@ -20,11 +20,18 @@ iterations each; the median per format. The ratio is channels_last / NCHW time (
 is faster). A family's entry is the median ratio over its shapes (and variants: max and average pooling,
 bilinear and nearest upsampling), with the range.
 
+Each channels_last run also records whether the op's output is still channels_last (PyTorch converts
+some families back to NCHW on the GPU: GroupNorm, InstanceNorm), and the layout conversion itself is timed
+(`x.contiguous()` of a channels_last activation and its gradient back, against the same code in NCHW):
+its cost per element is what a convolution fed NCHW tensors pays in a channels_last net.
+
 Output (JSON, sorted keys): {"schema": 1, "source": {gpu, torch, cuda, cudnn, date, command},
-"measurements": [{family, variant, dtype, shape, nchw_us, channels_last_us, ratio} or {..., error}],
-"families": {family: {dtype: {ratio, min, max, shapes}}}}. The `families` summary is what gpuadvisor
-reads: copy the file to gpuadvisor/data/nhwc_table.json (docs/model.md, "channels_last and the NHWC
-table"). `--tiny` runs tiny shapes on the CPU (host timers): a smoke test of the script, not a table.
+"measurements": [{family, variant, dtype, shape, nchw_us, channels_last_us, ratio, output_channels_last}
+or {..., error}], "families": {family: {dtype: {ratio, min, max, shapes}}}, "converts_back": [family],
+"conversions": [{dtype, shape, ..., ps_per_element}], "conversion": {dtype: ps per element}}.
+gpuadvisor reads the measurements, the summary, `converts_back` and `conversion`: copy the file to
+gpuadvisor/data/nhwc_table.json (docs/model.md, "channels_last and the NHWC table"). `--tiny` runs tiny
+shapes on the CPU (host timers): a smoke test of the script, not a table.
 Exit 0 when every entry measured, 1 when some failed, 2 on bad usage.
 """
 
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import platform
 import statistics
 import sys
@@ -46,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # the op families the channels_last replay puts kernels in: one list, the replay's
-from gpuadvisor.stepmodel.layout import FAMILIES  # noqa: E402
+from gpuadvisor.stepmodel.nhwc import FAMILIES  # noqa: E402
 
 DTYPES = ("fp32", "bf16", "fp16")
 # (N, C, H, W): an early, a middle and a late layer of a 224-px network at a training batch size
@@ -195,11 +203,14 @@ def _measure(
     torch.manual_seed(0)
     op, module_params = build(torch, c, dt, device)
     runs: dict[str, Callable[[], None]] = {}
+    keeps = True
     for fmt_name, fmt in (("nchw", torch.contiguous_format), ("channels_last", torch.channels_last)):
         x = torch.randn(n, c, h, w, device=device, dtype=dt).contiguous(memory_format=fmt).requires_grad_(True)
         y = torch.randn(n, c, h, w, device=device, dtype=dt).contiguous(memory_format=fmt) if needs_y else None
         with torch.no_grad():
             out = op(x, y)
+        if fmt_name == "channels_last":
+            keeps = bool(out.is_contiguous(memory_format=torch.channels_last))
         grad = torch.randn_like(out)  # the same layout as the op's output in this format
 
         def step(x: Any = x, y: Any = y, grad: Any = grad) -> None:
@@ -218,7 +229,21 @@ def _measure(
             times[k] += timer.time(runs[k], opts.iters)
     nchw, cl = statistics.median(times["nchw"]), statistics.median(times["channels_last"])
     return {"nchw_us": round(nchw, 2), "channels_last_us": round(cl, 2),
-            "ratio": round(cl / nchw, 4) if nchw > 0 else None}
+            "ratio": round(cl / nchw, 4) if nchw > 0 else None, "output_channels_last": keeps}
+
+
+def measure_conversion(
+    torch: Any, dtype: str, shape: tuple[int, int, int, int], timer: Timer, opts: argparse.Namespace
+) -> dict[str, Any]:
+    """PyTorch's conversion of a channels_last activation to NCHW (`x.contiguous()`) and of its gradient
+    back, against the same code on an NCHW activation (where both are no-ops): the cost per element of
+    one conversion, what a convolution fed NCHW tensors pays in a channels_last net."""
+    case = Case("conversion", "contiguous", _function(lambda torch: lambda x, y: x.contiguous()))
+    entry = measure_case(torch, case, dtype, shape, timer, opts)
+    if "error" not in entry:
+        extra = entry["channels_last_us"] - entry["nchw_us"]
+        entry["ps_per_element"] = round(extra * 1e6 / (2 * math.prod(shape)), 3)
+    return entry
 
 
 def summarize(measurements: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -235,6 +260,22 @@ def summarize(measurements: Sequence[dict[str, Any]]) -> dict[str, dict[str, dic
                     "max": round(max(ratios), 4),
                     "shapes": len(ratios),
                 }
+    return out
+
+
+def converts_back(measurements: Sequence[dict[str, Any]]) -> list[str]:
+    """Families whose channels_last input gave an output that is not channels_last (PyTorch converted it
+    back to NCHW), in any measurement."""
+    return sorted({m["family"] for m in measurements if m.get("output_channels_last") is False})
+
+
+def conversion_summary(conversions: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per dtype: the median cost per element of one layout conversion over the shapes."""
+    out: dict[str, float] = {}
+    for dt in DTYPES:
+        ps = [m["ps_per_element"] for m in conversions if m.get("dtype") == dt and "ps_per_element" in m]
+        if ps:
+            out[dt] = round(statistics.median(ps), 3)
     return out
 
 
@@ -291,14 +332,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 what = f"{m.get('ratio')}x" if "ratio" in m else m.get("error")
                 print(f"[nhwc +{time.monotonic() - t0:5.0f}s] {case.family:<20} {case.variant:<16} {dtype:<5} "
                       f"{'x'.join(map(str, shape)):<16} {what}", file=sys.stderr, flush=True)
+    conversions = [measure_conversion(torch, dt, shape, timer, opts) for dt in opts.dtypes for shape in shapes]
     doc = {"schema": 1, "source": source(torch, cuda, args), "measurements": measurements,
-           "families": summarize(measurements)}
+           "families": summarize(measurements), "converts_back": converts_back(measurements),
+           "conversions": conversions, "conversion": conversion_summary(conversions)}
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     for fam, by_dtype in doc["families"].items():
         print(f"{fam:<20} " + "  ".join(f"{dt} {e['ratio']:.2f}x [{e['min']:.2f}-{e['max']:.2f}]"
                                         for dt, e in sorted(by_dtype.items())))
-    return 1 if any("error" in m for m in measurements) else 0
+    print(f"converts back to NCHW: {', '.join(doc['converts_back']) or 'none'}; conversion (ps per element): "
+          + ", ".join(f"{dt} {v}" for dt, v in doc["conversion"].items()))
+    return 1 if any("error" in m for m in measurements + conversions) else 0
 
 
 if __name__ == "__main__":

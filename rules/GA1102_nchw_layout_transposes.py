@@ -11,7 +11,13 @@ from gpuadvisor.remedies import RemedyId
 from gpuadvisor.rulekit import busy as kb
 from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
-from gpuadvisor.stepmodel.layout import STRUCTURAL, ChannelsLastPlan, channels_last_plan, layout_transposes
+from gpuadvisor.stepmodel.layout import (
+    FAMILY_LABELS,
+    STRUCTURAL,
+    ChannelsLastPlan,
+    channels_last_plan,
+    layout_transposes,
+)
 from gpuadvisor.stepmodel.predict import predict_combined
 from gpuadvisor.words import change
 
@@ -41,12 +47,17 @@ class NchwLayoutTransposes(Rule):
     GroupNorm, LayerNorm over channels, InstanceNorm, pooling, upsampling, elementwise ops,
     concatenation) and dtype: the ratio the NHWC table measured on a GPU (`benchmarks/nhwc_table.py`,
     shipped as gpuadvisor/data/nhwc_table.json; docs/model.md, "channels_last and the NHWC table"),
-    slower families included, so a model whose time is in families that run slower in channels_last
-    gets no advice. A family the table does not hold keeps what is known by construction (cuDNN's
-    transposes go; BatchNorm runs its channels-last kernels at the calibrated bytes model) or its time,
-    unknown. When the unmeasured families' time could cancel the predicted saving (a family that
-    converts back to NCHW inside costs about twice its time), the finding says the gain is unproven and
-    is rated at most medium: `gpuadvisor verify --only channels_last` measures it. When the convolutions
+    at the measured shape nearest each op's activation, slower families included, so a model whose time
+    is in families that run slower in channels_last gets no advice. What the user's own trace shows
+    wins over the table for the convolutions: cuDNN's transposes go (its NHWC kernels are the ones it
+    runs), and BatchNorm in such a net runs its channels-last kernels at the calibrated bytes model. A
+    family that gives back NCHW on the GPU (GroupNorm, InstanceNorm: PyTorch runs them on a contiguous
+    NCHW copy) ends the channels_last activations: the ops after it run as now, and each convolution
+    it feeds pays PyTorch's conversion of its input (forward) and of its input gradient (backward) at the
+    table's measured cost instead of cuDNN's transposes. A family the table does not hold keeps its
+    time, unknown: when that time could cancel the predicted saving (a family that converts back to
+    NCHW inside costs about twice its time), the finding says the gain is unproven and is rated at most
+    medium: `gpuadvisor verify --only channels_last` measures it. When the convolutions
     run in FP32/TF32 the message also quotes bf16 autocast and the pair together (GA1103 owns the bf16
     finding; both rank by the pair, applied together).
 
@@ -198,14 +209,26 @@ def _families_sentence(plan: ChannelsLastPlan) -> str:
     for f in plan.families[:5]:
         if f.time_per_step_us <= 0:
             continue
-        if f.ratio is not None:
-            how = f"measured {f.ratio:.2f}x the NCHW time in channels_last ({f.dtype})"
-        elif f.status == STRUCTURAL:
+        if f.status == STRUCTURAL:
             how = f"{cm.ms(f.predicted_per_step_us)} in channels_last (by construction)"
+        elif f.ratio is not None:
+            how = f"measured {f.ratio:.2f}x the NCHW time in channels_last ({f.dtype})"
         else:
             how = "channels_last speed not measured"
+        if f.nchw_share >= 0.05:
+            how += f"; {cm.pct(f.nchw_share)} of it after a family that gives back NCHW"
         parts.append(f"{f.label} {cm.ms(f.time_per_step_us)} ({how})")
     if not parts:
         return ""
     where = f" (NHWC table: {plan.table.where})" if plan.table.where else ""
-    return "Per step, by op family" + where + ": " + "; ".join(parts) + ". "
+    text = "Per step, by op family" + where + ": " + "; ".join(parts) + ". "
+    if plan.breakers:
+        labels = " and ".join(FAMILY_LABELS.get(b, b) for b in sorted(plan.breakers))
+        nchw_us = sum(f.time_per_step_us * f.nchw_share for f in plan.families)
+        text += (
+            f"{labels} give back NCHW tensors on the GPU (PyTorch converts a channels_last input back): after "
+            f"them {cm.ms(nchw_us)} per step would still run in NCHW, and the convolutions they feed would "
+            f"convert their inputs to channels_last and back for the gradients ({cm.ms(plan.conversion_us)} "
+            "per step at the table's conversion cost, instead of cuDNN's transposes). "
+        )
+    return text

@@ -99,7 +99,10 @@ class PeriodicStepCosts(Rule):
         if timing is None:
             return
         for cost in timing.costs:
-            if cost.cause not in _REMEDIES or cost.count < 2 or cost.period_steps is None:
+            # twice seen, or dated by a first occurrence before the first step (start-up, not priced: an
+            # evaluation at iteration 0 and one at step 50 are every 50 steps)
+            dated = cost.period_source == "observed" and bool(cost.detail.get("before_first_step_ms"))
+            if cost.cause not in _REMEDIES or (cost.count < 2 and not dated) or cost.period_steps is None:
                 continue
             if cost.share < ctx.threshold("min_impact"):
                 continue
@@ -120,6 +123,11 @@ class PeriodicStepCosts(Rule):
                 pc.GC: f"A full garbage-collector pass takes {cm.ms(cost.each_ms * 1000)}",
                 pc.UNKNOWN: f"A slow step costs {cm.ms(cost.each_ms * 1000)} more than the typical step",
             }[cost.cause]
+            if dated:
+                steps += (
+                    f"; the one before the first step ({cm.ms(float(cost.detail['before_first_step_ms']) * 1000)}) "
+                    "is start-up, not counted here"
+                )
             message = (
                 f"{what}, every {cost.period_steps} steps (at steps {steps}). Over the {timing.steps_observed} "
                 f"steps the capture timed (typical step {cm.ms(timing.typical_step_ms * 1000)}) that is "

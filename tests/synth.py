@@ -259,15 +259,17 @@ class SyntheticTrace:
         launch_tid: int | None = None,
         with_args: bool = True,
         num_sms: int = 132,
+        op_external_id: int | None = None,
     ) -> int:
         """A kernel plus its cudaLaunchKernel (at launch_ts, default ts - 10) and, when `op` is given,
-        a parent cpu_op around the launch (op_ts/op_dur default to launch_ts - 2 / launch_dur + 4).
-        `blocks_per_sm` defaults to blocks / num_sms, `warps_per_sm` to that times warps per block.
-        Returns the correlation id."""
+        a parent cpu_op around the launch (op_ts/op_dur default to launch_ts - 2 / launch_dur + 4);
+        `op_external_id` instead links it to a cpu_op made before (`add_cpu_op`: one op launching
+        several kernels). `blocks_per_sm` defaults to blocks / num_sms, `warps_per_sm` to that times
+        warps per block. Returns the correlation id."""
         corr = self.new_correlation()
         lts = ts - 10.0 if launch_ts is None else launch_ts
-        ext: int | None = None
-        if op is not None:
+        ext: int | None = op_external_id
+        if op is not None and op_external_id is None:
             ext = self.add_cpu_op(
                 op,
                 lts - 2.0 if op_ts is None else op_ts,

@@ -42,12 +42,22 @@ import calibrate  # noqa: E402
 from catalog import CATALOG, Workload  # noqa: E402
 
 RECORDED = [w for w in CATALOG if (SAMPLES / f"{w.name}-planted").is_dir()]
+# Recorded planted only (issue 41, H200, 2026-11-28: benchmarks/gpu_issue41.sh records what the replay
+# predicts from; the fixed variants were measured, not recorded)
+PLANTED_ONLY = {"gn_unet_bf16", "mse_wide_head", "gpt_checkpointed", "big_checkpoint", "empty_cache_loop"}
 PLANTED = [w for w in RECORDED if not w.control]
 CONTROLS = [w for w in RECORDED if w.control]
 
-# Workloads whose top finding is known to be wrong (strict xfail, with the reason). Empty: dlrm was here
-# until the graphs' input copies and the foreach->fused factor by optimizer class (docs/model.md).
-KNOWN_WRONG_TOP: dict[str, str] = {}
+# Workloads whose top finding is known to be wrong (strict xfail, with the reason). dlrm was here until the
+# graphs' input copies and the foreach->fused factor by optimizer class (docs/model.md).
+KNOWN_WRONG_TOP: dict[str, str] = {
+    "mse_wide_head": (
+        "a hand-written squared error over [4096, 65536] (2 chains per step, its forward and backward, about "
+        "40% of the step) is no rule's pattern: GA1105 rightly leaves it (not a cross-entropy), GA1106 needs 4 "
+        "chains per step (a one-off chain such as control_inference's 29% input normalization is left alone); "
+        "compiling the loss measured 1.52x (34%), the default-mode replay of it says 27%"
+    ),
+}
 
 # One workload of each kind runs in the quick tier (`pytest -m "not slow"`); all of them run in CI.
 QUICK = {"sync_bound", "control_convnet", "transfer_bound"}
@@ -78,7 +88,7 @@ def test_the_samples_and_measurements_are_here() -> None:
     assert len(PLANTED) >= 20 and len(CONTROLS) >= 5, (len(PLANTED), len(CONTROLS))
     assert MEASUREMENTS, "docs/measurements/measure-*.jsonl missing"
     for w in PLANTED:
-        assert (SAMPLES / f"{w.name}-fixed").is_dir(), w.name
+        assert (SAMPLES / f"{w.name}-fixed").is_dir() != (w.name in PLANTED_ONLY), w.name
         assert (w.name, "planted") in _measurements(), f"{w.name}: not measured"
 
 
@@ -109,7 +119,9 @@ def _remedy_impact(result: AnalysisResult, remedy: str) -> float:
     return max((f.impact or 0.0 for f in result.findings if f.remedy == remedy), default=0.0)
 
 
-@pytest.mark.parametrize("w", _tiered([w for w in PLANTED if w.name not in KNOWN_WRONG_TOP]))
+@pytest.mark.parametrize(
+    "w", _tiered([w for w in PLANTED if w.name not in KNOWN_WRONG_TOP and w.name not in PLANTED_ONLY])
+)
 def test_fix_shrinks_the_planted_problem(w: Workload) -> None:
     """The remedy the planted run's top finding names gains at most half as much on the fixed run.
     Not for a larger batch: the fixed variants take one step up a continuum (tutorial_cnn 4 -> 256,
@@ -538,3 +550,181 @@ def test_timms_bursty_loader_is_priced_on_the_mean_step() -> None:
     behind = {b["remedy"]: b["typical_speedup"] for b in top.prediction["behind_the_loader"]}
     assert behind["channels_last"] > 1.2 and behind["bf16_autocast"] > 1.05
     assert not any(f.rule in ("GA1102", "GA1103", "GA701") for f in result.findings)
+
+
+# ---- issue 41 (H200, 2026-11-28): channels_last against the measured conversion, the raw-trace pair, and
+# what the planted-only recordings show -------------------------------------------------------------------
+
+
+def _measured_alone(remedy: str) -> dict[str, tuple[float, float, float]]:
+    """Workloads with a variant that applies `remedy` alone: (median, lowest, highest repeat) recovered."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for (workload, _variant), rec in calibrate.load_measurements(MEASUREMENTS).items():
+        if list(rec.get("remedies") or []) == [remedy]:
+            got = [calibrate.recovered(rec.get(k)) for k in ("speedup_median", "speedup_min", "speedup_max")]
+            if all(g is not None for g in got):
+                out[workload] = (float(got[0] or 0), float(got[1] or 0), float(got[2] or 0))
+    return out
+
+
+CHANNELS_LAST_MEASURED = {
+    w: m for w, m in _measured_alone("channels_last").items() if (SAMPLES / f"{w}-planted").is_dir()
+}
+
+
+def _channels_last_speedup(run: str) -> float:
+    from gpuadvisor.remedies import RemedyId
+    from gpuadvisor.stepmodel.predict import predict
+
+    result = _result(run)
+    assert result.metrics_detail is not None
+    return predict(result.metrics_detail.model, RemedyId.CHANNELS_LAST).speedup
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=() if n == "gn_unet_bf16" else pytest.mark.slow)
+        for n in sorted(CHANNELS_LAST_MEASURED)
+    ],
+)
+def test_channels_last_advice_agrees_in_sign_with_the_measured_conversion(name: str) -> None:
+    """Issue 41: converting a bf16 GroupNorm/interpolate UNet to channels_last measured 0.76x (gn_unet_bf16;
+    the advice had said "saves 26%" on such a net); ResNet-50 FP32 and bf16 and a BatchNorm UNet measured
+    1.42x, 1.86x, 2.38x. The replay of the conversion goes the way the measurement went, and GA1102
+    speaks exactly where it paid."""
+    median, low, high = CHANNELS_LAST_MEASURED[name]
+    assert low > 0 or high < 0, f"{name}: the repeats disagree in sign"
+    speedup = _channels_last_speedup(f"{name}-planted")
+    assert (speedup > 1.0) == (median > 0), (name, speedup, median)
+    advice = [f for f in _result(f"{name}-planted").findings if f.rule == "GA1102"]
+    assert bool(advice) == (median > 0), (name, [f.title for f in advice])
+
+
+def test_the_channels_last_measurements_cover_both_signs() -> None:
+    assert {"gn_unet_bf16", "resnet50_bf16_nchw"} <= set(CHANNELS_LAST_MEASURED)
+
+
+@pytest.mark.slow
+def test_only_runs_with_cudnn_transposes_are_converted() -> None:
+    """A run without cuDNN's layout transposes is channels_last already (control_convnet, control_resnet50,
+    control_inference, the -fixed runs of the channels_last workloads) or has no NCHW convolutions: the
+    replay of the conversion changes nothing there, and GA1102 never speaks (the NHWC table's ratios,
+    applied to every 4-D op, had such runs 'gain' 5-7%)."""
+    from gpuadvisor.stepmodel.layout import layout_transposes
+
+    checked = 0
+    for run in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()):
+        result = _result(run)
+        if result.metrics_detail is None or result.source.ranks != (0,):
+            continue
+        if layout_transposes(result.metrics_detail.model).any():
+            continue
+        assert _channels_last_speedup(run) == pytest.approx(1.0), run
+        assert all(f.rule != "GA1102" for f in result.findings), run
+        checked += 1
+    assert checked >= 50
+
+
+def test_gn_unet_groupnorm_gives_back_nchw_and_the_convolutions_convert() -> None:
+    """gn_unet_bf16 in channels_last: GroupNorm runs on NCHW copies on the GPU, so the upsampling, pooling and
+    concatenations after it stay NCHW and the convolutions convert their inputs (5.8 ms per step at the
+    table's conversion cost, where cuDNN's transposes took 6.3 ms); GroupNorm at the table's ratio for its
+    activations. Measured 0.76x; the replay says 0.88x."""
+    from gpuadvisor.stepmodel.layout import channels_last_plan
+
+    result = _result("gn_unet_bf16-planted")
+    assert result.metrics_detail is not None
+    plan = channels_last_plan(result.metrics_detail.model)
+    assert plan.breakers == {"group_norm"}
+    by = {(f.family, f.dtype): f for f in plan.families}
+    assert by[("upsample", "fp32")].nchw_share == pytest.approx(1.0)
+    assert by[("group_norm", "fp32")].ratio is not None and by[("group_norm", "fp32")].ratio > 1.5
+    assert 4000 < plan.conversion_us < 8000 and plan.saving_us < 0
+    assert 0.8 < _channels_last_speedup("gn_unet_bf16-planted") < 0.95
+
+
+def test_a_raw_trace_gets_the_busy_time_finding_of_its_profile_run() -> None:
+    """Issue 41 item 6: gemm_odd_shapes under `gpuadvisor profile` and as a plain torch.profiler trace
+    (record_shapes, no gpuadvisor in the process), recorded minutes apart on one H200. GA1104 is the top
+    finding of both; the raw trace prices it lower (its host keeps the profiler's cost: the padded step
+    replays at the profiled host's pace), and given the plain step time it prices it as the run does."""
+    from gpuadvisor.analysis import analyze
+
+    pair = SAMPLES / "gemm_odd_shapes_raw_pair-profiled"
+    run = _result(pair.name)
+    raw = analyze(pair / "raw_trace.json.gz")
+    assert raw.source.kind == "trace"
+    top_run, top_raw = run.findings[0], raw.findings[0]
+    assert top_run.rule == top_raw.rule == "GA1104"
+    assert top_run.severity.value == top_raw.severity.value == "high"
+    run_impact, raw_impact = top_run.impact or 0.0, top_raw.impact or 0.0
+    assert 0.3 < raw_impact < run_impact, (raw_impact, run_impact)
+    # the same misaligned GEMMs, within the noise of two recordings
+    key = "misaligned_time_per_step_us"
+    assert top_raw.evidence[key] == pytest.approx(top_run.evidence[key], rel=0.05)
+    priced = analyze(pair / "raw_trace.json.gz", step_time_ms=run.metrics["run_mean_step_ms"])
+    ga1104 = next(f for f in priced.findings if f.rule == "GA1104")
+    assert abs((ga1104.impact or 0.0) - run_impact) <= 0.05, (ga1104.impact, run_impact)
+    # measured on the H200 (2026-11-26): padding saved 63%
+    assert abs(run_impact - 0.63) <= 0.05
+
+
+def _top(run: str) -> Any:
+    return _result(run).findings[0]
+
+
+def test_checkpointed_gpt_is_priced_by_its_recomputation() -> None:
+    """gpt_checkpointed: every block under torch.utils.checkpoint, 4.6 GB peak of a 150 GB GPU. GA803 is the
+    top finding and drops all of the recomputation (the saved activations fit)."""
+    top = _top("gpt_checkpointed-planted")
+    assert top.rule == "GA803" and top.remedy == "drop_activation_checkpointing"
+    ev = top.evidence
+    assert ev["recomputed_ops_per_step"] == 216 and ev["recompute_removed_fraction"] == 1.0
+    assert ev["peak_allocated_bytes"] + ev["saved_activation_bytes"] < 0.1 * ev["memory_capacity_bytes"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 53% (2.11x), GA803 prices 18%: the step is host-bound under the profiler (94 ms profiled, "
+    "55.7 ms plain) and the recompute regions hold 19 ms of its host time; the rest of what checkpointing costs "
+    "the host is not located in the trace (a recording of --fix no_checkpointing would show where)",
+)
+def test_checkpointed_gpt_price_is_within_25_points_of_the_measurement() -> None:
+    assert abs((_top("gpt_checkpointed-planted").impact or 0.0) - 0.53) <= 0.25
+
+
+def test_empty_cache_in_the_loop_is_priced_by_its_removal() -> None:
+    """empty_cache_loop: torch.cuda.empty_cache() after every step; removing it measured 1.41x (29%)."""
+    top = _top("empty_cache_loop-planted")
+    assert top.rule == "GA802" and top.remedy == "remove_empty_cache"
+    assert top.evidence["free_time_outside_ops_fraction"] == 1.0
+    assert abs((top.impact or 0.0) - 0.29) <= 0.05
+
+
+def test_a_big_synchronous_save_names_the_background_save() -> None:
+    """big_checkpoint: a 0.9 GB torch.save every 20 steps. GA304 names the background save, priced from the
+    GPU bytes the capture recorded (copy to pinned memory on the step, the write off it)."""
+    top = _top("big_checkpoint-planted")
+    assert top.rule == "GA304" and top.remedy == "async_checkpoint"
+    save = top.evidence["async_save"]
+    assert top.evidence["occurrences"] == 4 and top.evidence["period_steps"] == 20
+    assert save["bytes_basis"] == "gpu_tensors" and save["bytes_copied"] == 906264640
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 39% (1.63x, band 1.40-2.02), priced 3.5%: the write is taken as the synchronous save less a "
+    "pinned copy (1.40 s) and the next save, 52 ms later, waits for it; the measured loop lost about 0.96 s per "
+    "save in the background against 1.85 s synchronously, so the synchronous save's own copy of the CUDA "
+    "tensors to pageable memory took far longer than the capture can tell (it times the whole save only)",
+)
+def test_the_background_save_price_is_within_25_points_of_the_measurement() -> None:
+    assert abs((_top("big_checkpoint-planted").impact or 0.0) - 0.39) <= 0.25
+
+
+def test_a_squared_error_is_not_a_vocabulary_loss() -> None:
+    """mse_wide_head: a hand-written FP32 squared error over [4096, 65536] outputs (issue 41 item 2: the loss
+    rule matched any row-wise loss, '169% of the step'). GA1105 stays quiet; no finding claims it."""
+    result = _result("mse_wide_head-planted")
+    assert all(f.rule != "GA1105" for f in result.findings)

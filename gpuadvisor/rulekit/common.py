@@ -82,19 +82,22 @@ PROFILER_NOTE = (
 
 
 def prediction_sentence(pred: Prediction, what: str) -> str:
-    """ "Replaying the steps with <what>: 14.6 -> 4.5 ms per step (3.26x)." (per sample for a batch change)."""
+    """ "Replaying the steps with <what>: 14.6 -> 4.5 ms per step (3.26x)." (per sample for a batch
+    change); "... ms per mean step" when the prediction is on the run's mean step (issue 38: the numbers
+    are then the mean step's, stalls and costs between steps included, not the profiled step's)."""
+    step = "mean step" if pred.median_step_ms is not None else "step"
     if pred.batch_multiplier != 1.0:
         m = pred.batch_multiplier
         now, then = apart(pred.baseline_step_ms, pred.predicted_step_ms, 2)
         if now == then:
-            return f"Replaying the steps with {what}: still {now} ms per step, so {times(pred.speedup)} the samples/s."
+            return f"Replaying the steps with {what}: still {now} ms per {step}, so {times(pred.speedup)} the samples/s."
         return (
-            f"Replaying the steps with {what}: {now} ms per step now, "
-            f"{then} ms per step at {m:g}x the batch: {times(pred.speedup)} the samples/s."
+            f"Replaying the steps with {what}: {now} ms per {step} now, "
+            f"{then} ms per {step} at {m:g}x the batch: {times(pred.speedup)} the samples/s."
         )
     return (
         f"Replaying the steps with {what}: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} "
-        f"per step ({times(pred.speedup)})."
+        f"per {step} ({times(pred.speedup)})."
     )
 
 
@@ -106,9 +109,15 @@ def impact_explanation(pred: Prediction, what: str) -> str:
         else "the step as traced (no correction for the profiler's own cost)"
     )
     per = "per sample" if pred.batch_multiplier != 1.0 else "per step"
+    on_run = (
+        "; carried to the run's mean step (the typical step scaled by the replay, stalls and costs between "
+        "steps kept unless the remedy removes them)"
+        if pred.median_step_ms is not None
+        else ""
+    )
     return (
         f"1 - predicted/observed time {per}, from a replay of the analyzed steps (host calls, waits and "
-        f"GPU work with their dependencies) with {what}, calibrated to {basis}."
+        f"GPU work with their dependencies) with {what}, calibrated to {basis}{on_run}."
     )
 
 

@@ -3,39 +3,57 @@
 Converting a conv net to `torch.channels_last` changes every op that reads its 4-D activations, not
 only the convolutions: cuDNN's layout transposes around its NHWC kernels go, BatchNorm runs its
 channels-last kernels, and other families (GroupNorm, upsampling, pooling...) take their own NHWC path,
-which PyTorch may implement well, poorly, or by converting back. Which way each family goes is a
-measured fact per op family and dtype, not a pattern: `benchmarks/nhwc_table.py` times each family in
-both layouts on a GPU (forward and backward, CUDA events, medians) and its result ships as
-`gpuadvisor/data/nhwc_table.json`.
+which PyTorch may implement well, poorly, or by converting back. Which way each family goes is
+measured, not assumed: `benchmarks/nhwc_table.py` times each family in both layouts on a GPU and its
+result ships as `gpuadvisor/data/nhwc_table.json` (gpuadvisor.stepmodel.nhwc reads it).
 
 `channels_last_plan(model)` puts every kernel of the analyzed steps that works on a 4-D activation
 into its family (`op_family`, from the launching op's name and recorded shapes) and gives it the factor
-the conversion applies to its duration:
+the conversion applies to its duration. Only a run whose convolutions show cuDNN's layout transposes
+is known to run in NCHW; without them nothing changes (a channels_last net has none).
 
-- a family the table measured for the kernel's dtype: the measured ratio (channels_last time / NCHW
-  time of the op, every kernel it launches: a convolution's transposes included), slower or faster;
-- a family the table lacks, where the mechanism is known by construction: cuDNN's layout transposes
-  launched by a convolution go (its NHWC kernels are the ones it already runs), BatchNorm runs its
-  channels-last kernels at the calibrated bytes model (`BusyConstants.channels_last_norm_fraction`);
-- any other unmeasured family keeps its time, and counts as unmeasured: the advice built on the replay
-  is then unproven (GA1102 says so and rates it at most medium).
+- Convolutions (plain, depthwise, grouped) follow the user's own trace: cuDNN's transposes go, its NHWC
+  kernels are the ones it already runs, and a convolution it runs without transposes keeps its kernels.
+  The table's convolutions, timed alone, are not used: on the three networks whose conversion was
+  measured end to end (ResNet-50 FP32 and bf16, a bf16 UNet: 30%, 46%, 58%), removing the transposes
+  predicted 31%, 49%, 67%, and the table's conv and BatchNorm ratios (bf16 0.73x and 1.13x) 5%, 1%, 0%.
+  BatchNorm likewise: its channels-last kernels at the calibrated bytes model
+  (`BusyConstants.channels_last_norm_fraction`; control_resnet50's recorded channels-last BatchNorm took
+  what it predicts).
+- Every other kernel of a family the table measured for its dtype: the ratio at the measured shape
+  nearest its activation (`NhwcTable.ratio_at`), slower or faster.
+- Any other family keeps its time and counts as unmeasured: the advice built on the replay is then
+  unproven (GA1102 says so and rates it at most medium).
+- Families whose channels_last path gives back NCHW on the GPU (GroupNorm, InstanceNorm:
+  `NhwcTable.converts_back`) end the channels_last activations (`layout_flow`): walking each analyzed
+  step's forward, the ops after such a family and before the next convolution see NCHW tensors in the
+  converted net too, and run as they do now; a convolution fed by them gets an NCHW input with
+  channels_last weights, which PyTorch converts (`input.contiguous(channels_last)`) in the forward and
+  converts back for its gradient in the backward, at the conversion cost the table measured
+  (`NhwcTable.conversion_ps_per_element`) instead of cuDNN's transposes.
 
-Without the data file (or with a family missing from it) everything falls back to the second and third
-cases: the machinery works with an empty table.
+Without the data file everything but the convolutions' transposes and BatchNorm is unmeasured: the
+machinery works with an empty table.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.stepmodel.busy import BUSY, BusyConstants, _parse, _peak, _shapes
+from gpuadvisor.stepmodel.build import within
+from gpuadvisor.stepmodel.busy import BUSY, BusyConstants, _parse, _peak, _prod, _shapes
 from gpuadvisor.stepmodel.kernels import column_codes, combined_codes
+from gpuadvisor.stepmodel.nhwc import (
+    FAMILIES,
+    FAMILY_LABELS,
+    SAME_SPEED_BAND,
+    NhwcEntry,
+    NhwcTable,
+    load_nhwc_table,
+    table_dtype,
+)
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -45,144 +63,21 @@ __all__ = [
     "FAMILY_LABELS",
     "ChannelsLastPlan",
     "FamilyTime",
+    "LayoutFlow",
     "NhwcEntry",
     "NhwcTable",
     "channels_last_plan",
+    "layout_flow",
     "layout_transposes",
     "load_nhwc_table",
     "op_family",
     "table_dtype",
 ]
 
-FAMILIES: tuple[str, ...] = (
-    "conv",
-    "conv_depthwise",
-    "conv_grouped",
-    "batch_norm",
-    "group_norm",
-    "layer_norm_channels",
-    "instance_norm",
-    "pooling",
-    "upsample",
-    "elementwise",
-    "cat",
-)
-
-FAMILY_LABELS: Mapping[str, str] = {
-    "conv": "convolutions",
-    "conv_depthwise": "depthwise convolutions",
-    "conv_grouped": "grouped convolutions",
-    "batch_norm": "BatchNorm",
-    "group_norm": "GroupNorm",
-    "layer_norm_channels": "LayerNorm over channels",
-    "instance_norm": "InstanceNorm",
-    "pooling": "pooling",
-    "upsample": "upsampling/interpolate",
-    "elementwise": "elementwise ops on 4-D activations",
-    "cat": "concatenation",
-}
-
 # What an unmeasured family might cost in channels_last: an op whose NHWC path converts its input back to
 # NCHW and its output to channels_last inside moves its activations twice more than it does today, about
 # twice its time for a memory-bound op (the worst case the advice must survive to be called proven).
 UNMEASURED_WORST_RATIO = 2.0
-
-# A measured ratio within this band of 1 is "the same speed" in words (the replay uses the ratio as is).
-SAME_SPEED_BAND = 0.05
-
-# The table's dtypes: FP32 data is one entry whether cuDNN runs its convolutions in TF32 (the default)
-# or not; the kernel table says "tf32" for FP32 data on tensor cores.
-_TABLE_DTYPE: Mapping[str, str] = {"fp32": "fp32", "tf32": "fp32", "bf16": "bf16", "fp16": "fp16"}
-
-TABLE_RESOURCE = "nhwc_table.json"
-
-
-def table_dtype(kernel_dtype: str) -> str | None:
-    """The NHWC table's dtype key of a kernel-table dtype (None: not a dtype the table measures)."""
-    return _TABLE_DTYPE.get(kernel_dtype)
-
-
-# ---- the measured table ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NhwcEntry:
-    """One family in one dtype: the median over the measured shapes of channels_last time / NCHW time
-    (forward + backward), and the range over the shapes."""
-
-    ratio: float
-    low: float
-    high: float
-    shapes: int
-
-    @property
-    def slower(self) -> bool:
-        return self.ratio > 1.0 + SAME_SPEED_BAND
-
-    @property
-    def faster(self) -> bool:
-        return self.ratio < 1.0 - SAME_SPEED_BAND
-
-
-@dataclass(frozen=True)
-class NhwcTable:
-    """The measured NHWC table (`gpuadvisor/data/nhwc_table.json`), keyed by family and dtype; empty
-    when the file is absent or unreadable (`problem` says why)."""
-
-    entries: Mapping[tuple[str, str], NhwcEntry] = field(default_factory=dict)
-    source: Mapping[str, Any] = field(default_factory=dict)
-    problem: str | None = None
-
-    def get(self, family: str, dtype: str) -> NhwcEntry | None:
-        return self.entries.get((family, dtype))
-
-    @property
-    def where(self) -> str:
-        """Where it was measured, in words ("" when unknown)."""
-        parts = [str(self.source[k]) for k in ("gpu", "torch") if self.source.get(k)]
-        return ", ".join(parts)
-
-    @classmethod
-    def from_json(cls, doc: Any) -> NhwcTable:
-        """Read benchmarks/nhwc_table.py's JSON (its `families` summary); entries that are not
-        {family: {dtype: {"ratio": positive number, ...}}} are dropped."""
-        if not isinstance(doc, Mapping):
-            return cls(problem="not a JSON object")
-        families = doc.get("families")
-        entries: dict[tuple[str, str], NhwcEntry] = {}
-        if isinstance(families, Mapping):
-            for fam, by_dtype in families.items():
-                if fam not in FAMILIES or not isinstance(by_dtype, Mapping):
-                    continue
-                for dt, e in by_dtype.items():
-                    if not isinstance(e, Mapping) or dt not in ("fp32", "bf16", "fp16"):
-                        continue
-                    ratio = e.get("ratio")
-                    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 100:
-                        continue
-                    low, high = e.get("min", ratio), e.get("max", ratio)
-                    entries[(str(fam), str(dt))] = NhwcEntry(
-                        ratio=float(ratio),
-                        low=float(low) if isinstance(low, (int, float)) else float(ratio),
-                        high=float(high) if isinstance(high, (int, float)) else float(ratio),
-                        shapes=int(e.get("shapes", 1)) if isinstance(e.get("shapes"), int) else 1,
-                    )
-        source = doc.get("source")
-        return cls(entries=entries, source=dict(source) if isinstance(source, Mapping) else {})
-
-
-@lru_cache(maxsize=1)
-def load_nhwc_table() -> NhwcTable:
-    """The table shipped in the package (read once); an empty table when it is not there yet."""
-    try:
-        text = resources.files("gpuadvisor").joinpath("data").joinpath(TABLE_RESOURCE).read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
-        return NhwcTable(problem="no NHWC table in this installation (gpuadvisor/data/nhwc_table.json)")
-    try:
-        return NhwcTable.from_json(json.loads(text))
-    except ValueError as exc:
-        return NhwcTable(problem=f"the NHWC table is not valid JSON: {exc}")
-
 
 # ---- op families -------------------------------------------------------------------------------------------
 
@@ -300,6 +195,108 @@ def layout_transposes(model: StepModel) -> Any:
     return out
 
 
+# ---- which activations stay NCHW in the converted net ------------------------------------------------------
+
+
+def _activation(op: str, dims: str) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(the 4-D activation an op reads, a convolution's weight) from its recorded input dims: a
+    convolution's backward reads [grad_out, input, weight]; a concatenation its first tensor."""
+    if op == "aten::cat":
+        head = _parse(dims)[:1]
+        tensors = [tuple(t) for t in (head[0] if head and isinstance(head[0], list) else []) if isinstance(t, list)]
+        return next((t for t in tensors if len(t) == 4), None), None
+    shapes = _shapes(dims)
+    if op in _CONV_OPS and "backward" in op.lower() and len(shapes) >= 3:
+        return shapes[1], shapes[2]
+    x = shapes[0] if shapes and _four_d(shapes[0]) else None
+    return x, (shapes[1] if op in _CONV_OPS and len(shapes) >= 2 else None)
+
+
+def _variant(op: str) -> str:
+    """The word of the NHWC table's variant names that an op's name spells ("" when none)."""
+    name = op.lower()
+    return next((v for v in ("bilinear", "bicubic", "nearest", "max", "avg") if v in name), "")
+
+
+_ENGINE_PREFIX = "autograd::engine::evaluate_function"
+
+
+@dataclass(frozen=True)
+class LayoutFlow:
+    """Where the converted net's activations would be NCHW again: per family, the share of its forward
+    work (by activation elements) that comes after a family converting back and before the next
+    convolution; per convolution (input, weight) shapes, the share of its calls fed that way."""
+
+    breakers: frozenset[str] = frozenset()  # the converting-back families the forward runs
+    family_share: dict[str, float] = field(default_factory=dict)
+    conv_share: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = field(default_factory=dict)
+
+
+def layout_flow(model: StepModel, table: NhwcTable) -> LayoutFlow:
+    """Walk each analyzed step's forward (the ops outside the autograd engine's backward, the outermost of
+    each nest) with the layout the converted net would have: channels_last from the step's start and
+    after every convolution, NCHW after a family of `table.converts_back`. Skip connections are not
+    followed: the walk is in the order the ops ran."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    ops = model.trace.cpu_ops
+    win = model.window
+    if len(ops) == 0 or win.count == 0:
+        return LayoutFlow()
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    end = ops["end"].to_numpy(dtype=np.float64)
+    tid = ops["tid"].astype("float64").to_numpy()
+    dims = ops["input_dims"].fillna("").astype(str).to_numpy(dtype=object)
+    step = win.step_index(ts)
+    engine = np.array([n.startswith(_ENGINE_PREFIX) for n in names], dtype=bool)
+    backward = np.zeros(len(ops), dtype=bool)
+    for t in np.unique(tid[engine]).tolist():
+        on = tid == t
+        backward[on] = within(ts[engine & on], end[engine & on], ts[on])
+    cand = np.flatnonzero((step >= 0) & ~backward & ~engine)
+    cand = cand[np.argsort(ts[cand], kind="stable")]
+    walked: list[tuple[int, str]] = []
+    last_end: dict[float, float] = {}
+    for i in cand.tolist():
+        name = str(names[i])
+        if "backward" in name.lower() or ts[i] < last_end.get(float(tid[i]), -np.inf):
+            continue
+        fam = op_family(name, str(dims[i]), "")
+        if fam is None:
+            continue
+        last_end[float(tid[i])] = float(end[i])
+        walked.append((i, fam))
+    breakers = frozenset(f for _, f in walked if f in table.converts_back)
+    if not breakers:
+        return LayoutFlow()
+    fam_w: dict[str, list[float]] = {}
+    conv_n: dict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = {}
+    nchw, current = False, -1
+    for i, fam in walked:
+        if step[i] != current:  # each step's input arrives in channels_last
+            nchw, current = False, int(step[i])
+        x, w = _activation(str(names[i]), str(dims[i]))
+        weight = float(_prod(x)) if x else 1.0
+        acc = fam_w.setdefault(fam, [0.0, 0.0])
+        acc[0] += weight
+        acc[1] += weight if nchw else 0.0
+        if fam.startswith("conv"):
+            if x is not None and w is not None:
+                n = conv_n.setdefault((x, w), [0.0, 0.0])
+                n[0] += 1.0
+                n[1] += 1.0 if nchw else 0.0
+            nchw = False
+        elif fam in table.converts_back:
+            nchw = True
+    return LayoutFlow(
+        breakers=breakers,
+        family_share={f: a[1] / a[0] for f, a in fam_w.items() if a[0] > 0},
+        conv_share={k: n[1] / n[0] for k, n in conv_n.items() if n[0] > 0},
+    )
+
+
 # ---- the plan -----------------------------------------------------------------------------------------------
 
 MEASURED = "measured"  # the NHWC table's ratio for the family and dtype
@@ -316,8 +313,10 @@ class FamilyTime:
     dtype: str
     time_per_step_us: float
     status: str  # MEASURED / STRUCTURAL / UNMEASURED
-    ratio: float | None  # the table's ratio (MEASURED), else None
+    ratio: float | None  # the ratio the table measured (MEASURED: time-weighted over its kernels), else None
     predicted_per_step_us: float  # its time after the conversion in the replay
+    nchw_share: float = 0.0  # the share of its time that would still see NCHW tensors (`layout_flow`)
+    conversion_per_step_us: float = 0.0  # PyTorch's conversions of NCHW inputs to convolutions, added
 
     @property
     def label(self) -> str:
@@ -331,6 +330,8 @@ class FamilyTime:
             "status": self.status,
             "ratio": None if self.ratio is None else round(self.ratio, 3),
             "predicted_per_step_us": round(self.predicted_per_step_us, 1),
+            "nchw_share": round(self.nchw_share, 3),
+            "conversion_per_step_us": round(self.conversion_per_step_us, 1),
         }
 
 
@@ -339,6 +340,7 @@ class ChannelsLastPlan:
     factor: Any  # per kernel-table row: the factor the conversion applies to its duration
     families: list[FamilyTime]
     table: NhwcTable
+    breakers: frozenset[str] = frozenset()  # families converting back that the forward runs
 
     @property
     def saving_us(self) -> float:
@@ -348,6 +350,11 @@ class ChannelsLastPlan:
     @property
     def unmeasured_us(self) -> float:
         return sum(f.time_per_step_us for f in self.families if f.status == UNMEASURED)
+
+    @property
+    def conversion_us(self) -> float:
+        """PyTorch's conversions of NCHW activations into channels_last convolutions, per step."""
+        return sum(f.conversion_per_step_us for f in self.families)
 
     @property
     def slower(self) -> list[FamilyTime]:
@@ -383,7 +390,9 @@ def channels_last_plan(
     t = model.kernel_table
     n = len(t)
     factor = np.ones(n)
-    if n == 0:
+    transposes = layout_transposes(model)
+    if n == 0 or not transposes.any():
+        # no cuDNN transposes: nothing says the activations are NCHW (a channels_last net has none)
         return ChannelsLastPlan(factor, [], table)
     op_c, op_u = column_codes(model, "op_name")
     dims_c, dims_u = column_codes(model, "op_input_dims")
@@ -401,12 +410,18 @@ def channels_last_plan(
         two_bytes = "bf16" if (dtype == "bf16").any() or not (dtype == "fp16").any() else "fp16"
         by_name = np.array([_dtype_in_name(x, two_bytes) for x in name_u], dtype=object)
         dtype = np.where(dtype == "", by_name[name_c], dtype)
-    transposes = layout_transposes(model)
     # the transposes belong to the convolution that launched them (a conv op's every kernel is the
     # family's time); those named by cuDNN without a known op too
     family = np.where(transposes & (family == None), "conv", family)  # noqa: E711
-    norm_f = _batch_norm_bytes_factor(model, c) if transposes.any() else np.ones(n)
+    acts = [_activation(o, d) for o, d, _ in uniques]
+    elements = np.array([float(_prod(x)) if x else np.nan for x, _ in acts])[codes]
+    variant_u = np.array([_variant(o) for o, _, _ in uniques], dtype=object)
+    variant = variant_u[codes]
+    group, _ = combined_codes(op_c, dims_c)  # the launching op and its shapes
+    flow = layout_flow(model, table)
+    norm_f = _batch_norm_bytes_factor(model, c)
     status = np.full(n, "", dtype=object)
+    measured = np.full(n, np.nan)
     dur = t["dur"].to_numpy(dtype=np.float64)
     for fam in FAMILIES:
         sel = family == fam
@@ -414,40 +429,95 @@ def channels_last_plan(
             continue
         for dt in sorted(set(dtype[sel].tolist())):
             rows = sel & (dtype == dt)
-            entry = table.get(fam, dt) if dt else None
-            if entry is not None:
-                factor[rows] = entry.ratio
-                status[rows] = MEASURED
-            elif fam in ("conv", "conv_grouped", "conv_depthwise") and transposes[rows].any():
-                # cuDNN already runs NHWC kernels here: channels_last removes the transposes, nothing else
+            if fam.startswith("conv"):
+                # cuDNN already runs NHWC kernels where it transposes: channels_last removes the transposes,
+                # nothing else; a convolution it runs without them keeps its kernels
                 factor[rows & transposes] = 0.0
                 status[rows] = STRUCTURAL
-            elif fam == "batch_norm" and transposes.any() and c.channels_last_norm_fraction is not None:
+                continue
+            if fam == "batch_norm" and c.channels_last_norm_fraction is not None:
                 factor[rows] = norm_f[rows]
                 status[rows] = STRUCTURAL
-            else:
-                status[rows] = UNMEASURED
+                continue
+            rest = rows & (status == "")
+            for i in np.flatnonzero(rest).tolist():
+                r = table.ratio_at(fam, dt, elements[i], str(variant[i])) if dt else None
+                if r is not None:
+                    factor[i] = measured[i] = r
+            status[rest & ~np.isnan(measured)] = MEASURED
+            status[rest & np.isnan(measured)] = UNMEASURED
+    share = np.zeros(n)
+    for fam, s in flow.family_share.items():
+        share[family == fam] = s
+    conversion = _conversions(model, table, flow, family, dtype, group, codes, acts)
+    share[[str(f).startswith("conv") for f in family]] = 0.0  # fed convolutions: converted instead (above)
+    factor = share + (1.0 - share) * factor + np.where(dur > 0, conversion / np.where(dur > 0, dur, 1.0), 0.0)
     steps = max(1, model.window.count)
     families: list[FamilyTime] = []
     for fam in FAMILIES:
         for dt in sorted({str(d) for d in dtype[family == fam].tolist()}):
             rows = (family == fam) & (dtype == dt)
-            entry = table.get(fam, dt) if dt else None
+            m = rows & ~np.isnan(measured)
+            total = float(dur[rows].sum())
             families.append(
                 FamilyTime(
                     family=fam,
                     dtype=dt or "unknown",
-                    time_per_step_us=float(dur[rows].sum()) / steps,
-                    status=str(status[rows][0]),
-                    ratio=entry.ratio if entry is not None else None,
+                    time_per_step_us=total / steps,
+                    status=_main_status(status[rows], dur[rows]),
+                    ratio=float((dur[m] * measured[m]).sum() / dur[m].sum()) if dur[m].sum() > 0 else None,
                     predicted_per_step_us=float((dur[rows] * factor[rows]).sum()) / steps,
+                    nchw_share=float((dur[rows] * share[rows]).sum() / total) if total > 0 else 0.0,
+                    conversion_per_step_us=float(conversion[rows].sum()) / steps,
                 )
             )
     families.sort(key=lambda f: -f.time_per_step_us)
-    plan = ChannelsLastPlan(factor, families, table)
+    plan = ChannelsLastPlan(factor, families, table, flow.breakers)
     if cache:
         model._derived["channels_last_plan"] = plan
     return plan
+
+
+def _main_status(status: Any, dur: Any) -> str:
+    """The status holding most of the time of a family's kernels."""
+    by: dict[str, float] = {}
+    for s, d in zip(status.tolist(), dur.tolist(), strict=True):
+        by[str(s) or UNMEASURED] = by.get(str(s) or UNMEASURED, 0.0) + float(d)
+    return max(sorted(by), key=lambda s: by[s]) if by else UNMEASURED
+
+
+def _conversions(
+    model: StepModel, table: NhwcTable, flow: LayoutFlow, family: Any, dtype: Any, group: Any, codes: Any, acts: Any
+) -> Any:
+    """Per kernel-table row: the time (us, over the analyzed steps) PyTorch's conversion of a convolution's
+    NCHW input to channels_last adds (forward), and of its input gradient back (a backward that computes
+    it), spread over the op's kernels by duration: the op's calls x their share fed NCHW (`layout_flow`)
+    x the input's elements x the table's conversion cost per element."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    t = model.kernel_table
+    out = np.zeros(len(t))
+    if not flow.conv_share:
+        return out
+    dur = t["dur"].to_numpy(dtype=np.float64)
+    cls = t["class"].to_numpy(dtype=object)
+    ext = model.window_kernels["external_id"].to_numpy(dtype=np.float64)
+    is_conv = np.array([str(f).startswith("conv") for f in family], dtype=bool)
+    for g in np.unique(group[is_conv]).tolist():
+        rows = is_conv & (group == g)
+        x, w = acts[int(codes[np.flatnonzero(rows)[0]])]
+        share = flow.conv_share.get((x, w), 0.0) if x is not None and w is not None else 0.0
+        rate = table.conversion_ps_per_element(str(dtype[rows][0]) or "fp32")
+        if share <= 0 or rate is None or x is None:
+            continue
+        if "conv_dgrad" not in set(cls[rows].tolist()) and "conv_fprop" not in set(cls[rows].tolist()):
+            continue  # a weight gradient alone: its input is converted already
+        ids = np.unique(ext[rows][~np.isnan(ext[rows])])
+        calls = len(ids) if len(ids) else int((rows & ~layout_transposes(model)).sum())
+        added = calls * share * float(_prod(x)) * rate / 1e6
+        out[rows] = added * dur[rows] / dur[rows].sum() if dur[rows].sum() > 0 else 0.0
+    return out
 
 
 def _dtype_in_name(kernel: str, two_bytes: str) -> str:

@@ -33,8 +33,15 @@ def test_the_table_script_measures_each_family_and_gpuadvisor_reads_it(tmp_path:
     m = doc["measurements"][0]
     assert {"family", "variant", "dtype", "shape", "nchw_us", "channels_last_us", "ratio"} <= set(m)
     assert m["ratio"] == pytest.approx(m["channels_last_us"] / m["nchw_us"], rel=1e-3)
+    # each channels_last run says whether the op kept the layout; the conversion itself is timed per dtype
+    assert all(isinstance(m["output_channels_last"], bool) for m in doc["measurements"])
+    assert set(doc["converts_back"]) <= set(FAMILIES)
+    assert {c["dtype"] for c in doc["conversions"]} == {"fp32", "bf16"}
+    assert all("ps_per_element" in c for c in doc["conversions"]) and set(doc["conversion"]) == {"fp32", "bf16"}
     table = NhwcTable.from_json(doc)
     assert len(table.entries) == 2 * len(FAMILIES)
+    assert len(table.measurements) == len(doc["measurements"])
+    assert table.recorded_converts_back == frozenset(doc["converts_back"])
 
 
 def test_unknown_family_is_a_usage_error() -> None:

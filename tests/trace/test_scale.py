@@ -259,17 +259,15 @@ def test_50mb_trace_memory_bound(tmp_path: Path) -> None:
     subprocess. The previous whole-document loader needed about 9x; the streaming loader needs
     about 2.6x here (one 8 MiB block of parsed dicts is a fixed ~80 MB on top of the tables), and
     1.4x on a 1 GB trace (docs/performance.md)."""
-    st = _synthetic(1)
-    one = [orjson.dumps(e) for e in st.to_dict()["traceEvents"]]
-    unit = b",\n".join(one)
-    reps = int(50e6 / len(unit)) + 1
+    # one synthetic step is ~3.3 KB of JSON: enough distinct steps (their own times and correlation ids;
+    # copies of one step would be dropped as duplicates) for ~50 MB
+    unit = len(b",\n".join(orjson.dumps(e) for e in _synthetic(1).to_dict()["traceEvents"]))
+    st = _synthetic(int(50e6 / unit) + 1)
     p = tmp_path / "big.json"
-    with p.open("wb") as fh:
-        fh.write(orjson.dumps(st.top)[:-1] + b', "traceEvents": [\n')
-        fh.write(b",\n".join([unit] * reps))
-        fh.write(b"\n]}")
+    p.write_bytes(orjson.dumps(st.to_dict()))
     size = p.stat().st_size
+    assert size > 45e6
     before_kb, after_kb, n_ops = load_in_fresh_process(p)
-    assert n_ops == reps * sum(1 for e in st.events if e.get("cat") == "cpu_op")
+    assert n_ops == sum(1 for e in st.events if e.get("cat") == "cpu_op")
     delta = (after_kb - before_kb) * 1024
     assert delta < 3 * size, f"RSS grew {delta / 1e6:.0f} MB for a {size / 1e6:.0f} MB trace"
