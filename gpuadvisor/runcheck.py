@@ -705,8 +705,25 @@ def check_manifest(doc: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
 def check_environment(
     doc: Mapping[str, Any], notes: list[str], name: str = "environment.json"
 ) -> dict[str, Any]:
-    """environment.json with every known value checked (see the module docstring)."""
-    return _check(_ENVIRONMENT, name, doc, notes)
+    """environment.json with every known value checked (see the module docstring), and a peak of memory
+    larger than the GPU's memory (environment.json's total_bytes, else its first GPU's) left out: no
+    device allocates more than it has, and the report would print a share of it in the billions of %."""
+    out = _check(_ENVIRONMENT, name, doc, notes)
+    mem = out.get("memory")
+    if isinstance(mem, dict):
+        total = mem.get("total_bytes")
+        gpus = out.get("gpus")
+        if total is None and isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
+            total = gpus[0].get("total_memory_bytes")
+        if isinstance(total, int) and total > 0:
+            ctx = _Ctx()
+            for key in ("peak_allocated_bytes", "peak_reserved_bytes"):
+                peak = mem.get(key)
+                if isinstance(peak, int) and peak > total:
+                    ctx.drop(f"memory.{key}", f"{_short(peak)} is more than the GPU's {total} bytes")
+                    del mem[key]
+            _note(name, ctx, notes)
+    return out
 
 
 def check_callsites(doc: Mapping[str, Any], notes: list[str], name: str = "callsites.json") -> dict[str, Any]:

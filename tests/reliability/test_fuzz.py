@@ -241,16 +241,9 @@ def test_no_fuzzed_run_directory_is_an_internal_error(tmp_path: Path, name: str)
     assert not failures, "\n".join(failures)
 
 
-# Found by this test on 2026-11-28 (h39): a ProfilerStep#N with N >= 2^63 (OverflowError in
-# trace/steps.py; fixed by the trace reader's part of issue 39) and, still after it, a kernel's `stream`
-# of 1e29 or -1e300 (tutorial_cnn-planted cases 8 and 28: the loader keeps a NaN stream id, and
-# stepmodel/replay.py's stream map raises KeyError: nan). That one is the trace reader's to fix; the
-# expectation goes when it is.
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=False,
-    reason="a kernel stream id beyond float64's integers reads as NaN (trace reader): KeyError in the replay",
-)
+# Found by this test on 2026-11-28: a ProfilerStep#N with N >= 2^63 (OverflowError in trace/steps.py)
+# and a kernel's `stream` of 1e29 or -1e300 (tutorial_cnn-planted cases 8 and 28: no int64 id, so no
+# stream; stepmodel/replay.py's stream map raised KeyError: nan). Both fixed; the cases stay in the seed.
 @pytest.mark.parametrize("name", RUNS)
 def test_no_fuzzed_trace_is_an_internal_error(tmp_path: Path, name: str) -> None:
     """Fields of a recording's trace events, damaged: an answer, never exit 70."""

@@ -925,3 +925,23 @@ def test_issue39_01_a_folder_of_traces_links_to_nothing_outside_it(tmp_path: Pat
     assert r.exit_code == 2 and "no run directory (manifest.json) and no .json/.json.gz traces" in r.output, r.output
     shutil.copy(run / "trace" / "rank0.json.gz", folder / "rank1.json.gz")
     assert ga("analyze", str(folder)).exit_code == 0
+
+
+@pytest.mark.parametrize("peak", [10**18, 10**30])
+def test_issue39_09_a_peak_beyond_the_gpu_is_no_share_of_it(tmp_path: Path, peak: int) -> None:
+    """9. '"666178667165831004160% of the GPU" printed for a peak of 1e30': a peak of memory above the
+    GPU's memory (10**18 is within the byte range, 10**30 beyond it) is left out with a note; the
+    metrics hold no share of the GPU above 100%."""
+    from gpuadvisor.analysis import analyze
+
+    run = received(tmp_path)
+    edit(run, "environment.json", lambda e: e["memory"].update(peak_reserved_bytes=peak, peak_allocated_bytes=peak))
+    result = analyze(run)
+    assert result.metrics is not None
+    fraction = result.metrics.get("peak_memory_fraction")
+    assert fraction is None or 0 <= fraction <= 1, fraction
+    assert any(n.startswith("environment.json: ") and "peak_reserved_bytes" in n for n in result.notes), result.notes
+    r = ga("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert str(peak // 85017493504 * 100) not in html
