@@ -610,7 +610,7 @@ def _verified_text(f: Finding) -> str | None:
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
-    view = source_view(loc, result.run, recorded_sites(result.run))
+    view = source_view(loc, recorded_sites(result.run))
     what = []
     if loc.function:
         what.append(("function", loc.function))
