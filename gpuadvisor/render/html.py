@@ -540,9 +540,9 @@ def _cpu_only(result: AnalysisResult) -> bool:
 
 
 def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
-    """`template` with the finding's impact and its base ("50% of the step", "87.5% of the time per
-    sample"), or "" when its title already says that number ("... saves 81% of the step (up to 81% of
-    the step)" says it twice)."""
+    """`template` with the finding's impact and its base ("50% of the mean step", "87.5% of the time per
+    sample": `gpuadvisor.model.impact_base`), or "" when its title already says that number ("... saves
+    81% of the mean step (up to 81% of the mean step)" says it twice)."""
     if f.impact is None:
         return ""
     said = {f"{100 * f.impact:.0f}%", f"{100 * f.impact:.1f}%"}
