@@ -324,6 +324,8 @@ def analyze(
 
     kind, run_dir, trace_paths = resolve_input(source_path)
     run = load_run_info(run_dir) if run_dir is not None else None
+    if run is not None:
+        trace_paths = run.trace_paths  # the same list, read once more with the notes of what was refused
     extra_notes: list[str] = []
     if trace_paths:
         traces = _load_traces(list(trace_paths), progress=progress)

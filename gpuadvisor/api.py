@@ -19,7 +19,6 @@ Bad input raises the typed errors of `gpuadvisor.errors` (each with its CLI exit
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from gpuadvisor.config import resolve_options
 from gpuadvisor.diff import diff as run_diff
 from gpuadvisor.errors import InputError, OutputExistsError
 from gpuadvisor.rundir import MANIFEST, REPORT
+from gpuadvisor.runinfo import read_manifest
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.inprocess import Capture
@@ -65,14 +65,12 @@ class Run:
         """Open an existing run directory (InputError when it has no readable manifest.json)."""
         path = Path(run_dir)
         manifest_path = path / MANIFEST
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path} is not a run directory (no {MANIFEST})") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise InputError(f"{manifest_path}: unreadable: {err}") from None
-        if not isinstance(manifest, dict):
-            raise InputError(f"{manifest_path}: not a JSON object")
+        if not manifest_path.exists():
+            raise InputError(f"{path} is not a run directory (no {MANIFEST})")
+        notes: list[str] = []
+        manifest = read_manifest(path, notes)  # read and checked as the analysis reads it
+        if not manifest:
+            raise InputError(f"{manifest_path}: unreadable: {'; '.join(notes) or 'not a JSON object'}")
         status = manifest.get("exit_status")
         return cls(run_dir=path, exit_status=status if isinstance(status, int) else 0, manifest=manifest)
 

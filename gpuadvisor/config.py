@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -41,7 +41,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from gpuadvisor import engine
+from gpuadvisor import engine, rundir
 from gpuadvisor.errors import ConfigError
 
 __all__ = [
@@ -126,14 +126,24 @@ def _tool_table(data: Mapping[str, Any]) -> Any:
     return None
 
 
-def find_config_file(start: Path | None = None) -> Path | None:
-    """The nearest pyproject.toml at or above `start` (default: cwd) with a `[tool.gpuadvisor]` table."""
+def find_config_file(
+    start: Path | None = None, inputs: Sequence[Path] = (), ignored: list[Path] | None = None
+) -> Path | None:
+    """The nearest pyproject.toml at or above `start` (default: cwd) with a `[tool.gpuadvisor]` table,
+    that is the user's own: one inside an input (`inputs`: the run directory or traces analyzed) or in
+    a run directory is data someone may have sent (its `rules-dirs` would import their code), so it is
+    passed over and appended to `ignored`."""
     here = (start or Path.cwd()).resolve()
     if here.is_file():
         here = here.parent
+    data = [Path(os.path.realpath(p)) for p in inputs]
     for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file() and _tool_table(_load_toml(candidate)) is not None:
+            if rundir.is_run_dir(folder) or any(folder == d or d in folder.parents for d in data):
+                if ignored is not None:
+                    ignored.append(candidate)
+                continue
             return candidate
     return None
 
@@ -213,12 +223,18 @@ def _parse_table(table: Any, path: Path) -> AnalysisConfig:
     return config
 
 
-def load_config(start: Path | None = None, explicit: Path | None = None) -> AnalysisConfig:
+def load_config(
+    start: Path | None = None,
+    explicit: Path | None = None,
+    inputs: Sequence[Path] = (),
+    ignored: list[Path] | None = None,
+) -> AnalysisConfig:
     """Load the analysis configuration.
 
     With `explicit`, read that file (a pyproject.toml's `[tool.gpuadvisor]` table, or the top level
     of any other TOML file); a missing file is a ConfigError. Otherwise use the nearest pyproject.toml
-    with a `[tool.gpuadvisor]` table at or above `start` (default: the working directory), or the
+    with a `[tool.gpuadvisor]` table at or above `start` (default: the working directory) that is not
+    inside an input or a run directory (`find_config_file`; those passed over go to `ignored`), or the
     defaults when there is none. Raises ConfigError (exit code 2) with a one-line message naming the
     file and key for anything invalid.
     """
@@ -233,7 +249,7 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Anal
                 return AnalysisConfig(source=path)
             table = data
         return _parse_table(table, path)
-    found = find_config_file(start)
+    found = find_config_file(start, inputs, ignored)
     if found is None:
         return AnalysisConfig()
     return _parse_table(_tool_table(_load_toml(found)), found)

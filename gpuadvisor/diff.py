@@ -44,7 +44,6 @@ compares with a loud warning). A value only one side knows is listed in `notes`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -60,6 +59,7 @@ from gpuadvisor.errors import ConfigError
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.model import Finding, jsonable
 from gpuadvisor.result import AnalysisResult
+from gpuadvisor.runinfo import read_environment, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -508,12 +508,11 @@ def recorded_environment(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The GPU/driver/CUDA/torch a run directory's environment.json recorded, read without analyzing
     the run (None for a raw trace, or a run without a readable environment.json): `diff` compares
     these first and refuses before spending seconds analyzing two runs it will not compare."""
-    file = Path(os.fspath(path)) / rundir.ENVIRONMENT
-    try:
-        env = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
-    except (OSError, ValueError):
+    folder = Path(os.fspath(path))
+    if not (folder / rundir.ENVIRONMENT).exists():
         return None
-    if not isinstance(env, dict):
+    env = read_environment(folder, [])  # read and checked as the analysis reads it
+    if not env:
         return None
     out = {k: v for k, v in env.items() if k in ("driver", "cuda_runtime", "torch", "cuda_available")}
     gpus = env.get("gpus")
@@ -528,13 +527,10 @@ def recorded_environment(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def recorded_script(run_dir: Path | None) -> str | None:
     """The script path or module name manifest.json's target recorded (None for a raw trace)."""
-    if run_dir is None:
+    if run_dir is None or not (run_dir / rundir.MANIFEST).exists():
         return None
-    try:
-        manifest = json.loads((run_dir / rundir.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    target = manifest.get("target") if isinstance(manifest, dict) else None
+    manifest = read_manifest(run_dir, [])  # read and checked as the analysis reads it
+    target = manifest.get("target")
     name = target.get("path_or_name") if isinstance(target, dict) else None
     return str(name) if isinstance(name, str) and name else None
 

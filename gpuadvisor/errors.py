@@ -37,13 +37,19 @@ class OutputExistsError(UsageError):
     """The output directory already holds a run (or other files): refused unless overwriting is asked
     for, in the words of the caller: `--force` on the command line, `force=True` in the Python API."""
 
-    def __init__(self, out: object, what: str, override: str = "--force") -> None:
-        self.out, self.what, self.override = out, what, override
-        super().__init__(f"output directory {out} already holds {what}; use {override} to overwrite it")
+    def __init__(self, out: object, what: str, override: str = "--force", *, ours: bool = True) -> None:
+        self.out, self.what, self.override, self.ours = out, what, override, ours
+        if ours:
+            super().__init__(f"output directory {out} already holds {what}; use {override} to overwrite it")
+        else:  # a folder of other files: never overwritten (issue 39: a project's own manifest.json)
+            super().__init__(
+                f"output directory {out} is not empty and holds {what}: choose a new or empty folder "
+                f"({override} overwrites only a previous run, never other files)"
+            )
 
     def for_api(self) -> OutputExistsError:
         """The same refusal in the Python API's words (`gpuadvisor.profile`, `gpuadvisor.capture`)."""
-        return OutputExistsError(self.out, self.what, "force=True")
+        return OutputExistsError(self.out, self.what, "force=True", ours=self.ours)
 
 
 class InputError(GpuAdvisorError):

@@ -442,20 +442,24 @@ def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[lis
         a, b = ends.get(k), ends.get(k + 1)
         return (b - a) * 1e3 if a is not None and b is not None and b >= a else None
 
+    keys = sorted(ends)
+
+    def durations(a: int, b: int) -> list[float]:
+        """The durations of the timed steps a..b (a test of each boundary recorded: no loop runs over
+        the span of the recorded step numbers, which a received run directory could make 1e12)."""
+        return [d for k in keys if a <= k <= b and (d := dur(k)) is not None]
+
     lo = max(1, skip // 2)
     if cap.speculation_end_step is not None:
         lo = max(lo, cap.speculation_end_step + 1)
-    after = [d for k in range(last + 2, max(ends)) if (d := dur(k)) is not None]
+    after = durations(last + 2, keys[-1] - 1)
     if len(after) >= MIN_REFERENCE_STEPS_AFTER:
         # The steps after the window are the cleaner reference: the profiler is gone (CUPTI finalized,
         # the capture's wrappers removed) and the run is warm. Before the window, CUPTI stays attached
         # after a speculative recording and the first steps still warm up (cudnn autotuning, workers):
         # on an H200 those steps ran 1.2-1.4x slower than plain python on host-bound runs.
-        return after, [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
-    outside = [lo, skip - 1], [last + 2, max(ends) - 1]
-    unprofiled = [d for a, b in outside for k in range(a, b + 1) if (d := dur(k)) is not None]
-    profiled = [d for k in range(first + 1, last + 1) if (d := dur(k)) is not None]
-    return unprofiled, profiled
+        return after, durations(first + 1, last)
+    return [*durations(lo, skip - 1), *durations(last + 2, keys[-1] - 1)], durations(first + 1, last)
 
 
 def _pick_int(v: Any, default: int) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuadvisor.words import Base
+from gpuadvisor.words import Base, of_base
 
 SCHEMA_VERSION = 1
 
@@ -215,13 +215,29 @@ class Finding:
         }
 
 
+def prediction_step(prediction: Mapping[str, Any]) -> Base:
+    """The step a prediction's step times are of: the run's mean step when the prediction was carried to
+    it (`per_step` "mean", issue 38) or made on the steps as the capture timed them (`basis`
+    "timed_steps"), else the replayed step (a raw trace; profiled and unprofiled steps that disagree)."""
+    if prediction.get("per_step") == "mean" or prediction.get("basis") == "timed_steps":
+        return Base.MEAN_STEP
+    return Base.REPLAYED_STEP
+
+
+def prediction_base(prediction: Mapping[str, Any]) -> Base:
+    """What a prediction's recovered fraction is a share of: the time per sample when its remedy changes
+    the batch (the step itself grows then), else its step (`prediction_step`)."""
+    return Base.SAMPLE if prediction.get("per") == "sample" else prediction_step(prediction)
+
+
 def impact_base(f: Finding) -> Base:
-    """What the finding's impact is a share of: the time per sample when its remedy changes the batch
-    (the step itself grows then: "87.5% less time per sample", never "87.5% of step time"), else the
-    step."""
-    if f.prediction is not None and f.prediction.get("per") == "sample":
-        return Base.SAMPLE
-    return Base.STEP
+    """What the finding's impact is a share of: its prediction's base ("87.5% of the time per sample",
+    "88% of the mean step") when the impact is the predicted gain, else the step its impact_explanation
+    names (a measured share: the finding rated by what it costs now)."""
+    gain = f.prediction.get("recovered_fraction") if f.prediction is not None else None
+    if f.prediction is None or f.impact is None or not isinstance(gain, (int, float)):
+        return Base.STEP
+    return prediction_base(f.prediction) if abs(float(gain) - f.impact) < 1e-3 else Base.STEP
 
 
 def rank_impact(f: Finding) -> float:
@@ -259,7 +275,7 @@ def group_note(f: Finding, findings: Sequence[Finding]) -> str | None:
     problem = (f.group or f.category.value).replace("_", " ")
     return (
         f"Ranked as one problem ({problem}){with_}: the fixes together{what} are predicted to save "
-        f"{100 * combined:.0f}% of the step{times}."
+        f"{100 * combined:.0f}% {of_base(prediction_base(f.prediction))}{times}."
     )
 
 

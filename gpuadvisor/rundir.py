@@ -7,12 +7,14 @@ RUN/
   callsites.json      host-sync and host->device calls in user code (file:line, call, count per step)
   trace/rank0.json.gz the Kineto trace as torch.profiler exported it
   nvml.csv.gz         one row per GPU per sample
-  findings.json, report.html   derived
+  findings.json, report.html, verify.json   derived
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 RUN_SCHEMA_VERSION = 1
 
@@ -23,6 +25,7 @@ TRACE_DIR = "trace"
 NVML = "nvml.csv.gz"
 FINDINGS = "findings.json"
 REPORT = "report.html"
+VERIFY = "verify.json"  # derived: `gpuadvisor verify`
 LOG = "gpuadvisor.log"
 
 # NVML CSV columns, in order. Units in the names; empty cell = not available on this GPU (never 0 for N/A).
@@ -70,3 +73,21 @@ def trace_path(run_dir: Path, rank: int = 0) -> Path:
 
 def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / MANIFEST).is_file()
+
+
+def site_records(callsites: Sequence[Any], environment: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every record of a run that names a line of user code (docs/run-directory.md, "Recorded source
+    lines"): callsites.json rows; environment.json dataloaders, optimizers, model_calls and the
+    framework's call sites."""
+    yield from (c for c in callsites if isinstance(c, dict))
+    for key in ("dataloaders", "optimizers", "model_calls"):
+        rows = environment.get(key)
+        if isinstance(rows, list):
+            yield from (r for r in rows if isinstance(r, dict))
+    framework = environment.get("framework")
+    if isinstance(framework, dict):
+        if isinstance(framework.get("call_site"), dict):
+            yield framework["call_site"]
+        sites = framework.get("call_sites")
+        if isinstance(sites, dict):
+            yield from (s for s in sites.values() if isinstance(s, dict))

@@ -7,9 +7,12 @@ only a path that is neither a run directory, a trace file nor a folder of traces
 
 from __future__ import annotations
 
+import csv
 import functools
 import gzip
-import json
+import io
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +20,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from gpuadvisor import rundir
 from gpuadvisor.errors import InputError
 from gpuadvisor.manifest import ChildState, Manifest
+from gpuadvisor.received import MAX_NVML_BYTES, inside, read_json_file, run_file, trace_entry
+from gpuadvisor.redact import redact_lines, redact_text
+from gpuadvisor.runcheck import (
+    EXAMPLES,
+    MAX_NVML_COLUMNS,
+    MAX_NVML_HEADER,
+    MAX_NVML_INFLATED,
+    NVML_RANGES,
+    check_callsites,
+    check_environment,
+    check_manifest,
+)
 from gpuadvisor.trace.identify import sniff_file
 
 if TYPE_CHECKING:
@@ -75,9 +90,12 @@ class RunInfo:
         The file name is the run directory's convention, never a path taken from the manifest."""
         if rank == 0 or rank < 0:
             return list(self.callsites) if rank == 0 else []
-        cs = _read_json(self.run_dir / f"callsites.rank{int(rank)}.json", [])
+        name = f"callsites.rank{int(rank)}.json"
+        cs = check_callsites(_read_json(self.run_dir, name, []), [], name)  # checked as callsites.json
         raw = cs.get("callsites")
-        return [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+        rows = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+        _redact_sites(rows, {})
+        return rows
 
     def gpu(self, cuda_index: int = 0) -> dict[str, Any] | None:
         """environment.json gpus entry for a CUDA ordinal (or the first one), else None."""
@@ -91,56 +109,130 @@ class RunInfo:
         return first if isinstance(first, dict) else None
 
 
-def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
-    if not path.is_file():
-        notes.append(f"{path.name} is missing.")
-        return {}
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        notes.append(f"{path.name} could not be read ({type(exc).__name__}); it was ignored.")
+def _read_json(run_dir: Path, name: str, notes: list[str]) -> dict[str, Any]:
+    data = read_json_file(run_dir, name, notes)
+    if data is None:
+        if not os.path.lexists(run_dir / name):
+            notes.append(f"{name} is missing.")
         return {}
     if not isinstance(data, dict):
-        notes.append(f"{path.name} is not a JSON object; it was ignored.")
+        notes.append(f"{name} is not a JSON object; it was ignored.")
         return {}
     return data
 
 
-def _read_nvml(path: Path) -> tuple[pd.DataFrame | None, str | None]:
+class _Inflated(io.RawIOBase):
+    """A binary stream that stops with ValueError once more than `limit` bytes were read from it (a
+    gzip that inflates without bound)."""
+
+    def __init__(self, raw: gzip.GzipFile, limit: int) -> None:
+        self.raw, self.left = raw, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(min(len(buffer), self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise ValueError(f"inflates past {MAX_NVML_INFLATED:,} bytes")
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _read_nvml(run_dir: Path, notes: list[str]) -> tuple[pd.DataFrame | None, str | None]:
+    """nvml.csv.gz as a DataFrame of rundir.NVML_COLUMNS, every reading checked against its range
+    (`runcheck.NVML_RANGES`: one out of range becomes empty, a row without a valid time is left out,
+    both counted in a note); only the known columns are parsed, and the inflated text is bounded."""
     # lazy: pandas stays out of `import gpuadvisor.api`
     import pandas as pd
 
-    if not path.is_file():
-        return None, f"{path.name} is missing"
+    path, why = run_file(run_dir, rundir.NVML, max_bytes=MAX_NVML_BYTES)
+    if path is None:
+        return None, why or f"{rundir.NVML} is missing"
     try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
-            df = pd.read_csv(fh, dtype={"gpu_uuid": str})
+        with gzip.open(path, "rb") as raw, io.TextIOWrapper(
+            io.BufferedReader(_Inflated(raw, MAX_NVML_INFLATED)), encoding="utf-8", newline=""
+        ) as fh:
+            header = fh.readline(MAX_NVML_HEADER + 1)
+            if len(header) > MAX_NVML_HEADER:
+                return None, f"{path.name} has a header of more than {MAX_NVML_HEADER:,} characters; it was not read"
+            names = next(csv.reader([header]), [])
+            if len(names) > MAX_NVML_COLUMNS:
+                return None, f"{path.name} has {len(names):,} columns (the sampler writes 20); it was not read"
+            known = [c for c in dict.fromkeys(names) if c in rundir.NVML_COLUMNS]
+            df = pd.read_csv(
+                fh, header=None, names=names, usecols=known, dtype={"gpu_uuid": str}, index_col=False
+            )
     except (OSError, EOFError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
         # A sampler killed mid-write leaves a truncated gzip: keep the rows pandas could read? gzip
         # streams cannot be resumed, so report it instead of guessing.
-        return None, f"{path.name} could not be read ({type(exc).__name__})"
+        return None, f"{path.name} could not be read ({type(exc).__name__}: {exc})"
+    columns = {}
     for col in rundir.NVML_COLUMNS:
-        if col not in df.columns:
-            df[col] = pd.NA if col == "gpu_uuid" else float("nan")
-    for col in rundir.NVML_COLUMNS:
-        if col != "gpu_uuid":
-            df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    df = df[list(rundir.NVML_COLUMNS)].sort_values(["t_unix_s", "gpu_index"], kind="stable")
-    df = df.reset_index(drop=True)
+        if col == "gpu_uuid":
+            columns[col] = df[col] if col in df.columns else pd.Series(pd.NA, index=df.index, dtype="object")
+        else:
+            values = df[col] if col in df.columns else pd.Series(float("nan"), index=df.index)
+            columns[col] = pd.to_numeric(values, errors="coerce").astype("float64")
+    df = pd.DataFrame(columns)
+    df = _in_range(df, path.name, notes)
+    df = df.sort_values(["t_unix_s", "gpu_index"], kind="stable").reset_index(drop=True)
     if len(df) == 0:
         return None, f"{path.name} holds no samples"
     return df, None
 
 
-def _find_traces(run_dir: Path, manifest: dict[str, Any]) -> list[Path]:
+def _in_range(df: pd.DataFrame, name: str, notes: list[str]) -> pd.DataFrame:
+    """`df` with every reading outside its range emptied and the rows without a valid time left out;
+    one note counts them and names the first few."""
+    dropped: list[str] = []
+    count = 0
+    for col, (lo, hi) in NVML_RANGES.items():
+        values = df[col]
+        bad = values.notna() & ~values.between(lo, hi)
+        if bad.any():
+            count += int(bad.sum())
+            dropped.append(f"{col} {values[bad].iloc[0]:g}")
+            df.loc[bad, col] = float("nan")
+    untimed = df["t_unix_s"].isna()
+    if untimed.any():
+        dropped.append(f"{int(untimed.sum())} row(s) without a valid t_unix_s")
+        df = df[~untimed]
+    if dropped:
+        shown = "; ".join(dropped[:EXAMPLES]) + ("; ..." if len(dropped) > EXAMPLES else "")
+        notes.append(f"{name}: {count} reading(s) out of range left out ({shown})")
+    return df
+
+
+def _find_traces(run_dir: Path, manifest: dict[str, Any], notes: list[str] | None = None) -> list[Path]:
+    """The run's traces: the manifest's `traces` list (paths inside the run directory only), else the
+    trace files of RUN/trace/. A refused entry or file is left out with a note (`received.run_file`)."""
+    refused: list[str] = []
     listed = manifest.get("traces")
     paths: list[Path] = []
     if isinstance(listed, list):
-        paths = [run_dir / str(p) for p in listed if isinstance(p, str) and (run_dir / p).is_file()]
+        for entry in listed:
+            if not isinstance(entry, str):
+                continue
+            path, why = trace_entry(run_dir, entry)
+            if path is not None:
+                paths.append(path)
+            elif why is not None:
+                refused.append(why)
     if not paths:
         tdir = run_dir / rundir.TRACE_DIR
-        if tdir.is_dir():
-            paths = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
+        if tdir.is_dir() and inside(run_dir, tdir):
+            for p in sorted(tdir.iterdir()):
+                if not _is_trace_name(p):
+                    continue
+                path, why = run_file(run_dir, p.relative_to(run_dir), what="trace")
+                if path is not None:
+                    paths.append(path)
+                elif why is not None:
+                    refused.append(why)
+    if notes is not None:
+        notes.extend(dict.fromkeys(refused))
     return paths
 
 
@@ -157,7 +249,7 @@ def _completed_manifest(run_dir: Path, manifest: dict[str, Any], notes: list[str
     run is said to be cut off, so that no reader sees "0 steps" beside a trace of 9."""
     if manifest.get("ended_unix_s") is not None or manifest.get("exit_reason") not in (None, "not_started"):
         return manifest
-    state = _read_json(run_dir / CHILD_STATE_FILE, [])
+    state = _read_json(run_dir, CHILD_STATE_FILE, [])
     if not state:
         return manifest
     merged = Manifest.from_json(manifest).with_child(ChildState.from_json(state))
@@ -172,6 +264,29 @@ def _completed_manifest(run_dir: Path, manifest: dict[str, Any], notes: list[str
     return out
 
 
+def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
+    """RUN/manifest.json, completed from the training process's hand-over when the parent never
+    finished it, every value checked (`runcheck.check_manifest`); {} when missing or unreadable.
+    The reasons go to `notes`."""
+    return check_manifest(_completed_manifest(run_dir, _read_json(run_dir, rundir.MANIFEST, notes), notes), notes)
+
+
+def read_environment(run_dir: Path, notes: list[str]) -> dict[str, Any]:
+    """RUN/environment.json, every value checked (`runcheck.check_environment`); {} when missing."""
+    return check_environment(_read_json(run_dir, rundir.ENVIRONMENT, notes), notes)
+
+
+def _redact_sites(callsites: Sequence[Any], environment: Mapping[str, Any]) -> None:
+    """The recorded lines masked (gpuadvisor.redact) as the capture masks them since issue 39: a run
+    recorded before, or elsewhere, puts no credential of a nearby line into findings.json or a report."""
+    for rec in rundir.site_records(callsites, environment):
+        if isinstance(rec.get("code"), str):
+            rec["code"] = redact_text(rec["code"])[0]
+        snippet = rec.get("snippet")
+        if isinstance(snippet, dict) and isinstance(snippet.get("lines"), list):
+            snippet["lines"] = redact_lines([str(x) for x in snippet["lines"]])
+
+
 def load_run_info(run_dir: Path) -> RunInfo:
     """Read manifest.json, environment.json, callsites.json and nvml.csv.gz of a run directory.
 
@@ -181,11 +296,12 @@ def load_run_info(run_dir: Path) -> RunInfo:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run directory")
     notes: list[str] = []
-    manifest = _completed_manifest(run_dir, _read_json(run_dir / rundir.MANIFEST, notes), notes)
-    environment = _read_json(run_dir / rundir.ENVIRONMENT, notes)
-    cs = _read_json(run_dir / rundir.CALLSITES, notes)
+    manifest = read_manifest(run_dir, notes)
+    environment = read_environment(run_dir, notes)
+    cs = check_callsites(_read_json(run_dir, rundir.CALLSITES, notes), notes)
     callsites_raw = cs.get("callsites")
     callsites = [c for c in callsites_raw if isinstance(c, dict)] if isinstance(callsites_raw, list) else []
+    _redact_sites(callsites, environment)
     steps_counted: int | None = None
     for value in (cs.get("steps_counted"), manifest.get("steps_seen")):
         if isinstance(value, int) and not isinstance(value, bool):
@@ -198,7 +314,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
     if nvml_meta.get("available") is False:
         reason = str(nvml_meta.get("reason") or "NVML was not available during the run")
     else:
-        nvml, reason = _read_nvml(run_dir / rundir.NVML)
+        nvml, reason = _read_nvml(run_dir, notes)
     return RunInfo(
         run_dir=run_dir,
         manifest=manifest,
@@ -207,7 +323,7 @@ def load_run_info(run_dir: Path) -> RunInfo:
         steps_counted=steps_counted,
         nvml=nvml,
         nvml_reason=reason,
-        trace_paths=_find_traces(run_dir, manifest),
+        trace_paths=_find_traces(run_dir, manifest, notes),
         notes=notes,
     )
 
@@ -225,8 +341,7 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if rundir.is_run_dir(path):
-        manifest = _read_json(path / rundir.MANIFEST, [])
-        return "run", path, _find_traces(path, manifest)
+        return "run", path, _find_traces(path, read_manifest(path, []))
     if path.is_file():
         if not _is_trace_name(path):
             # Another name: a trace all the same (read it), or say what it is.
@@ -237,11 +352,12 @@ def resolve_input(path: Path) -> tuple[InputKind, Path | None, list[Path]]:
                 )
         return "trace", None, [path]
     if path.is_dir():
-        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p))
+        # a folder of traces someone sent is data too: a link out of it is not one of its traces
+        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p) and inside(path, p))
         if not traces:
             tdir = path / rundir.TRACE_DIR
             if tdir.is_dir():
-                traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p))
+                traces = sorted(p for p in tdir.iterdir() if p.is_file() and _is_trace_name(p) and inside(path, p))
         if not traces:
             runs = sorted(p.name for p in path.iterdir() if p.is_dir() and rundir.is_run_dir(p))
             if runs:

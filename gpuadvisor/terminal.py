@@ -8,8 +8,12 @@ title, `\\e[2J` clears the screen, OSC 8 makes a link whose target differs from 
 overwrites the line before it). `strip_controls` removes every escape sequence whole (CSI, OSC, DCS,
 SOS/PM/APC, two-byte ESC sequences, and their 8-bit C1 forms) and every other C0/C1 control
 character but tab and newline, plus the Unicode bidirectional overrides that reorder what is shown
-("Trojan Source"). `terminal_safe` does it for every string of an `AnalysisResult` (what a renderer
-reads); gpuadvisor's own styles are added by the renderers after it.
+("Trojan Source"). A CI log is a terminal too: GitHub Actions runs a workflow command found at the
+start of any line a step prints, on stdout or stderr (`::error ...::`, `::add-mask::`, the legacy
+`##[...]` anywhere in a line), so `strip_controls` also breaks every `::` that starts a line (a
+zero-width space between the colons) and every `##[`: a file named `x<LF>::error title=X::...` or a
+kernel name cannot emit one. `terminal_safe` does it for every string of an `AnalysisResult` (what a
+renderer reads); gpuadvisor's own styles and workflow commands are added by the renderers after it.
 """
 
 from __future__ import annotations
@@ -38,11 +42,19 @@ _SEQUENCE = re.compile(
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+# a line's first `::` (after white space): where GitHub Actions reads a workflow command
+_WORKFLOW_COMMAND = re.compile(r"^(\s*):(?=:)", re.MULTILINE)
+ZWSP = "\u200b"
+
+
 def strip_controls(text: str) -> str:
-    """`text` without terminal escape sequences and control characters (tab and newline kept)."""
-    if text.isprintable():  # the common case: nothing to do (tab and newline are not printable)
-        return text
-    return _CONTROL.sub("", _SEQUENCE.sub("", text))
+    """`text` without terminal escape sequences and control characters (tab and newline kept), and
+    without a workflow command a CI runner would run (see the module docstring)."""
+    if not text.isprintable():  # the common case skips this (tab and newline are not printable)
+        text = _CONTROL.sub("", _SEQUENCE.sub("", text))
+    if "::" in text or "##[" in text:
+        text = _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + ":" + ZWSP, text).replace("##[", "##" + ZWSP + "[")
+    return text
 
 
 def _clean(obj: Any) -> Any:

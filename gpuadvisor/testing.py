@@ -77,6 +77,7 @@ __all__ = [
     "load_case_file",
     "share_fields_over_one",
     "shares_over_the_whole",
+    "step_numbers_without_base",
     "write_run_dir",
     "write_trace",
 ]
@@ -112,6 +113,32 @@ def shares_over_the_whole(finding: Finding) -> list[str]:
                 out.append(f"{name}: ...{text[max(0, m.start() - 60) : m.end() + 20]}...")
 
     out += share_fields_over_one(finding.to_dict(), "finding")
+    return out
+
+
+# A number relative to a step that does not say which step (docs/report.md "Step bases"): "44% of the
+# step", "of each step", "of step time", "the 2.77 ms step", "saves 88%" with nothing after it, "9.35 ->
+# 1.77 ms per step". "of the 5.44 ms mean step", "88% of the time per sample", "of the run" say theirs.
+_BASELESS = re.compile(
+    r"\d%\)? of (?:the |each |a )?step\b"
+    r"|\d%\)? of step time\b"
+    r"|\bthe \d[\d.,]* m?s step\b"
+    r"|\b(?:save|saves|recover|recovers) (?:up to )?\d[\d.]*%(?! of)"
+    r"|(?:->|still) \d[\d.,]* m?s per step\b"
+)
+
+
+def step_numbers_without_base(finding: Finding) -> list[str]:
+    """Every step-relative number in a finding's title, message or recommendation that does not say its
+    base (issue 42: "waits for data 44% of the 11.7 ms profiled step; the fix is predicted to save 88%",
+    the 88% of the run's mean step): "N% of the step", "the N ms step", "saves N%", "A -> B ms per step".
+    Each must name its step (mean, profiled, replayed: `gpuadvisor.words.Base`) or say "per sample" or
+    "of the run". Empty when every one does; the rule harness checks it for every finding."""
+    out: list[str] = []
+    for name in ("title", "message", "recommendation"):
+        text = getattr(finding, name) or ""
+        for m in _BASELESS.finditer(text):
+            out.append(f"{name}: ...{text[max(0, m.start() - 50) : m.end() + 20]}...")
     return out
 
 
@@ -357,6 +384,8 @@ class RuleHarness:
             _check(f.impact is None or 0.0 <= f.impact <= 1.0, f"{rule_cls.id}: impact {f.impact} not in [0, 1]")
             over = shares_over_the_whole(f)
             _check(not over, f"{rule_cls.id}: a share of a whole above 100%: {over}")
+            baseless = step_numbers_without_base(f)
+            _check(not baseless, f"{rule_cls.id}: a step-relative number without its base: {baseless}")
             json.dumps(f.to_dict(), sort_keys=True, allow_nan=False)  # JSON-safe
         return RuleOutcome("ran", f"{len(findings)} finding(s)", sort_findings(findings))
 

@@ -17,6 +17,7 @@ __all__ = [
     "change",
     "duration_of",
     "num",
+    "of_base",
     "percent",
     "plural",
     "plural_noun",
@@ -95,17 +96,34 @@ def after_steps(completed: int) -> str:
 
 
 class Base(str, enum.Enum):
-    """What a duration or a share is relative to. A sentence that compares numbers says each one's base
-    (or uses one base throughout): "busy 25% of the unprofiled step", "87% less time per sample", "the
-    11.70 ms profiled step" (issue 42: "44% of the 11.7 ms profiled step; the fix saves 88%" did not
-    say that the 88% was of another step)."""
+    """What a duration or a share is relative to: the one vocabulary of every finding's sentences (issue 42;
+    docs/report.md "Step bases"). A sentence that compares numbers says each one's base (or uses one base
+    throughout): "44% of the 11.7 ms profiled step; the fix is predicted to save 88% of the mean step",
+    "busy 25% of the replayed step", "87.5% of the time per sample"."""
 
+    # a finding's impact without a prediction (its impact_explanation says what it is a share of)
     STEP = "step"
+    # the run's mean step, timed without the profiler, stalls and costs between steps included: what a
+    # prediction is priced on when the capture timed the run's steps (issue 38)
     MEAN_STEP = "mean step"
+    # the median of the steps timed without the profiler (the run's typical step)
     MEDIAN_STEP = "median step"
-    PROFILED_STEP = "profiled step"  # the trace's steps, under the profiler
-    UNPROFILED_STEP = "unprofiled step"  # the steps the capture timed without the profiler
-    SAMPLE = "sample"  # time per sample: a change of the batch size changes the step itself
+    # the trace's steps, under the profiler: what a measured share (data wait, sync wait) is of
+    PROFILED_STEP = "profiled step"
+    # the typical step as the step model replays it (its host work scaled to the steps timed without the
+    # profiler when they were): the base of kernel-time shares, and of predictions that could not be
+    # carried to the run's mean step (a raw trace; profiled and unprofiled steps that disagree)
+    REPLAYED_STEP = "replayed step"
+    # time per sample: a change of the batch size changes the step itself
+    SAMPLE = "sample"
+
+
+def of_base(base: Base, duration: str | None = None) -> str:
+    """"of the mean step", "of the 5.44 ms mean step", "of the time per sample": what a share is of.
+    `duration`, already formatted ("5.44 ms"), says the step's length."""
+    if base is Base.SAMPLE:
+        return "of the time per sample"
+    return f"of the {duration} {base.value}" if duration else f"of the {base.value}"
 
 
 def percent(fraction: float, digits: int = 0) -> str:
@@ -121,9 +139,7 @@ def percent(fraction: float, digits: int = 0) -> str:
 
 def share_of(fraction: float, base: Base, digits: int = 0) -> str:
     """"44% of the profiled step", "87.5% of the time per sample": a share with its base."""
-    if base is Base.SAMPLE:
-        return f"{percent(fraction, digits)} of the time per sample"
-    return f"{percent(fraction, digits)} of the {base.value}"
+    return f"{percent(fraction, digits)} {of_base(base)}"
 
 
 def duration_of(ms: float, base: Base) -> str:

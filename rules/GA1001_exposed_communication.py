@@ -146,11 +146,11 @@ class ExposedCommunication(Rule):
         )
         yield self.finding(
             impact=impact,
-            title=f"Communication not hidden by compute: {fmt_pct(impact)} of each step (rank {ref.rank})",
+            title=f"Communication not hidden by compute: {fmt_pct(impact)} of each profiled step (rank {ref.rank})",
             message=(
                 f"On rank {ref.rank} NCCL collectives ran {fmt_ms(ref.median('comm_us') or 0.0)} per step, of "
                 f"which {fmt_ms(exposed_us)} with no compute kernel beside it: {fmt_pct(impact)} of its "
-                f"{fmt_ms(step_us)} step ({basis}); {fmt_pct(overlap)} of the collective time was overlapped "
+                f"{fmt_ms(step_us)} profiled step ({basis}); {fmt_pct(overlap)} of the collective time was overlapped "
                 f"(median over ranks).{spread}"
             ),
             evidence={

@@ -236,7 +236,7 @@ class StragglerRank(Rule):
             message=(
                 f"In {s.steps_last} of {s.steps_compared} steps compared, rank {s.rank} spent the least time "
                 f"inside collectives: the other ranks waited there {fmt_ms(s.late_us_per_step)} per step on "
-                f"average ({fmt_pct(verdict.late_fraction)} of the {fmt_ms(step_us)} step, the median over ranks). "
+                f"average ({fmt_pct(verdict.late_fraction)} of the {fmt_ms(step_us)} profiled step, the median over ranks). "
                 f"Why: {_WHY[why]}.{where_text}{bounded}"
             ),
             evidence={

@@ -128,7 +128,7 @@ class PageableHostCopies(Rule):
                 else "Pin the batches: DataLoader(..., pin_memory=True) (or reuse one pinned buffer; do not "
                 "call .pin_memory() on a fresh tensor every step).",
                 (tos + ".") if tos else "Copy with .to(device, non_blocking=True).",
-                faster + f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)}).",
+                faster + cm.gain(pred, impact),
             )
             if x
         )

@@ -9,6 +9,7 @@ from gpuadvisor.rulekit import hostside as hs
 from gpuadvisor.rulekit import transfers as tr
 from gpuadvisor.rules_api import Category, Finding, Location, Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.words import of_base
 
 
 class ExposedHostCopies(Rule):
@@ -96,7 +97,7 @@ class ExposedHostCopies(Rule):
         if blocking.count and impact > 2 * win.share(stats.exposed_us):
             # the predicted gain is not the exposed copy time: the replay also drops the host's waits
             msg += (
-                " The predicted gain below is larger: it is a share of the replayed unprofiled step, and the "
+                f" The predicted gain below is larger: it is a share {of_base(cm.step_base(pred))}, and the "
                 "replay also takes out the host's waits for the blocking copies, not only the copy time."
             )
         if blocking.count:
@@ -113,11 +114,11 @@ class ExposedHostCopies(Rule):
             + (f" at {where}" if where else "")
             + "; issue the next batch's copy before the current step's compute (a prefetcher on a side "
             "CUDA stream), or move preprocessing to the GPU so less data crosses PCIe. "
-            f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+            + cm.gain(pred, impact)
         )
         yield self.finding(
             impact=impact,
-            title=f"Host<->device copies on the critical path: overlapping them saves {cm.pct(impact)} of the step",
+            title=f"Host<->device copies on the critical path: overlapping them saves {cm.saves(pred, impact)}",
             message=msg,
             evidence={
                 "copies": stats.count,

@@ -125,7 +125,7 @@ class WideInputDtype(Rule):
                 "step_time_ms": pred.baseline_step_ms,
                 "predicted_step_time_ms": pred.predicted_step_ms,
             },
-            recommendation=rec + f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)}).",
+            recommendation=rec + " " + cm.gain(pred, impact),
             locations=locations,
             impact_explanation=cm.impact_explanation(pred, f"the copies moving {narrow} ({factor:g} of the bytes)"),
             remedy=RemedyId.UINT8_INPUTS,

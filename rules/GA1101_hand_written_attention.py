@@ -109,7 +109,7 @@ class HandWrittenAttention(Rule):
         upcast = [p for p in patterns if p.dtype in ("bf16", "fp16") and p.softmax_dtype == "fp32"]
         message = (
             f"Attention is computed by hand: {cm.ms(pattern_us)} of kernels per step "
-            f"({cm.pct(share)} of the step) materialize the scores [batch x heads, T, S] = {shapes}. "
+            f"({kb.of_step(ctx, pattern_us)}) materialize the scores [batch x heads, T, S] = {shapes}. "
             f"Largest ops of {top.shape}: {ops}. A fused kernel needs about {cm.ms(fused_us)} per step for the "
             "same work (FLOPs at a realistic share of the peak, q/k/v/output bytes only). "
             + cm.prediction_sentence(pred, "F.scaled_dot_product_attention")
@@ -169,8 +169,8 @@ class HandWrittenAttention(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"Hand-written attention ({cm.pct(share)} of the step): "
-                f"scaled_dot_product_attention saves {cm.pct(impact)}"
+                f"Hand-written attention ({kb.of_step(ctx, pattern_us)}): "
+                f"scaled_dot_product_attention saves {cm.saves(pred, impact)}"
             ),
             message=message,
             evidence=evidence,

@@ -113,7 +113,7 @@ class NchwLayoutTransposes(Rule):
         fp32_conv_us = kb.class_time_us(ctx, kb.CONV_CLASSES, ("tf32", "fp32"))
         message = (
             f"The convolutions run in NCHW: cuDNN's layout transposes around its NHWC kernels take "
-            f"{cm.ms(transpose_us)} per step ({cm.pct(kb.step_share(ctx, transpose_us))} of the step; the "
+            f"{cm.ms(transpose_us)} per step ({kb.of_step(ctx, transpose_us)}; the "
             f"convolutions themselves {cm.ms(conv_us)}). "
             + _families_sentence(plan)
             + cm.prediction_sentence(pred, "the model and input in channels_last")
@@ -177,7 +177,7 @@ class NchwLayoutTransposes(Rule):
             )
             for name, us in top.head(2).items()
         ]
-        saves = f"channels_last saves up to {cm.pct(impact)} (unproven)" if unproven else f"channels_last saves {cm.pct(impact)}"
+        saves = f"channels_last saves up to {cm.saves(pred, impact)} (unproven)" if unproven else f"channels_last saves {cm.saves(pred, impact)}"
         severity = Severity.from_impact(impact)
         if unproven and severity.rank > Severity.MEDIUM.rank:
             severity = Severity.MEDIUM
@@ -185,7 +185,7 @@ class NchwLayoutTransposes(Rule):
             impact=impact,
             severity=severity,
             title=(
-                f"NCHW convolutions with layout transposes ({cm.pct(kb.step_share(ctx, transpose_us))} of the step): "
+                f"NCHW convolutions with layout transposes ({kb.of_step(ctx, transpose_us)}): "
                 + saves
             ),
             message=message,

@@ -109,7 +109,7 @@ class Tf32WhereBf16(Rule):
         transpose_us = kb.mask_time_us(ctx, layout_transposes(model))
         roof = float((tf32["roofline_fraction"].fillna(0.0) * tf32["dur"]).sum() / tf32["dur"].sum())
         message = (
-            f"{cm.pct(kb.step_share(ctx, tf32_us))} of the step is convolutions/matmuls on tensor cores in TF32 "
+            f"{kb.of_step(ctx, tf32_us)} is convolutions/matmuls on tensor cores in TF32 "
             f"({cm.ms(tf32_us)} per step, at {cm.pct(roof)} of their roofline on average); FP32 normalization, "
             f"elementwise and reduction kernels take {cm.ms(memory_us)} more. bf16 doubles the tensor-core peak "
             "and halves the bytes. " + cm.prediction_sentence(pred, "bf16 autocast")
@@ -157,7 +157,7 @@ class Tf32WhereBf16(Rule):
         ]
         yield self.finding(
             impact=impact,
-            title=f"TF32 convolutions/matmuls ({cm.pct(kb.step_share(ctx, tf32_us))} of the step): bf16 saves {cm.pct(impact)}",
+            title=f"TF32 convolutions/matmuls ({kb.of_step(ctx, tf32_us)}): bf16 saves {cm.saves(pred, impact)}",
             message=message,
             evidence={
                 "tf32_time_per_step_us": tf32_us,

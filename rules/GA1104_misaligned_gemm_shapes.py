@@ -86,7 +86,7 @@ class MisalignedGemmShapes(Rule):
         )
         message = (
             f"bf16/fp16 matmuls with dimensions that are not multiples of 8 take {cm.ms(odd.time_per_step_us)} per "
-            f"step ({cm.pct(share)} of the step): {shapes}. Padded, they would run at the "
+            f"step ({kb.of_step(ctx, odd.time_per_step_us)}): {shapes}. Padded, they would run at the "
             f"{cm.pct(odd.reference_fraction)} of their roofline this run's aligned GEMMs reach: about "
             f"{cm.ms(odd.predicted_per_step_us)} per step. "
             + cm.prediction_sentence(pred, "the shapes padded to multiples of 8")
@@ -111,7 +111,7 @@ class MisalignedGemmShapes(Rule):
         )
         yield self.finding(
             impact=impact,
-            title=f"Misaligned matmul shapes ({cm.pct(share)} of the step): padding saves {cm.pct(impact)}",
+            title=f"Misaligned matmul shapes ({kb.of_step(ctx, odd.time_per_step_us)}): padding saves {cm.saves(pred, impact)}",
             message=message,
             evidence={
                 "misaligned_time_per_step_us": odd.time_per_step_us,

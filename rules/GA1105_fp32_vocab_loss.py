@@ -90,7 +90,7 @@ class Fp32VocabLoss(Rule):
         ops = ", ".join(f"{op} {cm.ms(us)}" for op, us in list(v.ops.items())[:6])
         message = (
             f"The loss over [{v.rows}, {v.vocab}] logits runs in FP32 in a bf16/fp16 run: {cm.ms(v.time_per_step_us)} "
-            f"of memory-bound kernels per step ({cm.pct(share)} of the step): {ops}. A fused "
+            f"of memory-bound kernels per step ({kb.of_step(ctx, v.time_per_step_us)}): {ops}. A fused "
             f"cross-entropy on the bf16 logits needs about {cm.ms(v.predicted_per_step_us)}. "
             + cm.prediction_sentence(pred, "a fused cross-entropy")
             + cm.note_uncorrected(pred)
@@ -101,7 +101,7 @@ class Fp32VocabLoss(Rule):
         ]
         yield self.finding(
             impact=impact,
-            title=f"FP32 loss over a {v.vocab}-word vocabulary ({cm.pct(share)} of the step): a fused cross-entropy saves {cm.pct(impact)}",
+            title=f"FP32 loss over a {v.vocab}-word vocabulary ({kb.of_step(ctx, v.time_per_step_us)}): a fused cross-entropy saves {cm.saves(pred, impact)}",
             message=message,
             evidence={
                 "rows": v.rows,

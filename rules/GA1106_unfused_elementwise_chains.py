@@ -99,7 +99,7 @@ class UnfusedElementwiseChains(Rule):
             f"{chains.chains_per_step:g} chains per step of memory-bound kernels from primitive operators or a "
             f"hand-written attention's scale/mask/softmax (up to "
             f"{chains.longest} in a row) take {cm.ms(chains.time_per_step_us)} per step "
-            f"({cm.pct(share)} of the step): {ops}. Fused, each chain moves the bytes of its "
+            f"({kb.of_step(ctx, chains.time_per_step_us)}): {ops}. Fused, each chain moves the bytes of its "
             f"largest kernel once: about {cm.ms(chains.predicted_per_step_us)} per step. "
             + cm.prediction_sentence(pred, "torch.compile fusing each chain")
             + cm.note_uncorrected(pred)
@@ -119,8 +119,8 @@ class UnfusedElementwiseChains(Rule):
         yield self.finding(
             impact=impact,
             title=(
-                f"Unfused elementwise chains ({cm.pct(share)} of the step): "
-                f"torch.compile saves {cm.pct(impact)}"
+                f"Unfused elementwise chains ({kb.of_step(ctx, chains.time_per_step_us)}): "
+                f"torch.compile saves {cm.saves(pred, impact)}"
             ),
             message=message,
             evidence={

@@ -140,12 +140,12 @@ class BlockingScalarReads(Rule):
                 "epoch; log with `loss.detach()` kept in a list and `torch.stack(...).tolist()` later; "
                 "replace `if tensor:` checks with tensor ops (`torch.where`). "
             )
-        recommendation += f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+        recommendation += cm.gain(pred, impact)
         yield self.finding(
             impact=impact,
             title=(
                 f"{plural(round(per_step, 1), 'blocking .item()/.cpu() read')} per step: removing them saves "
-                f"{cm.pct(impact)} of the step"
+                f"{cm.saves(pred, impact)}"
             ),
             message=message,
             evidence={

@@ -95,8 +95,7 @@ class ExplicitSynchronize(Rule):
             impact=impact,
             title=(
                 f"{plural(round(st.per_step, 1), 'explicit synchronize call')} per step: removing them saves "
-                f"{cm.pct(impact)} "
-                "of the step"
+                f"{cm.saves(pred, impact)}"
             ),
             message=(
                 f"{plural(st.count, 'synchronize call')} in {plural(win.count, 'analyzed step')} "
@@ -119,7 +118,7 @@ class ExplicitSynchronize(Rule):
                 f"Remove the synchronize calls from the loop ({where}). For timing, record "
                 "`torch.cuda.Event(enable_timing=True)` pairs and read `elapsed_time` after the loop; "
                 "keep one `torch.cuda.synchronize()` before stopping a wall-clock timer at the end. "
-                f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+                + cm.gain(pred, impact)
             ),
             locations=locations,
             impact_explanation=cm.impact_explanation(pred, "the explicit synchronizes removed"),

@@ -100,7 +100,7 @@ class DataDependentShapeOps(Rule):
             impact=impact,
             title=(
                 f"Data-dependent ops sync {cm.count(st.per_step)} times per step: static shapes save "
-                f"{cm.pct(impact)} of the step"
+                f"{cm.saves(pred, impact)}"
             ),
             message=(
                 f"{st.count} syncs inside data-dependent ops in {win.count} analyzed steps: {op_list}. Each "
@@ -122,7 +122,7 @@ class DataDependentShapeOps(Rule):
                 f"Keep shapes static in the step ({where}): multiply by the mask or use "
                 "`torch.where(mask, x, 0)` instead of `x[mask]`; compute masked means as "
                 "`(x * m).sum() / m.sum()`; use `torch.nonzero_static(mask, size=k)` when a fixed upper "
-                f"bound exists. Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+                "bound exists. " + cm.gain(pred, impact)
             ),
             locations=locations,
             impact_explanation=cm.impact_explanation(pred, "the data-dependent waits removed"),

@@ -204,10 +204,10 @@ class DataloaderStall(Rule):
                 "torchvision.transforms.v2 on CUDA tensors or DALI), or use more workers if CPUs allow."
             )
         if modeled:
-            rec += f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+            rec += " " + cm.gain(pred, impact)
         else:
             rec += (
-                f" More workers alone are predicted to recover {cm.pct(impact)} of the step; the rest of the "
+                f" More workers alone are predicted to recover {cm.saves(pred, impact)}; the rest of the "
                 "wait is the cost of making each batch: make per-sample work cheaper (decode once and cache, "
                 "vectorize the transforms, move augmentation to the GPU). The gain of that is not modeled."
             )
@@ -228,7 +228,7 @@ class DataloaderStall(Rule):
         if gpu:
             title = (
                 f"The GPU waits for data {cm.of_profiled_step(win.share(idle_us), win.median_step_us)}; "
-                f"the fix is predicted to save {cm.pct(impact)}"
+                f"the fix is predicted to save {cm.saves(pred, impact)}"
             )
             seen = (
                 f"The host spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__; the GPU was "
@@ -238,7 +238,7 @@ class DataloaderStall(Rule):
         else:
             title = (
                 f"The step waits for data {cm.of_profiled_step(win.share(wait_us), win.median_step_us)}; "
-                f"the fix is predicted to save {cm.pct(impact)}"
+                f"the fix is predicted to save {cm.saves(pred, impact)}"
             )
             seen = (
                 f"The training process spent {cm.ms(win.per_step(wait_us))} per step in DataLoader __next__ "
@@ -267,7 +267,7 @@ class DataloaderStall(Rule):
             title = (
                 f"The loop waits for data {cm.pct(run_share)} of the {cm.ms(timing.mean_step_ms * 1000)} mean step "
                 f"({every} {cm.ms(stalls.pattern.mean_excess_ms * 1000)} longer); the fix is predicted to save "
-                f"{cm.pct(impact)}"
+                f"{cm.saves(pred, impact)}"
             )
             seen = (
                 f"Over the {stalls.steps_timed} steps the capture timed without the profiler, {stalls.pattern.count} "
@@ -279,13 +279,13 @@ class DataloaderStall(Rule):
             )
         elif restart is not None and steady < share:
             title = (
-                f"The {'GPU waits' if gpu else 'step waits'} for data {cm.pct(steady)} of each step besides the "
+                f"The {'GPU waits' if gpu else 'step waits'} for data {cm.pct(steady)} of each profiled step besides the "
                 "epoch restarts"
             )
         if not modeled:
             # the title's remedy clause would promise what the model does not: say what it gives
             title = title.rsplit("; the fix is predicted to save", 1)[0] + (
-                f"; more workers are predicted to recover {cm.pct(impact)} (gain not modeled)"
+                f"; more workers are predicted to recover {cm.saves(pred, impact)} (gain not modeled)"
             )
         yield self.finding(
             impact=impact if modeled else steady,
@@ -320,7 +320,7 @@ class DataloaderStall(Rule):
             impact_explanation=cm.impact_explanation(pred, f"the DataLoader running {workers} workers")
             if modeled
             else (
-                f"The measured share of the step spent waiting for data ({cm.pct(share)}): no modeled remedy "
+                f"The measured share of the profiled step spent waiting for data ({cm.pct(share)}): no modeled remedy "
                 f"removes most of it (more workers: {cm.pct(impact)}), so the finding is rated by what it costs now."
             ),
             remedy=RemedyId.DATALOADER_WORKERS,

@@ -106,8 +106,8 @@ class LoopBatchPreparation(Rule):
             title=f"The loop prepares each batch on the host: {cm.ms(prep_us)} per step while the GPU waits",
             message=(
                 f"The host spends {cm.ms(prep_us)} per step in the training loop itself{where}, outside "
-                f"the model, the optimizer and the DataLoader (step {cm.ms(win.median_step_us)}; the GPU is "
-                f"idle {cm.pct(idle_share)} of the step).{loader_note} "
+                f"the model, the optimizer and the DataLoader (the GPU is idle "
+                f"{cm.of_profiled_step(idle_share, win.median_step_us)}).{loader_note} "
                 + cm.prediction_sentence(pred, f"that preparation in {workers} DataLoader workers")
                 + cm.note_uncorrected(pred)
             ),
@@ -125,7 +125,7 @@ class LoopBatchPreparation(Rule):
                 "Move the batch preparation into a Dataset (or an IterableDataset that yields whole "
                 f"batches) and load it with DataLoader(..., num_workers={workers}, pin_memory=True, "
                 "persistent_workers=True, prefetch_factor=4); copy the batch with non_blocking=True. "
-                f"Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+                + cm.gain(pred, impact)
             ),
             locations=locations,
             impact_explanation=cm.impact_explanation(pred, f"the batch prepared by {workers} DataLoader workers"),

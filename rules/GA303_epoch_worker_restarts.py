@@ -118,7 +118,7 @@ class EpochWorkerRestarts(Rule):
             f"{period}; measured from {measured}. Over the {timing.steps_observed} steps the capture timed "
             f"(typical step {cm.ms(timing.typical_step_ms * 1000)}), the restarts take {cm.pct(cost.share)} of "
             f"the run. Keeping the workers alive: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} "
-            f"per step on average ({cm.times(pred.speedup)})."
+            f"per {cm.step_base(pred).value} ({cm.times(pred.speedup)})."
         )
         for note in timing.window_notes:
             if pc.CAUSE_EVENTS[pc.EPOCH_RESTART] in note:

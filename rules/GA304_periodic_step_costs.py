@@ -166,7 +166,7 @@ class PeriodicStepCosts(Rule):
             if price is None:
                 pred = removal
                 message += (
-                    f" Without it: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per step on average "
+                    f" Without it: {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per {cm.step_base(pred).value} "
                     f"({cm.times(pred.speedup)}); doing it half as often recovers half of that."
                 )
                 explanation = (
@@ -191,7 +191,7 @@ class PeriodicStepCosts(Rule):
                         if price.wait_ms > 0
                         else ""
                     )
-                    + f". That makes {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per step on average "
+                    + f". That makes {change(pred.baseline_step_ms, pred.predicted_step_ms, 'ms')} per {cm.step_base(pred).value} "
                     f"({cm.times(pred.speedup)}); not saving at all: {change(removal.baseline_step_ms, removal.predicted_step_ms, 'ms')} "
                     f"({cm.times(removal.speedup)}). The background write's use of the CPU is not modeled."
                 )

@@ -14,7 +14,7 @@ from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import Prediction
 from gpuadvisor.stepmodel.predict import larger_batch
-from gpuadvisor.words import Base, duration_of, share_of
+from gpuadvisor.words import Base, of_base, share_of
 
 
 class SmallBatch(Rule):
@@ -247,7 +247,7 @@ def _locations(ctx: RuleContext, fw: Any, loader: Mapping[str, Any] | None, batc
 def _message(work: _Work, mem: gw.MemoryInfo, pred: Prediction) -> str:
     m = pred.batch_multiplier
     message = (
-        f"The GPU is busy {cm.pct(work.busy)} of {duration_of(pred.baseline_step_ms, _step_base(pred))}"
+        f"The GPU is busy {cm.pct(work.busy)} {of_base(Base.REPLAYED_STEP)}"
         + (
             f" and its kernels fill {cm.pct(work.sm_use)} of the {work.sms} SMs"
             if work.sm_use is not None and work.sms
@@ -318,12 +318,7 @@ def _title(ctx: RuleContext, work: _Work, pred: Prediction) -> str:
             f"{cm.times(pred.speedup)} the samples/s"
         )
     return (
-        f"Small batch: the GPU is busy {share_of(work.busy, _step_base(pred))}; {m:g}x the batch gives "
+        f"Small batch: the GPU is busy {share_of(work.busy, Base.REPLAYED_STEP)}; {m:g}x the batch gives "
         f"{cm.times(pred.speedup)} the samples/s"
     )
 
-
-def _step_base(pred: Prediction) -> Base:
-    """The step the replay's busy share is of: the step timed without the profiler when the replay is
-    calibrated to it (the report's "GPU busy" card is a share of the profiled steps: another number)."""
-    return Base.UNPROFILED_STEP if pred.profiler_corrected else Base.PROFILED_STEP

@@ -181,7 +181,7 @@ class LaunchBound(Rule):
         message = (
             f"{kernels_per_step:.0f} kernels per step with a median duration of {gw.us(median_us)} "
             f"({gw.us(kernel_us_per_step)} of kernel time per step): the host, not the GPU, sets the pace; "
-            f"the GPU idles {cm.pct(idle_launch)} of the step waiting for the next launch. "
+            f"the GPU idles {cm.of_profiled_step(idle_launch, win.median_step_us)} waiting for the next launch. "
             + cm.prediction_sentence(
                 pred,
                 "CUDA graph replay"
@@ -233,13 +233,13 @@ class LaunchBound(Rule):
                 + " Side effects: compilation time on the first steps, and recompilation when shapes change "
                 "(mark dynamic dims or pad)."
             )
-        rec += f" Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+        rec += " " + cm.gain(pred, impact)
         yield self.finding(
             impact=impact,
             title=(
                 f"Launch-bound: {kernels_per_step:.0f} tiny kernels per step; "
                 + ("static shapes, then compiling, save" if dd_per_step and not already else "compiling saves")
-                + f" {cm.pct(impact)} of the step"
+                + f" {cm.saves(pred, impact)}"
             ),
             message=message,
             evidence=evidence,
@@ -271,7 +271,7 @@ class LaunchBound(Rule):
             ),
             message=(
                 f"{kernels_per_step:.0f} kernels per step with a median duration of {gw.us(median_us)}: the host "
-                f"sets the pace and the GPU idles {cm.pct(idle_launch)} of the step waiting for launches. The "
+                f"sets the pace and the GPU idles {cm.of_profiled_step(idle_launch, model.window.median_step_us)} waiting for launches. The "
                 f"kernels launched differ from step to step ({patterns} launch patterns in {steps} analyzed "
                 "steps: the batches have different shapes, e.g. variable sequence lengths or image sizes). "
                 'torch.compile(mode="reduce-overhead") records a CUDA graph, with its own memory pool, for '

@@ -164,7 +164,7 @@ class UnfusedOptimizer(Rule):
             f"{cm.ms(win.per_step(span_us))} of host time per step)"
         )
         if per_tensor:
-            title = f"Per-tensor optimizer: {kernels_per_step:.0f} kernels per {opt_class}.step; fusing saves {cm.pct(impact)} of the step"
+            title = f"Per-tensor optimizer: {kernels_per_step:.0f} kernels per {opt_class}.step; fusing saves {cm.saves(pred, impact)}"
             message = (
                 described
                 + (
@@ -180,7 +180,7 @@ class UnfusedOptimizer(Rule):
                 + (" (created with foreach=False)." if foreach is False else ".")
             )
         else:
-            title = f"{opt_class} runs foreach, not fused: fusing saves {cm.pct(impact)} of the step"
+            title = f"{opt_class} runs foreach, not fused: fusing saves {cm.saves(pred, impact)}"
             message = (
                 described
                 + " with multi-tensor (foreach) kernels; the fused implementation does the update in fewer kernels and less host time."
@@ -202,7 +202,7 @@ class UnfusedOptimizer(Rule):
             rec = f"Create the optimizer{where} with foreach=True (no fused variant for {opt_class})."
         if per_tensor:
             rec += " If the loop over parameters is hand-written, use torch._foreach_* ops or a torch.optim optimizer instead."
-        rec += f" Results match up to float rounding. Predicted gain: {cm.pct(impact)} of the step ({cm.times(pred.speedup)})."
+        rec += " Results match up to float rounding. " + cm.gain(pred, impact)
         yield self.finding(
             impact=impact,
             title=title,

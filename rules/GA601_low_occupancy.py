@@ -212,7 +212,7 @@ class LowOccupancyKernels(Rule):
             )
         if r["op"]:
             rec = f"Launched by {r['op']}. " + rec
-        rec += f" Predicted gain: {cm.pct(pred.recovered_fraction)} of the step ({cm.times(pred.speedup)})."
+        rec += " " + cm.gain(pred)
         return self.finding(
             impact=pred.recovered_fraction,
             title=f"Low occupancy: {name} ({gw.pct(r['share'])} of GPU time) {what}",

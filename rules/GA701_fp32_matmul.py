@@ -148,7 +148,7 @@ class Fp32Matmul(Rule):
             impact=impact,
             title=(
                 f"FP32 matmuls on a tensor-core GPU ({cm.pct(fp32_fraction)} of the {cm.ms(kb.step_us(ctx))} replayed step): "
-                f"bf16 for them and the elementwise kernels is predicted to save {cm.pct(impact)}"
+                f"bf16 for them and the elementwise kernels is predicted to save {cm.saves(pred, impact)}"
             ),
             message=message,
             evidence=evidence,

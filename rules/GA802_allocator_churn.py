@@ -12,6 +12,7 @@ from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.words import Base, of_base
 
 _ALLOC_RE = re.compile(
     r"^(cudaMalloc|cudaFree|cudaMallocAsync|cudaFreeAsync|cuMemAlloc|cuMemFree|cudaHostAlloc|"
@@ -152,7 +153,7 @@ class AllocatorChurn(Rule):
             impact=impact,
             remedy=remedy,
             prediction=pred if ctx.model.program.steps else None,
-            title=f"Allocator churn: {sum(per_step.values()):.1f} allocation calls per step ({gw.pct(fraction, 1)} of step time)",
+            title=f"Allocator churn: {sum(per_step.values()):.1f} allocation calls per step ({gw.pct(fraction, 1)} {of_base(Base.PROFILED_STEP)})",
             message=(
                 "Memory allocation calls in steady-state steps: "
                 + ", ".join(f"{n} {c:.1f}/step" for n, c in sorted(per_step.items()))

@@ -111,7 +111,7 @@ class ActivationRecompute(Rule):
         message = (
             f"The backward recomputes the forward: {cm.count(rc.regions_per_step)} checkpointed ops per step run "
             f"again inside the backward, {cm.ms(rc.time_per_step_us)} of kernels per step "
-            f"({cm.pct(share)} of the step) and {cm.ms(rc.host_per_step_us)} of host time"
+            f"({kb.of_step(ctx, rc.time_per_step_us)}) and {cm.ms(rc.host_per_step_us)} of host time"
             + (f" ({ops})" if ops else "")
             + f". Their saved activations would take about {gw.gib(saved)} (estimated from the recomputed ops' "
             "inputs). "
@@ -166,11 +166,11 @@ class ActivationRecompute(Rule):
             impact=impact,
             severity=severity,
             title=(
-                f"Activation checkpointing recomputes {cm.pct(share)} of the step"
+                f"Activation checkpointing recomputes {kb.of_step(ctx, rc.time_per_step_us)}"
                 + (" with memory to spare" if not unknown and fraction >= 1.0 else "")
                 + f": {'dropping it' if fraction >= 1.0 else 'checkpointing fewer blocks'} saves "
                 + ("up to " if unknown else "")
-                + cm.pct(impact)
+                + cm.saves(pred, impact)
             ),
             message=message,
             evidence={

@@ -9,6 +9,7 @@ from gpuadvisor.model import Category, Finding, Location
 from gpuadvisor.rulekit import gpuwork as gw
 from gpuadvisor.rulekit import nvml as nv
 from gpuadvisor.rules_api import Requirement, Rule, RuleContext, Threshold
+from gpuadvisor.words import Base, of_base
 
 
 class PcieLinkDegraded(Rule):
@@ -92,7 +93,7 @@ class PcieLinkDegraded(Rule):
                     else ""
                 )
                 + (
-                    f"; host<->device copies take {gw.pct(copy_fraction)} of the step."
+                    f"; host<->device copies take {gw.pct(copy_fraction)} {of_base(Base.PROFILED_STEP)}."
                     if copy_fraction is not None
                     else "."
                 )

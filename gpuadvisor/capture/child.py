@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.capture import session as session_mod
+from gpuadvisor.capture._io import restore_first_path
 from gpuadvisor.capture._lifeline import die_with_parent, report_signals_to_parent
 from gpuadvisor.capture.execfile import run_module, run_script, set_script_path, strip_own_frames
 from gpuadvisor.capture.export import TORCH_IMPORT_FILE
@@ -38,6 +39,7 @@ from gpuadvisor.capture.session import CaptureSession, CaptureWindowComplete, Se
 from gpuadvisor.capture.watchdog import TermWatchdog
 from gpuadvisor.errors import EXIT_USAGE
 from gpuadvisor.manifest import Degraded, ExitReason
+from gpuadvisor.redact import unsealed_argv
 from gpuadvisor.words import after_steps
 
 if TYPE_CHECKING:
@@ -172,8 +174,10 @@ def run_child(
     many seconds after a SIGTERM (blocked in a collective). `after_finish` runs once the session's files
     are written (the existing-launcher mode merges the manifest there). Never returns.
     """
+    restore_first_path()  # the working directory first again, as `python` gives it to the script
     cfg = dict(cfg)
-    target = cfg.pop("target")
+    target = dict(cfg.pop("target"))
+    target["argv"] = unsealed_argv(target["argv"], os.environ)  # the real one, if the file has it masked
 
     if target["kind"] != "module":
         set_script_path(target["path_or_name"])  # before the session imports torch (PyRunner order)

@@ -57,6 +57,23 @@ def rank_file_name(name: str, rank: int) -> str:
     return f"{stem}.rank{rank}{dot}{ext}"
 
 
+@contextlib.contextmanager
+def _plain_path(path: Path) -> Iterator[str]:
+    """`path` as a string Kineto handles: its export renames `<path>.tmp` to a copy of the path it
+    rebuilt, with a newline dropped (a run directory named `run<LF>x` lost its trace: "Failed to
+    rename ... No such file or directory"). A folder whose path holds a control character is reached
+    through a descriptor of it, /proc/self/fd/N/NAME (Linux), where the name itself is ours."""
+    text = str(path)
+    if text.isprintable() or not os.path.isdir("/proc/self/fd"):
+        yield text
+        return
+    fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 class SkipExport(BaseException):
     """Second Ctrl-C during the export: give up the trace, keep the rest."""
 
@@ -166,7 +183,8 @@ class TraceExport:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
         try:
-            prof.export_chrome_trace(str(tmp_json))
+            with _plain_path(tmp_json) as where:
+                prof.export_chrome_trace(where)
             self.gzip_with_dist_info(tmp_json, tmp_gz)
             os.replace(tmp_gz, final)
             self.trace_written = True

@@ -26,6 +26,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from gpuadvisor.capture.experiment import Suspect
+from gpuadvisor.redact import redact_lines, redact_text
 
 
 def _default_is_device_tensor(t: Any) -> bool:
@@ -317,7 +318,7 @@ class Recorder:
 
     @staticmethod
     def source_line(frame_file: str, line: int) -> str:
-        return linecache.getline(frame_file, line).strip()
+        return redact_text(linecache.getline(frame_file, line).strip())[0]  # credentials masked
 
     def source_record(self, frame_file: str, line: int) -> dict[str, Any]:
         """What a report needs to show this line as it was when the run was profiled, whatever the file
@@ -330,7 +331,7 @@ class Recorder:
             lo, hi = max(1, line - SNIPPET_CONTEXT), min(len(lines), line + SNIPPET_CONTEXT)
             out["snippet"] = {
                 "first_line": lo,
-                "lines": [lines[n - 1].rstrip("\r\n")[:SNIPPET_MAX_CHARS] for n in range(lo, hi + 1)],
+                "lines": redact_lines([lines[n - 1].rstrip("\r\n")[:SNIPPET_MAX_CHARS] for n in range(lo, hi + 1)]),
             }
         digest = self._file_hashes.get(frame_file, "")
         if digest == "" and not frame_file.startswith("<"):

@@ -24,11 +24,10 @@ from typing import Any
 
 from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.capture.outdir import prepare_out_dir, release_out_dir
 from gpuadvisor.capture.runner import (
     _with_sampler,
     initial_capture,
-    prepare_out_dir,
-    release_out_dir,
     write_manifest,
 )
 from gpuadvisor.capture.session import STATE_FILE, CaptureSession, SessionConfig

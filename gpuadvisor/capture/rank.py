@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import rundir
-from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture._io import own_module_argv, read_json, write_json_atomic
 from gpuadvisor.capture.child import _unblock_signals, run_child
 from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
@@ -272,13 +272,15 @@ def _start_nvml_process(run_dir: Path, interval: float, node_rank: int) -> subpr
         return subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "gpuadvisor.capture.rank",
-                "--nvml-sampler",
-                str(run_dir.resolve()),
-                str(interval),
-                str(node_rank),
-                str(os.getpid()),
+                *own_module_argv(
+                    "gpuadvisor.capture.rank",
+                    "--nvml-sampler",
+                    str(run_dir.resolve()),
+                    str(interval),
+                    str(node_rank),
+                    str(os.getpid()),
+                    python_flags=False,
+                ),
             ],
             stdin=subprocess.DEVNULL,
         )

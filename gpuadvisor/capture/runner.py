@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import importlib.machinery
 import importlib.util
 import os
 import select
@@ -23,15 +24,22 @@ from typing import Any
 
 from gpuadvisor import rundir
 from gpuadvisor.capture import experiment
-from gpuadvisor.capture._io import read_json, write_json_atomic
+from gpuadvisor.capture._io import own_module_argv, read_json, write_json_atomic
 from gpuadvisor.capture._lifeline import ENV_PARENT_PID, ENV_SIGNAL_FD
 from gpuadvisor.capture.experiment import Suspect
 from gpuadvisor.capture.export import TORCH_IMPORT_FILE, torch_import_error
 from gpuadvisor.capture.nvml import NvmlSampler
 from gpuadvisor.capture.options import ProfileOptions
+from gpuadvisor.capture.outdir import (
+    clear_out_dir,
+    held_out_dirs,
+    prepare_out_dir,
+    release_out_dir,
+    remove_stray_temporaries,
+)
 from gpuadvisor.capture.ranks import merge_ranks, read_rank_states
 from gpuadvisor.capture.session import STATE_FILE, SessionConfig, rank_state_file
-from gpuadvisor.errors import EXIT_OUTPUT_LOST, OutputExistsError, UsageError
+from gpuadvisor.errors import EXIT_OUTPUT_LOST, UsageError
 from gpuadvisor.manifest import (
     CaptureState,
     CaptureWindow,
@@ -44,6 +52,7 @@ from gpuadvisor.manifest import (
     Target,
     TargetKind,
 )
+from gpuadvisor.redact import sealed_argv
 from gpuadvisor.terminal import strip_controls
 
 CONFIG_FILE = ".child_config.json"
@@ -167,17 +176,29 @@ def validate_script(path: str) -> Path:
 
 
 def validate_module(name: str) -> None:
-    """Usage error unless `name` resolves to a module spec (imports parent packages only)."""
+    """Usage error unless `name` resolves to a module from the current directory (`find_module`)."""
+    find_module(name, Path(os.getcwd()))
+
+
+def find_module(name: str, cwd: Path) -> None:
+    """Usage error unless `name` resolves to a module as `python -m` run from `cwd` would find it.
+    Nothing of it runs here: each part is looked up in its package's folders without importing the
+    package (importlib.util.find_spec would run the parents' __init__.py in this process; verify
+    checks a received run's module this way)."""
     if not name or any(not part.isidentifier() for part in name.split(".")):
         raise UsageError(f"not a module name: {name!r}")
+    top, *rest = name.split(".")
     saved = list(sys.path)
-    sys.path.insert(0, os.getcwd())  # `python -m` looks in the cwd first
+    sys.path.insert(0, str(cwd))  # `python -m` looks in the cwd first
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(top)  # a top-level name: found, never imported
     except (ImportError, ValueError) as err:
         raise UsageError(f"module not found: {name} ({err})") from err
     finally:
         sys.path[:] = saved
+    for part in rest:
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        spec = importlib.machinery.PathFinder.find_spec(part, locations) if locations else None
     if spec is None:
         raise UsageError(f"module not found: {name}")
 
@@ -187,104 +208,6 @@ def default_out_dir(target: str, module: bool, now: float | None = None) -> Path
     stem = target.rsplit(".", 1)[-1] if module else Path(target).stem
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
     return Path("gpuadvisor-runs") / f"{stem}-{stamp}"
-
-
-LOCK_FILE = ".gpuadvisor.lock"
-_LOCKS: dict[Path, Any] = {}
-
-
-def _lock_out_dir(out: Path) -> None:
-    """An exclusive lock on `out` for this run (flock on OUT/.gpuadvisor.lock, held until the run ends):
-    a second `gpuadvisor profile` into the same folder is refused instead of interleaving its files."""
-    # lazy: fcntl is POSIX-only, and `import gpuadvisor.api` loads this module on any OS
-    import fcntl
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fh = open(out / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the whole run
-    except OSError as err:  # under a file, in /proc, read-only: a usage error before anything runs
-        raise UsageError(f"output directory {out} is not writable: {err.strerror or err}") from err
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read().strip()
-        fh.close()
-        raise UsageError(
-            f"another gpuadvisor run is writing to {out}" + (f" (pid {holder})" if holder else "")
-            + ": wait for it to end or choose another -o"
-        ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    _LOCKS[out.resolve()] = fh
-
-
-def _remove_stray_temporaries(run_dir: Path) -> None:
-    """Temporary files a killed training process left (a third Ctrl-C kills it mid-write): its native
-    stderr capture, half-written trace temporaries. The child has ended: nothing writes them now."""
-    for pattern in (".stderr.*.tmp", f"{rundir.TRACE_DIR}/.*.tmp", ".*.json.*.tmp"):
-        for f in run_dir.glob(pattern):
-            with contextlib.suppress(OSError):
-                f.unlink()
-
-
-def release_out_dir(out: Path) -> None:
-    """End this process's lock on `out` (taken by prepare_out_dir) and remove the lock file."""
-    fh = _LOCKS.pop(out.resolve(), None)
-    if fh is None:
-        return
-    with contextlib.suppress(OSError):
-        (out / LOCK_FILE).unlink()
-    with contextlib.suppress(OSError):
-        fh.close()
-
-
-def prepare_out_dir(out: Path, force: bool) -> None:
-    """Create and lock `out`; refuse an existing run (or any non-empty folder) without `force`; check
-    it is writable."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"output path exists and is not a directory: {out}")
-    if hasattr(os, "fork"):  # POSIX: flock
-        _lock_out_dir(out)
-    try:
-        _clear_out_dir(out, force)
-    except BaseException:
-        release_out_dir(out)
-        raise
-
-
-def _clear_out_dir(out: Path, force: bool) -> None:
-    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
-        if not force:
-            what = "a previous run" if rundir.is_run_dir(out) else "a non-empty directory"
-            raise OutputExistsError(out, what)
-        for name in (
-            rundir.MANIFEST,
-            rundir.ENVIRONMENT,
-            rundir.CALLSITES,
-            rundir.NVML,
-            rundir.LOG,
-            rundir.FINDINGS,
-            rundir.REPORT,
-        ):
-            with contextlib.suppress(FileNotFoundError):
-                (out / name).unlink()
-        for pattern in ("environment.rank*.json", "callsites.rank*.json", ".child_state.rank*.json"):
-            for f in out.glob(pattern):
-                f.unlink()
-        tdir = out / rundir.TRACE_DIR
-        if tdir.is_dir():
-            for f in tdir.glob("rank*.json.gz"):
-                f.unlink()
-    try:
-        (out / rundir.TRACE_DIR).mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
-        raise UsageError(f"output directory {out} is not writable: {err.strerror or err}") from err
 
 
 class _SignalRelay:
@@ -424,11 +347,11 @@ def run_profile(
     (once per node), and the manifest lists the ranks; the exit status is the failing rank's own
     (else torchrun's).
     """
-    held = set(_LOCKS)
+    held = held_out_dirs()
     try:
         return _run_profile(target, args, options, module=module, command=command, launch=launch, **option_kwargs)
     finally:
-        for out in set(_LOCKS) - held:
+        for out in held_out_dirs() - held:
             release_out_dir(out)
 
 
@@ -472,36 +395,40 @@ def _run_profile(
     cfg = dataclasses.asdict(
         SessionConfig.from_options(opts, str(run_dir.resolve()), distributed=launch is not None)
     )
-    cfg["target"] = {"kind": target_rec.kind.value, "path_or_name": target, "argv": args}
+    # a credential of the command line never reaches the disk: the file holds it masked, the child
+    # gets the real one in its environment (gpuadvisor.redact.sealed_argv), so a parent killed outright
+    # (also under torchrun, whose ranks read the file until the end) leaves no secret behind
+    file_args, argv_env = sealed_argv(args) if opts.redact else (args, {})
+    cfg["target"] = {"kind": target_rec.kind.value, "path_or_name": target, "argv": file_args}
     write_json_atomic(run_dir / CONFIG_FILE, cfg)
-    with contextlib.suppress(OSError):  # it holds the real command line: owner only
+    with contextlib.suppress(OSError):  # owner only
         os.chmod(run_dir / CONFIG_FILE, 0o600)
 
     sampler = NvmlSampler(run_dir, opts.nvml_interval, pcie_throughput=Suspect.NVML_PCIE not in off)
-    child_cmd = [
-        sys.executable,
-        *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
-        "-m",
-        "gpuadvisor.capture.child",
-        str((run_dir / CONFIG_FILE).resolve()),
-    ]
+    # `python -m gpuadvisor.capture.child CONFIG`, never replaced by a gpuadvisor.py of the user's folder
+    child_cmd = [sys.executable, *own_module_argv("gpuadvisor.capture.child", str((run_dir / CONFIG_FILE).resolve()))]
     popen_env: dict[str, str] | None = None
     if launch is not None:
-        # torchrun starts the workers; each runs `python -u -m gpuadvisor.capture.rank --config ...`.
+        # torchrun starts the workers; each runs `python -u -m gpuadvisor.capture.rank --config ...`
+        # (as own_module_argv starts it: --no-python, the interpreter and its arguments given here).
         child_cmd = [
             sys.executable,
             *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
             "-m",
             "torch.distributed.run",
             *launch.torchrun_args(),
-            "-m",
-            "gpuadvisor.capture.rank",
-            "--config",
-            str((run_dir / CONFIG_FILE).resolve()),
-            "--term-grace",
-            str(launch.term_grace_s),
+            "--no-python",
+            sys.executable,
+            "-u",
+            *own_module_argv(
+                "gpuadvisor.capture.rank",
+                "--config",
+                str((run_dir / CONFIG_FILE).resolve()),
+                "--term-grace",
+                str(launch.term_grace_s),
+            ),
         ]
-        popen_env = launch_env()
+        popen_env = {**launch_env(), **argv_env}
     returncode: int
     receipts: tuple[int, int] | None = None
     pass_fds: tuple[int, ...] = ()
@@ -510,7 +437,7 @@ def _run_profile(
         # each signal it gets to this pipe (gpuadvisor/capture/_lifeline.py).
         receipts = os.pipe()
         pass_fds = (receipts[1],)
-        popen_env = {**os.environ, ENV_PARENT_PID: str(os.getpid()), ENV_SIGNAL_FD: str(receipts[1])}
+        popen_env = {**os.environ, ENV_PARENT_PID: str(os.getpid()), ENV_SIGNAL_FD: str(receipts[1]), **argv_env}
     with _SignalRelay(receipts[0] if receipts is not None else None) as relay:
         if Suspect.NVML in off:
             sampler.reason = "disabled (overhead experiment)"
@@ -623,7 +550,7 @@ def _run_profile(
     for name in (CONFIG_FILE, STATE_FILE):
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
-    _remove_stray_temporaries(run_dir)
+    remove_stray_temporaries(run_dir)
     lost = _lost_outputs(run_dir)
     if lost is not None and exit_status == 0:
         exit_status = EXIT_OUTPUT_LOST
@@ -639,7 +566,7 @@ def _discard_unstarted_run(run_dir: Path, existed: bool) -> None:
         (run_dir / TORCH_IMPORT_FILE).unlink()
     if existed:
         with contextlib.suppress(OSError, UsageError):
-            _clear_out_dir(run_dir, force=True)
+            clear_out_dir(run_dir, force=True)
         return
     release_out_dir(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -750,7 +677,7 @@ def _finish_distributed(
     for name in stale:
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
-    _remove_stray_temporaries(run_dir)
+    remove_stray_temporaries(run_dir)
     lost = _lost_outputs(run_dir)
     if lost is not None and exit_status == 0:
         exit_status = EXIT_OUTPUT_LOST

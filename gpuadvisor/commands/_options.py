@@ -14,7 +14,9 @@ import click
 
 from gpuadvisor._atomic import why_not_written, write_text_atomic
 from gpuadvisor.errors import OutputLostError, UsageError
+from gpuadvisor.outputs import folder_refusal
 from gpuadvisor.render._format import color_enabled
+from gpuadvisor.terminal import strip_controls
 from gpuadvisor.trace import limits
 
 if TYPE_CHECKING:
@@ -155,17 +157,9 @@ def check_output_folder(ctx: click.Context | None, param: click.Parameter | None
     del ctx, param
     if output is None:
         return None
-    folder = output.parent
-    if not folder.is_dir():
-        blocker = next((p for p in output.parents if p.exists()), None)
-        why = (
-            f"{blocker} is a file, not a folder"
-            if blocker is not None and not blocker.is_dir()
-            else f"the folder {folder} does not exist"
-        )
+    why = folder_refusal(output)  # the one decision (gpuadvisor/outputs.py)
+    if why is not None:
         raise UsageError(f"cannot write {output}: {why}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {output}: the folder {folder} is not writable")
     return output
 
 
@@ -200,14 +194,31 @@ def resolve_options(
     threshold_opts: tuple[str, ...],
     config_file: Path | None,
     fail_on: str | None,
+    inputs: tuple[Path, ...] = (),
 ) -> AnalysisConfig:
     """Command-line options over [tool.gpuadvisor] (CLI > pyproject > defaults), checked against the
     rules that will run, so that a bad value names its file and key, or its option. Without a
-    configuration file the gate is off unless --fail-on is given."""
+    configuration file the gate is off unless --fail-on is given. The nearest pyproject.toml is the
+    user's own only: one inside an input or a run directory (`inputs`: what is analyzed) is passed
+    over, and said so on stderr; the rules folders a found pyproject.toml names are said too (their
+    code is imported)."""
     # lazy: `gpuadvisor --help` imports this module; the rule engine loads when a command runs
     from gpuadvisor import config as cfg
 
-    base = cfg.load_config(explicit=config_file) if config_file else cfg.load_config()
+    ignored: list[Path] = []
+    if config_file:
+        base = cfg.load_config(explicit=config_file)
+    else:
+        base = cfg.load_config(inputs=inputs, ignored=ignored)
+    for path in ignored:
+        click.echo(
+            f"gpuadvisor: not using {strip_controls(str(path))}: it lies in what is analyzed (a run "
+            "directory is data, not configuration); pass --config FILE to use it",
+            err=True,
+        )
+    if base.rules_dirs and not config_file and base.source is not None:
+        shown = ", ".join(strip_controls(str(d)) for d in base.rules_dirs)
+        click.echo(f"gpuadvisor: loading rules from {shown} (rules-dirs of {strip_controls(str(base.source))})", err=True)
     cli_thresholds = cfg.parse_threshold_assignments(threshold_opts)
     merged = cfg.merge(
         base, select=select, ignore=ignore, fail_on=fail_on, thresholds=cli_thresholds, rules_dirs=rules_dirs

@@ -19,6 +19,7 @@ from gpuadvisor.commands._options import (
     trace_limit_options,
     verbose_option,
 )
+from gpuadvisor.outputs import check_output
 
 FORMATS = ("text", "json", "markdown", "github", "junit", "sarif")
 _RENDERERS = {
@@ -82,7 +83,9 @@ def analyze(
     3 a gate was asked for but a rule raised (unless --allow-rule-errors); 2 usage error, bad
     configuration or unreadable input; 70 internal error; 130 interrupted.
     """
-    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on)
+    if output is not None:
+        check_output(output, [path])  # before any analysis: never over the input, exit 2
+    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, fail_on, (path,))
     result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     renderer = importlib.import_module(_RENDERERS[fmt])
     color = fmt == "text" and stdout_color(output)

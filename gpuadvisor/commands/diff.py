@@ -27,6 +27,7 @@ from gpuadvisor.diff import (
     verdict,
 )
 from gpuadvisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from gpuadvisor.outputs import check_output
 from gpuadvisor.render._ci import fmt_impact
 from gpuadvisor.render._format import Style
 from gpuadvisor.render.markdown import render_diff
@@ -143,6 +144,8 @@ def diff(
     without --allow-mismatch; 70 internal error; 130 interrupted.
     """
     del verbose  # nothing in a diff is shortened; the error boundary reads it
+    if output is not None:
+        check_output(output, [base, new])  # before any analysis: never over an input, exit 2
     pct = parse_regression_pct(fail_on_regression)
     recorded = recorded_environment(base), recorded_environment(new)
     if recorded[0] is not None and recorded[1] is not None and not allow_mismatch:
@@ -152,7 +155,7 @@ def diff(
             raise UsageError(
                 f"runs are not comparable ({'; '.join(early)}); pass --allow-mismatch to compare anyway"
             )
-    config = resolve_options(select, ignore, rules_dirs, (), config_file, None)
+    config = resolve_options(select, ignore, rules_dirs, (), config_file, None, (base, new))
     result = diff_results(api.analyze(base, config=config), api.analyze(new, config=config))
     shown = terminal_safe_diff(result)  # what reaches the terminal: no escape sequence from a trace
     if not result.compatible and not allow_mismatch:

@@ -181,6 +181,11 @@ from gpuadvisor.verify.runner import VerifyOptions, verify_run
     help="After the run, search for the best measured configuration (verify --explore; implies "
     "--verify; --verify-budget bounds it, default: sized by the first baseline trial).",
 )
+@click.option(
+    "--verify-allow-writes",
+    is_flag=True,
+    help="verify --allow-writes: the trials run in the working directory itself, not a scratch copy.",
+)
 @click.argument("target", metavar="SCRIPT|MODULE")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def profile(
@@ -218,6 +223,7 @@ def profile(
     verify_only: tuple[str, ...],
     verify_budget: float | None,
     verify_explore: bool,
+    verify_allow_writes: bool,
     target: str,
     args: tuple[str, ...],
 ) -> None:
@@ -301,6 +307,7 @@ def profile(
             quiet=quiet,
             argv=[target, *args],
             explore=verify_explore,
+            allow_writes=verify_allow_writes,
         )
     elif analyze:
         outcome = analyze_profiled(outcome, quiet=quiet)
@@ -321,6 +328,7 @@ def _verify_then_analyze(
     stream: IO[str] | None = None,
     argv: Sequence[str] | None = None,
     explore: bool = False,
+    allow_writes: bool = False,
 ) -> ProfileOutcome:
     """`gpuadvisor profile --verify` (or `--explore`: verify --explore): verify the fresh run (when the script succeeded), then analyze it
     once, so findings.json and report.html carry `verified`. Verify's own errors are printed and never
@@ -333,7 +341,14 @@ def _verify_then_analyze(
         try:
             verify_run(
                 outcome.run_dir,
-                VerifyOptions(trials=trials, only=tuple(only), budget_s=budget_s, quiet=quiet, explore=explore),
+                VerifyOptions(
+                    trials=trials,
+                    only=tuple(only),
+                    budget_s=budget_s,
+                    quiet=quiet,
+                    explore=explore,
+                    allow_writes=allow_writes,
+                ),
                 stream=out,
                 argv=argv,
                 analyze=analysis_document,

@@ -18,6 +18,7 @@ from gpuadvisor.commands._options import (
     verbose_option,
 )
 from gpuadvisor.errors import UsageError
+from gpuadvisor.outputs import check_output
 from gpuadvisor.render.html import write_report
 
 
@@ -92,9 +93,10 @@ def report(
     del verbose  # only the error boundary reads it
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
-    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None)
-    result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     target = output if output is not None else default_output(path)
+    check_output(target, [path])  # before any analysis: never over the input, exit 2
+    options = resolve_options(select, ignore, rules_dirs, threshold_opts, config_file, None, (path,))
+    result = analyze_path(path, options, progress=progress, step_time_ms=step_time_ms)
     written = write_report(result, target, cdn=cdn, shared_plotly=shared_plotly)
     click.echo(str(written))
     if open_browser and not webbrowser.open(written.resolve().as_uri()):

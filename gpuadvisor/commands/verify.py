@@ -107,6 +107,22 @@ def verify_options(f: click.decorators.FC) -> click.decorators.FC:
     help="Write verify.json here (a file, or a folder) instead of RUN/verify.json; needed for a run "
     "directory tracked by git.",
 )
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    metavar="PATH",
+    help="The interpreter the trials run (default: the one running gpuadvisor). The interpreter "
+    "RUN/manifest.json names is never run: a run directory is data.",
+)
+@click.option(
+    "--allow-writes",
+    is_flag=True,
+    help="Run the trials in the recorded working directory itself instead of a scratch copy (what the "
+    "script writes there, checkpoints and logs, replaces your files); needed where the working "
+    "directory is too large to copy.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 def verify(
     run: Path,
@@ -119,6 +135,8 @@ def verify(
     explore: bool,
     allow_other_machine: bool,
     output: Path | None,
+    python: str | None,
+    allow_writes: bool,
     quiet: bool,
 ) -> None:
     """Apply the remedies of RUN's findings that need no edit of the script, one trial process each,
@@ -145,6 +163,8 @@ def verify(
         explore=explore,
         allow_other_machine=allow_other_machine,
         output=output,
+        python=python,
+        allow_writes=allow_writes,
     )
     try:
         outcome = verify_run(run, options, analyze=analysis_document)

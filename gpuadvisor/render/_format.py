@@ -16,6 +16,7 @@ from typing import IO, Any
 
 import click
 
+from gpuadvisor.model import prediction_step
 from gpuadvisor.words import change, num, percent
 
 __all__ = [
@@ -165,7 +166,7 @@ def clip_code(text: str, limit: int) -> str:
 
 def combined_prediction_text(prediction: Mapping[str, Any] | None) -> str | None:
     """"With the fixes of GA102, GA101, GA103 together (predicted by replaying the steps): 19.23 -> 1.92
-    ms per step (10.04x). The findings' impacts overlap: they do not add up." (`AnalysisResult.prediction`);
+    ms per mean step (10.04x) (the step `gpuadvisor.model.prediction_step` names). The findings' impacts overlap: they do not add up." (`AnalysisResult.prediction`);
     None for a single fix (its finding says what it gives) or an incomplete prediction."""
     p = prediction
     if not p or len(p.get("rules") or ()) < 2:
@@ -174,7 +175,8 @@ def combined_prediction_text(prediction: Mapping[str, Any] | None) -> str | None
     try:
         return (
             f"With the fixes of {rules} together (predicted by replaying the steps): "
-            f"{change(float(p['baseline_step_ms']), float(p['predicted_step_ms']), 'ms')} per step "
+            f"{change(float(p['baseline_step_ms']), float(p['predicted_step_ms']), 'ms')} "
+            f"per {prediction_step(p).value} "
             f"({float(p['speedup']):.2f}x). The findings' impacts overlap: they do not add up."
         )
     except (KeyError, TypeError, ValueError):

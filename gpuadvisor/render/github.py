@@ -71,7 +71,8 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     counts = ", ".join(
         f"{n} {s.value}" for s in Severity if (n := sum(1 for f in perf if f.severity is s))
     )
-    summary = f"gpuadvisor: {result.source.path}: {len(perf)} finding{'s' if len(perf) != 1 else ''}"
+    # a plain line: the path (data) keeps it one line
+    summary = f"gpuadvisor: {escape_data(result.source.path)}: {len(perf)} finding{'s' if len(perf) != 1 else ''}"
     summary += f" ({counts})" if counts else ""
     if threshold is not None:
         failing = sum(1 for f in perf if fails(f, threshold))

@@ -540,9 +540,9 @@ def _cpu_only(result: AnalysisResult) -> bool:
 
 
 def _gain_suffix(f: Finding, template: str, digits: int = 0) -> str:
-    """`template` with the finding's impact and its base ("50% of the step", "87.5% of the time per
-    sample"), or "" when its title already says that number ("... saves 81% of the step (up to 81% of
-    the step)" says it twice)."""
+    """`template` with the finding's impact and its base ("50% of the mean step", "87.5% of the time per
+    sample": `gpuadvisor.model.impact_base`), or "" when its title already says that number ("... saves
+    81% of the mean step (up to 81% of the mean step)" says it twice)."""
     if f.impact is None:
         return ""
     said = {f"{100 * f.impact:.0f}%", f"{100 * f.impact:.1f}%"}
@@ -610,7 +610,7 @@ def _verified_text(f: Finding) -> str | None:
 
 
 def _location_view(loc: Location, result: AnalysisResult) -> dict[str, Any]:
-    view = source_view(loc, result.run, recorded_sites(result.run))
+    view = source_view(loc, recorded_sites(result.run))
     what = []
     if loc.function:
         what.append(("function", loc.function))

@@ -5,7 +5,8 @@ recommendation, one metrics line, verify --explore's measured configurations whe
 them (RUN/verify.json: the best, the batch line, the levers measured alone), and how many rules could
 not run. Every cell that comes from the
 trace or the user's code (kernel names, file paths, source lines) is escaped: `|` cannot break the
-table and HTML/Markdown in it renders as text.
+table, HTML/Markdown in it renders as text, and `@name`, `https://...` and `www.` get a zero-width
+space, so that a name from a received trace mentions nobody and links nowhere in a PR comment.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpuadvisor.render._format import (
     mfu_unknown_reason,
     rule_sort_key,
 )
-from gpuadvisor.terminal import clean_data, strip_controls, terminal_safe, terminal_safe_diff
+from gpuadvisor.terminal import ZWSP, clean_data, strip_controls, terminal_safe, terminal_safe_diff
 
 if TYPE_CHECKING:
     from gpuadvisor.diff import DiffResult
@@ -51,8 +52,13 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 
 
+# what GitHub turns into a mention or a link in plain text: `@name`, `https://...`, `www.`
+_AUTOLINK = re.compile(r"(@)(?=[A-Za-z0-9])|(?<=[A-Za-z])(:)(?=//)|(?<![A-Za-z0-9])(www)(\.)", re.IGNORECASE)
+
+
 def _escape_text(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _AUTOLINK.sub(lambda m: "".join(g for g in m.groups() if g) + ZWSP, text)
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 

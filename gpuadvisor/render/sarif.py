@@ -5,6 +5,11 @@ one result per finding: `level` high -> error, medium -> warning, low/info -> no
 points at a source line gets a physical location relative to `%SRCROOT%` (the directory the script
 ran from) with `region.startLine`; a finding about a kernel or an op gets a logical location instead;
 internal errors of rules become tool execution notifications, not results.
+
+A SARIF viewer opens the files its locations name on the machine that shows it: a path recorded on
+another machine (an absolute path outside the recorded working directory, or one that climbs out of
+it with `..`) is never written as a `file://` URI, which would open the reader's own file of that
+name; it becomes a logical location (`kind` "module", the recorded path and line as its name).
 """
 
 from __future__ import annotations
@@ -63,24 +68,31 @@ def _rule_descriptor(meta: RuleMeta) -> dict[str, Any]:
     return descriptor
 
 
-def _artifact_uri(path: str) -> tuple[str, str | None]:
-    """(uri, uriBaseId): relative paths are relative to %SRCROOT%; absolute ones become file URIs."""
-    windows = PureWindowsPath(path)
-    if windows.drive:
-        return "file:///" + quote(windows.as_posix(), safe="/:"), None
+def _relative_parts(path: str, root: str | None) -> list[str] | None:
+    """The parts of `path` relative to `root` (the recorded working directory), or None when it lies
+    outside: absolute elsewhere, a Windows drive, or climbing out with `..`."""
     posix = PurePosixPath(path.replace("\\", "/"))
+    if PureWindowsPath(path).drive:
+        return None
     if posix.is_absolute():
-        return "file://" + quote(str(posix)), None
+        if not root:
+            return None
+        try:
+            posix = posix.relative_to(PurePosixPath(root))
+        except ValueError:
+            return None
     parts = [p for p in posix.parts if p not in ("", ".")]
-    return quote("/".join(parts)), SRCROOT
+    if not parts or ".." in parts:
+        return None
+    return parts
 
 
-def _physical(loc: Location) -> dict[str, Any]:
+def _physical(loc: Location, root: str | None) -> dict[str, Any] | None:
     assert loc.file is not None
-    uri, base = _artifact_uri(loc.file)
-    artifact: dict[str, Any] = {"uri": uri}
-    if base is not None:
-        artifact["uriBaseId"] = base
+    parts = _relative_parts(loc.file, root)
+    if parts is None:
+        return None
+    artifact: dict[str, Any] = {"uri": quote("/".join(parts)), "uriBaseId": SRCROOT}
     physical: dict[str, Any] = {"artifactLocation": artifact}
     if loc.line is not None and loc.line >= 1:
         region: dict[str, Any] = {"startLine": int(loc.line)}
@@ -88,6 +100,12 @@ def _physical(loc: Location) -> dict[str, Any]:
             region["snippet"] = {"text": loc.code}
         physical["region"] = region
     return {"physicalLocation": physical}
+
+
+def _recorded_path(loc: Location) -> dict[str, Any]:
+    """A source location outside the recorded working directory: named, never a URI to open."""
+    name = loc.label()
+    return {"logicalLocations": [{"name": name, "fullyQualifiedName": name, "kind": "module"}]}
 
 
 def _logical(loc: Location) -> dict[str, Any] | None:
@@ -100,10 +118,10 @@ def _logical(loc: Location) -> dict[str, Any] | None:
     return None
 
 
-def _locations(finding: Finding) -> list[dict[str, Any]]:
+def _locations(finding: Finding, root: str | None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for loc in finding.locations:
-        entry = _physical(loc) if loc.file else _logical(loc)
+        entry = (_physical(loc, root) or _recorded_path(loc)) if loc.file else _logical(loc)
         if entry is not None:
             out.append(entry)
     return out
@@ -114,7 +132,7 @@ def _fingerprint(finding: Finding) -> str:
     return hashlib.sha256(f"{finding.rule}|{primary}|{finding.title}".encode()).hexdigest()[:32]
 
 
-def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
+def _result(finding: Finding, rule_index: int, root: str | None) -> dict[str, Any]:
     text = f"{finding.title}. {finding.message}".strip()
     if finding.recommendation:
         text += f" Fix: {finding.recommendation}"
@@ -132,7 +150,7 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
             "evidence": finding.to_dict()["evidence"],
         },
     }
-    locations = _locations(finding)
+    locations = _locations(finding, root)
     if locations:
         entry["locations"] = locations
     return entry
@@ -144,7 +162,9 @@ def render(result: AnalysisResult, *, fail_on: str | None = None) -> str:
     catalog = rule_catalog(result)
     rule_ids = list(catalog)
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
-    results = [_result(f, index[f.rule]) for f in result.findings if not is_internal(f)]
+    cwd = result.run.manifest.get("cwd") if result.run is not None else None
+    root = cwd if isinstance(cwd, str) and cwd.startswith("/") else None
+    results = [_result(f, index[f.rule], root) for f in result.findings if not is_internal(f)]
     notifications = [
         {
             "level": "error",

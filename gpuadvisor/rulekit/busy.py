@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import low_precision_data
 from gpuadvisor.model import Finding, Severity
+from gpuadvisor.rulekit import common as cm
 from gpuadvisor.rulekit.gpuwork import pct
+from gpuadvisor.words import Base, of_base
 
 if TYPE_CHECKING:
     from gpuadvisor.rules_api import Rule, RuleContext
@@ -59,6 +61,16 @@ def step_us(ctx: RuleContext) -> float:
     model = ctx.model
     replayed = model.baseline_step_ms * 1000.0 if model.program.steps else 0.0
     return replayed if replayed > 0 else model.window.median_step_us
+
+
+def step_base(ctx: RuleContext) -> Base:
+    """What `step_us` is: the replayed step, else (no replay) the profiled step."""
+    return Base.REPLAYED_STEP if ctx.model.program.steps and ctx.model.baseline_step_ms > 0 else Base.PROFILED_STEP
+
+
+def of_step(ctx: RuleContext, us_per_step: float) -> str:
+    """"41% of the replayed step": kernel time per analyzed step as a share of `step_us`, with its base."""
+    return f"{cm.pct(step_share(ctx, us_per_step))} {of_base(step_base(ctx))}"
 
 
 def step_share(ctx: RuleContext, us_per_step: float) -> float:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,17 +246,22 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
-def _profiler_steps(cap: CaptureWindow) -> set[int]:
-    """Steps that hold a profiler start, stop or export, or run under a speculative recording."""
-    out = {0, cap.skip_steps}
-    if cap.speculation_end_step is not None:
-        out |= set(range(0, cap.speculation_end_step + 1))
-    if cap.first_recorded_step is not None:
-        out.add(cap.first_recorded_step)
-        out |= set(range(cap.skip_steps, cap.first_recorded_step))  # warm-up
-    if cap.last_recorded_step is not None:
-        out.add(cap.last_recorded_step + 1)
-    return out
+def _profiler_steps(cap: CaptureWindow, steps: Iterable[int]) -> set[int]:
+    """Those of `steps` that hold a profiler start, stop or export, or run under a speculative
+    recording (a test of each timed step: no loop runs over the recorded step numbers' span)."""
+    first, last, spec = cap.first_recorded_step, cap.last_recorded_step, cap.speculation_end_step
+    edges = {0, cap.skip_steps}
+    if first is not None:
+        edges.add(first)
+    if last is not None:
+        edges.add(last + 1)
+    return {
+        k
+        for k in steps
+        if k in edges
+        or (spec is not None and 0 <= k <= spec)
+        or (first is not None and cap.skip_steps <= k < first)  # warm-up
+    }
 
 
 def _window_range(cap: CaptureWindow) -> tuple[int, int] | None:
@@ -322,9 +327,9 @@ def run_timing(
         return None
     order = sorted(ends)
     durations = {k: (ends[k + 1] - ends[k]) * 1e3 for k in order if k + 1 in ends and ends[k + 1] >= ends[k]}
-    skip = _profiler_steps(cap)
+    skip = _profiler_steps(cap, durations)
     window = _window_range(cap)
-    profiled = set(range(window[0], window[1] + 1)) if window else set()
+    profiled = {k for k in durations if window[0] <= k <= window[1]} if window else set()
     clean = {k: d for k, d in durations.items() if k not in skip and k not in profiled}
     inside = {k: d for k, d in durations.items() if k in profiled and k not in skip}
     if len(clean) < MIN_TIMED_STEPS:

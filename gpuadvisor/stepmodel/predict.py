@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.model import prediction_base, prediction_step
 from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel import transforms as t
@@ -21,7 +22,7 @@ from gpuadvisor.stepmodel.model import Prediction
 from gpuadvisor.stepmodel.periodic import run_step_after
 from gpuadvisor.stepmodel.recompute import drop_recompute
 from gpuadvisor.stepmodel.saves import kept_per_step_ms
-from gpuadvisor.words import change
+from gpuadvisor.words import change, of_base
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -428,11 +429,12 @@ def group_fields(name: str, combined: Prediction) -> dict[str, Any]:
 def group_sentence(members: str, time: str, combined: Prediction) -> str:
     """The sentence a grouped finding's message ends with: `members` (who) act on the same `time`,
     their fixes together are predicted at ..., their impacts do not add up."""
+    step = prediction_step(combined.to_dict())
     return (
         f" {members} act on the same {time}: their fixes together are predicted at "
-        f"{change(combined.baseline_step_ms, combined.predicted_step_ms, 'ms')} per step "
-        f"({100 * combined.recovered_fraction:.0f}% of the step, {combined.speedup:.2f}x); their impacts "
-        "do not add up."
+        f"{change(combined.baseline_step_ms, combined.predicted_step_ms, 'ms')} per {step.value} "
+        f"({100 * combined.recovered_fraction:.0f}% {of_base(prediction_base(combined.to_dict()))}, "
+        f"{combined.speedup:.2f}x); their impacts do not add up."
     )
 
 

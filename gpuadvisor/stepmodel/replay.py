@@ -187,7 +187,9 @@ def build_program(model: StepModel) -> Program:
     ev_kind, ops_start, ops_count, rows_arr = _launch_groups(h, ops, cols["kind"])
     n_ops = len(rows_arr)
     op_dur = ops["dur"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
-    streams_raw = ops["stream"].to_numpy(dtype=np.float64)[rows_arr] if n_ops else np.zeros(0)
+    # an op whose stream was not recorded (or not an int64 id) is on one stream of its own, -1
+    stream_col = np.nan_to_num(ops["stream"].to_numpy(dtype=np.float64), nan=-1.0)
+    streams_raw = stream_col[rows_arr] if n_ops else np.zeros(0)
     stream_ids = {s: i for i, s in enumerate(sorted({float(x) for x in streams_raw.tolist()}))}
     op_stream = np.array([stream_ids[float(x)] for x in streams_raw.tolist()], dtype=np.int64)
     ev_dur, ev_post, ev_fixed = _call_costs(cols, ev_kind, facts)
@@ -409,7 +411,7 @@ def _late_starts(ops: Any, rows_arr: Any, streams_raw: Any, multi: bool, facts: 
     late = obs_start - earliest
     if multi:
         all_end = ops["end"].to_numpy(dtype=np.float64)
-        all_stream = ops["stream"].to_numpy(dtype=np.float64)
+        all_stream = np.nan_to_num(ops["stream"].to_numpy(dtype=np.float64), nan=-1.0)
         end_order = np.argsort(all_end, kind="stable")
         sorted_ends = all_end[end_order]
         position = {int(r): i for i, r in enumerate(rows_arr.tolist())}

@@ -41,6 +41,7 @@ from gpuadvisor.verify.trials import (
     stamp_machine,
     summary_text,
     trial_entry,
+    workplace,
     write_document,
 )
 from gpuadvisor.words import plural
@@ -202,8 +203,9 @@ def explore_run(
 
     started_wall = time.time()
     started = time.monotonic()
+    place = workplace(cmd, run, options, out)
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-explore-"))
-    runner = TrialRunner(cmd, options, workdir, num_workers)
+    runner = TrialRunner(cmd, options, workdir, num_workers, place)
     first: list[dict[str, Any]] = []
     # the count each value lever multiplied in its first trial: its later trials run the same command
     # (a batch axis learnt meanwhile changes the count for the ladder's next rungs only)
@@ -325,6 +327,7 @@ def explore_run(
         notes.append("interrupted (Ctrl-C): the trials measured so far are kept, with the best so far")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        place.remove()
     if explorer.budget_hit:
         notes.append(f"the explore budget of {budget['s'] or 0:.0f} s ended after {explorer.done} trials")
     document = _document(
@@ -332,6 +335,7 @@ def explore_run(
     )
     document["wall_s"] = round(time.monotonic() - started, 3)
     document["notes"] = notes
+    place.stamp(document, [r for c in (explorer.baseline, *explorer.configs.values()) for r in c.results])
     stamp_machine(document, machine)
     write_document(path, document)
     _report(say, document, machine, explorer.stopped, interrupted)

@@ -8,13 +8,15 @@ summary and the HTML report show ("predicted 2.7x, measured 2.9x (2.8-3.0, 3 tri
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuadvisor import rundir
 from gpuadvisor.model import Finding, predicted_speedup, summary_line
+from gpuadvisor.received import read_json_file
 from gpuadvisor.render._explore import explore_note  # the one-line note is how the reports say it too
+from gpuadvisor.runcheck import check_verify
 from gpuadvisor.verify.plan import RULE_REMEDIES
 
 __all__ = [
@@ -30,7 +32,7 @@ __all__ = [
     "summary_line",
 ]
 
-VERIFY_FILE = "verify.json"
+VERIFY_FILE = rundir.VERIFY
 VERIFY_SCHEMA_VERSION = 1
 
 # The keys of a verify.json trial copied into Finding.verified.
@@ -67,17 +69,19 @@ def noise_band_text() -> str:
 
 
 def load_verify(run_dir: str | Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(RUN/verify.json, None), (None, None) when absent, (None, why) when unreadable."""
-    path = Path(run_dir) / VERIFY_FILE
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, None
-    except (OSError, ValueError) as err:
-        return None, f"{VERIFY_FILE} is unreadable ({err}); measured speed-ups not shown"
+    """(RUN/verify.json, None), (None, None) when absent, (None, why) when unreadable; read as every
+    file of a run directory (`received.read_json_file`) and every value checked
+    (`runcheck.check_verify`): a doc whose values were partly left out comes with the note saying
+    which, as (doc, note)."""
+    notes: list[str] = []
+    doc = read_json_file(Path(run_dir), VERIFY_FILE, notes)
+    if doc is None:
+        why = notes[0] if notes else None
+        return None, None if why is None else f"{VERIFY_FILE} is unreadable: {why}; measured speed-ups not shown"
     if not isinstance(doc, dict) or not isinstance(doc.get("trials"), list):
         return None, f"{VERIFY_FILE} has no trials list; measured speed-ups not shown"
-    return doc, None
+    doc = check_verify(doc, notes)
+    return doc, notes[0] if notes else None
 
 
 def _rules_remedies() -> Mapping[str, Sequence[str]]:
@@ -135,8 +139,8 @@ def attach_loaded(
     carrying the problem or verify --explore's one-line result (`explore_note`)."""
     if doc is None:
         return list(findings), [problem] if problem else []
-    note = explore_note(doc)
-    return attach(findings, doc), [note] if note else []
+    notes = [n for n in (problem, explore_note(doc)) if n]
+    return attach(findings, doc), notes
 
 
 def attach_from_run(findings: Sequence[Finding], run_dir: str | Path) -> tuple[list[Finding], list[str]]:

@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuadvisor import rundir
-from gpuadvisor.capture.runner import validate_module, validate_script
 from gpuadvisor.errors import InputError, UsageError
+from gpuadvisor.outputs import check_output
+from gpuadvisor.received import read_json_file
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.runinfo import read_environment, read_manifest
+from gpuadvisor.verify.command import recorded_command, recorded_python_note
 from gpuadvisor.verify.explore import estimate_text
 from gpuadvisor.verify.explore_run import explore_run
 from gpuadvisor.verify.measure import measurement_text
@@ -32,6 +35,7 @@ from gpuadvisor.verify.plan import (
 from gpuadvisor.verify.probe import compare as compare_machines
 from gpuadvisor.verify.probe import describe, probe, recorded_machine
 from gpuadvisor.verify.results import VERIFY_FILE, noise_band_text
+from gpuadvisor.verify.scratch import prepare
 from gpuadvisor.verify.trials import (
     BASELINE,
     TRIAL_TIMEOUT_S,
@@ -42,12 +46,12 @@ from gpuadvisor.verify.trials import (
     VerifyOutcome,
     baseline_entry,
     document_head,
-    read_json,
     say_to,
     stamp_machine,
     summary_text,
     trial_entry,
     where_text,
+    workplace,
     write_document,
 )
 from gpuadvisor.words import plural
@@ -63,7 +67,7 @@ def _analysis_of(run_dir: Path, analyze: Analyzer | None) -> tuple[list[dict[str
     """RUN/findings.json's findings and its combined `prediction` (the top findings' remedies replayed
     together), else a fresh analysis of the run by the caller's `analyze` (verify runs below the
     analysis and does not import it)."""
-    doc: Any = read_json(run_dir / rundir.FINDINGS)
+    doc: Any = read_json_file(run_dir, rundir.FINDINGS)  # inside the run directory only, bounded
     if not (isinstance(doc, dict) and isinstance(doc.get("findings"), list)):
         if analyze is None:
             raise UsageError(
@@ -78,46 +82,6 @@ def _analysis_of(run_dir: Path, analyze: Analyzer | None) -> tuple[list[dict[str
         [dict(f) for f in findings if isinstance(f, Mapping)],
         dict(combined) if isinstance(combined, Mapping) else None,
     )
-
-
-def recorded_command(manifest: Mapping[str, Any], argv: Sequence[str] | None = None) -> RecordedCommand:
-    """The recorded command, validated as `gpuadvisor profile` validates it (UsageError otherwise).
-    `argv`: the script's real sys.argv when the caller has it (`profile --verify`); the manifest's
-    has its credentials masked (`argv_redacted`) and cannot be re-run as recorded."""
-    if manifest.get("distributed") or len(manifest.get("ranks") or []) > 1:
-        raise UsageError("verify re-runs single-process scripts; this run was launched with torchrun")
-    target = manifest.get("target")
-    if not isinstance(target, dict) or not target.get("path_or_name"):
-        raise UsageError("the run's manifest.json does not record the command (no target)")
-    if argv is None and manifest.get("argv_redacted"):
-        raise UsageError(
-            "the recorded command line had credentials masked (manifest.json argv_redacted): verify cannot "
-            "re-run it as recorded; use `gpuadvisor profile --verify ...` (it verifies with the real "
-            "command) or record with `profile --no-redact`"
-        )
-    argv = [str(a) for a in (argv if argv is not None else (target.get("argv") or []))]
-    cwd = Path(str(manifest.get("cwd") or "."))
-    if not cwd.is_dir():
-        raise UsageError(f"the run's working directory {cwd} does not exist here")
-    recorded_python = str(manifest.get("python") or "")
-    python = recorded_python if recorded_python and os.access(recorded_python, os.X_OK) else sys.executable
-    cmd = RecordedCommand(
-        kind=str(target.get("kind") or "script"),
-        target=str(target["path_or_name"]),
-        args=tuple(argv[1:]),
-        cwd=cwd,
-        python=python,
-    )
-    if cmd.kind == "module":
-        saved = os.getcwd()
-        os.chdir(cwd)  # `python -m` resolves from the recorded cwd
-        try:
-            validate_module(cmd.target)
-        finally:
-            os.chdir(saved)
-    else:
-        validate_script(str(cmd.script_path()))
-    return cmd
 
 
 def verify_run(
@@ -140,18 +104,22 @@ def verify_run(
         raise UsageError(
             f"{run} is not a run directory (no manifest.json): verify needs `gpuadvisor profile`'s run"
         )
-    manifest = read_json(run / rundir.MANIFEST)
-    environment = read_json(run / rundir.ENVIRONMENT)
-    if not isinstance(manifest, dict):
-        raise InputError(f"{run / rundir.MANIFEST} is not a JSON object")
-    environment = environment if isinstance(environment, dict) else {}
-    cmd = recorded_command(manifest, argv)
+    read_notes: list[str] = []
+    manifest = read_manifest(run, read_notes)  # every value checked once (gpuadvisor/runcheck.py)
+    environment = read_environment(run, read_notes)
+    if not manifest:
+        raise InputError(f"{run / rundir.MANIFEST} is not a readable JSON object: {'; '.join(read_notes)}")
+    cmd = recorded_command(manifest, argv, options.python)
     path = output_path(run, options.output)
     machine = check_machine(manifest, environment, cmd, allow_other=options.allow_other_machine)
     if machine["differences"]:
         say_to(
             out, options.quiet, f"measuring on another machine than the recording's: {where_text(machine)}"
         )
+    python_note = recorded_python_note(manifest, cmd) if argv is None else None
+    if python_note:
+        say_to(out, options.quiet, python_note)
+    machine["notes"] = [*read_notes, *([python_note] if python_note else [])]  # into verify.json's notes
     num_workers = options.num_workers or default_num_workers(explore=options.explore)
     if options.explore:
         return explore_run(
@@ -214,8 +182,9 @@ def verify_run(
     done = 0
     budget_hit = False
     interrupted = False
+    place = workplace(cmd, run, options, out) if len(configs) > 1 else prepare(cmd.cwd, allow_writes=True)
     workdir = Path(tempfile.mkdtemp(prefix="gpuadvisor-verify-"))
-    runner = TrialRunner(cmd, options, workdir, num_workers)
+    runner = TrialRunner(cmd, options, workdir, num_workers, place)
     try:
         for _round in range(options.trials if len(configs) > 1 else 0):
             for c in configs:
@@ -251,6 +220,7 @@ def verify_run(
         notes.append("interrupted (Ctrl-C): the remaining trials were not run")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        place.remove()
 
     if budget_hit:
         notes.append(
@@ -279,6 +249,7 @@ def verify_run(
             "notes": notes,
         }
     )
+    place.stamp(document, [r for c in configs for r in c.results])
     stamp_machine(document, machine)
     write_document(path, document)
     for t in trials:
@@ -325,14 +296,15 @@ def output_path(run: Path, output: Path | None) -> Path:
     run directory holds recordings tracked by git (the repository's sample runs): measurements made
     here do not belong next to them."""
     if output is not None:
-        if output.is_dir():
-            return output / VERIFY_FILE
-        return output
+        path = output / VERIFY_FILE if output.is_dir() else output
+        check_output(path, [run])  # never over a file of the run directory, a FIFO, a device node
+        return path
     if _tracked_by_git(run):
         raise UsageError(
             f"{run} is tracked by git (recordings kept in a repository): verify does not write "
             f"{VERIFY_FILE} next to them; pass -o FILE to choose where it goes"
         )
+    check_output(run / VERIFY_FILE, [run], option="verify.json at")
     return run / VERIFY_FILE
 
 
@@ -342,7 +314,8 @@ def _tracked_by_git(run: Path) -> bool:
         return False
     try:
         r = subprocess.run(
-            [git, "-C", str(run), "ls-files", "--error-unmatch", rundir.MANIFEST],
+            # no fsmonitor: a received run directory may ship a .git/config naming a program for it
+            [git, "-c", "core.fsmonitor=false", "-C", str(run), "ls-files", "--error-unmatch", rundir.MANIFEST],
             capture_output=True,
             text=True,
             timeout=30,
@@ -356,11 +329,12 @@ def _tracked_by_git(run: Path) -> bool:
 def check_machine(
     manifest: Mapping[str, Any], environment: Mapping[str, Any], cmd: RecordedCommand, *, allow_other: bool
 ) -> dict[str, Any]:
-    """The recording's machine and this one (probed with the recorded interpreter), and what differs.
+    """The recording's machine and this one (probed with the trials' interpreter, from this process's
+    folder: nothing the run directory names runs), and what differs.
     A difference is a UsageError unless `allow_other`: numbers measured elsewhere do not say what the
     recording's machine would gain."""
     recorded = recorded_machine(manifest, environment)
-    here = probe(cmd.python, cmd.cwd)
+    here = probe(cmd.python, Path(os.getcwd()))
     here["cwd"] = os.getcwd()
     diffs = compare_machines(recorded, here)
     machine = {

@@ -29,11 +29,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture._io import restore_first_path, write_json_atomic
 from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
 from gpuadvisor.capture.execfile import run_module, run_script
 from gpuadvisor.capture.hooks import Recorder
+from gpuadvisor.redact import unsealed_argv
 from gpuadvisor.remedies import RemedyId
+from gpuadvisor.verify import guard
 from gpuadvisor.verify.importpatch import patch_on_import
 from gpuadvisor.verify.inject import Injections, TrialSkip
 from gpuadvisor.verify.measure import SteadyRegion
@@ -72,6 +74,7 @@ class TrialConfig:
     batch_multiplier: int = 4
     alloc_conf_before: str | None = None
     forward_fallback_calls: int = 3  # top-module calls without optimizer step or batch -> count calls
+    guard: dict[str, list[str]] | None = None  # the write guard (gpuadvisor.verify.guard); None: none
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -504,10 +507,13 @@ def run_trial(cfg: TrialConfig, started: float | None = None) -> dict[str, Any]:
     else:
         target = cfg.target
         try:
+            argv = unsealed_argv(target["argv"], os.environ)  # the real one, if the file has it masked
+            restore_first_path()  # the working directory first again, as `python` gives it to the script
+            guard.install(cfg.guard)  # the script's writes stay in the scratch copy of its folder
             if target["kind"] == "module":
-                run_module(target["path_or_name"], list(target["argv"]))
+                run_module(target["path_or_name"], argv)
             else:
-                run_script(target["path_or_name"], list(target["argv"]))
+                run_script(target["path_or_name"], argv)
             reason = "ended"
         except TrialComplete:
             status = "ok"
@@ -564,6 +570,7 @@ def run_trial(cfg: TrialConfig, started: float | None = None) -> dict[str, Any]:
     )
     names, values = long_options(options)
     result.update(script_options=names, script_option_values=values, script_arguments=options)
+    result["writes_refused"] = guard.refused()[:20]
     return result
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuadvisor import __version__
-from gpuadvisor.capture._io import write_json_atomic
+from gpuadvisor.capture._io import own_module_argv, write_json_atomic
 from gpuadvisor.errors import InputError, OutputLostError, UsageError
+from gpuadvisor.redact import sealed_argv
 from gpuadvisor.remedies import REMEDIES, RemedyId
+from gpuadvisor.terminal import strip_controls
 from gpuadvisor.verify.measure import across_trials
 from gpuadvisor.verify.plan import (
     ALLOC_CONF,
@@ -31,6 +33,7 @@ from gpuadvisor.verify.plan import (
     PlannedTrial,
 )
 from gpuadvisor.verify.results import VERIFY_SCHEMA_VERSION
+from gpuadvisor.verify.scratch import Workplace, prepare
 from gpuadvisor.verify.stats import BatchSamples, batch_samples, compare, measured
 from gpuadvisor.verify.trial import TrialConfig
 from gpuadvisor.words import plural
@@ -53,6 +56,8 @@ class VerifyOptions:
     explore: bool = False  # every applicable lever, then the best combination (explore.py)
     allow_other_machine: bool = False  # measure although the recording was made elsewhere
     output: Path | None = None  # verify.json's path (default RUN/verify.json)
+    python: str | None = None  # the trials' interpreter (--python); default: the one running verify
+    allow_writes: bool = False  # run the trials in the working directory itself (no scratch copy)
 
     def validate(self) -> None:
         if self.trials < 1:
@@ -120,7 +125,8 @@ class RecordedCommand:
 def say_to(stream: IO[str], quiet: bool, msg: str) -> None:
     if quiet:
         return
-    stream.write(f"verify: {msg}\n")
+    # it quotes the run directory, the script's exception texts and paths: data for a terminal or a CI log
+    stream.write(f"verify: {strip_controls(msg)}\n")
     stream.flush()
 
 
@@ -137,9 +143,21 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def workplace(cmd: RecordedCommand, run: Path, options: VerifyOptions, out: IO[str]) -> Workplace:
+    """Where the trials run (gpuadvisor/verify/scratch.py), said before the first trial; UsageError
+    when the working directory cannot be copied and --allow-writes is off."""
+    place = prepare(cmd.cwd, allow_writes=options.allow_writes, skip=[run])
+    say_to(out, options.quiet, place.text)
+    return place
+
+
+
 class TrialRunner:
-    def __init__(self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int) -> None:
+    def __init__(
+        self, cmd: RecordedCommand, options: VerifyOptions, workdir: Path, num_workers: int, place: Workplace
+    ) -> None:
         self.cmd = cmd
+        self.place = place  # where the trials run (a scratch copy of the working directory)
         self.options = options
         self.workdir = workdir
         self.num_workers = num_workers
@@ -152,12 +170,17 @@ class TrialRunner:
         log_path = self.workdir / f"{tag}.log"
         planned = config.planned
         env, alloc_before = trial_environment(config.applies, os.environ)
+        # the real arguments (profile --verify has them, credentials too) never reach the config file
+        file_args, argv_env = sealed_argv([*self.cmd.args, *config.extra_args])
+        env.update(argv_env)
         multiplier = config.batch_multiplier or (planned.batch_multiplier if planned else None) or 1
         trial_cfg = TrialConfig(
             target={
                 "kind": self.cmd.kind,
-                "path_or_name": self.cmd.target,
-                "argv": [*self.cmd.args, *config.extra_args],
+                "path_or_name": self.place.translate(self.cmd.cwd, self.cmd.target)
+                if self.cmd.kind == "script"
+                else self.cmd.target,
+                "argv": file_args,
             },
             result=str(result_path),
             remedies=config.applies,
@@ -167,21 +190,17 @@ class TrialRunner:
             num_workers=self.num_workers,
             batch_multiplier=multiplier,
             alloc_conf_before=alloc_before,
+            guard=self.place.guard(),
         )
         cfg_path = self.workdir / f"{tag}.config.json"
         cfg_path.write_text(json.dumps(trial_cfg.to_json()), encoding="utf-8")
-        argv = [
-            self.cmd.python,
-            *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
-            "-m",
-            "gpuadvisor.verify.trial",
-            str(cfg_path),
-        ]
+        # `python -m gpuadvisor.verify.trial CONFIG`, never replaced by a gpuadvisor.py of the script's folder
+        argv = [self.cmd.python, *own_module_argv("gpuadvisor.verify.trial", str(cfg_path))]
         started = time.monotonic()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 argv,
-                cwd=self.cmd.cwd,
+                cwd=self.place.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -449,8 +468,10 @@ def where_text(machine: Mapping[str, Any]) -> str:
 
 
 def stamp_machine(document: dict[str, Any], machine: Mapping[str, Any]) -> None:
-    """verify.json's `machine`; on another machine every measured entry says where it was measured."""
+    """verify.json's `machine` (its `notes` join the document's); on another machine every measured
+    entry says where it was measured."""
     document["machine"] = dict(machine)
+    document["notes"] = [*document.get("notes", []), *machine.get("notes", [])]
     if machine.get("same"):
         return
     where = str(machine.get("measured_text"))

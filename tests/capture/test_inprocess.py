@@ -161,7 +161,7 @@ def test_existing_run_refused(tmp_path: Path) -> None:
     from gpuadvisor.errors import UsageError
 
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "manifest.json").write_text("{}")
+    (tmp_path / "run" / "manifest.json").write_text('{"tool": {"name": "gpuadvisor"}}')  # a previous run
     # the API's own word (issue 42 item 9): there is no --force in a notebook
     with pytest.raises(UsageError, match=r"use force=True to overwrite it$"):
         Capture(tmp_path / "run", nvml=False).__enter__()
@@ -174,6 +174,10 @@ def test_the_api_profile_says_force_true(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "manifest.json").write_text("{}")
+    (tmp_path / "run" / "manifest.json").write_text('{"tool": {"name": "gpuadvisor"}}')  # a previous run
     with pytest.raises(UsageError, match=r"already holds a previous run; use force=True to overwrite it$"):
         gpuadvisor.profile(script, out=tmp_path / "run")
+    # a folder whose manifest.json is not ours is never a run, in the API's words too (issue 39)
+    (tmp_path / "run" / "manifest.json").write_text("{}")
+    with pytest.raises(UsageError, match=r"holds no gpuadvisor run.*\(force=True overwrites only a previous run"):
+        gpuadvisor.profile(script, out=tmp_path / "run", force=True)

@@ -389,7 +389,7 @@ def test_a_symlink_at_the_trace_temporary_path_is_not_written_through(tmp_path: 
     symbolic link to a file elsewhere, the export replaces the link; the file it pointed to is untouched."""
     out = tmp_path / "run"
     (out / "trace").mkdir(parents=True)
-    (out / "manifest.json").write_text("{}")
+    (out / "manifest.json").write_text('{"tool": {"name": "gpuadvisor"}}')  # a previous run
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     for name in (".rank0.json.gz.tmp", ".rank0.json.gz.json.tmp"):

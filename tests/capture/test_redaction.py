@@ -57,7 +57,7 @@ def test_secret_short_options_are_masked(option: str, form: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--passes", "3"], ["--bypass", "1"], ["--compass", "n"], ["-P", "22"], ["--pin-memory", "1"],
+    "argv", [["--passes", "3"], ["--bypass", "1"], ["--compass", "n"], ["--pin-memory", "1"],
              ["--keyframes", "4"], ["--max-tokens", "512"], ["-q", "x"]],
 )  # fmt: skip
 def test_names_that_only_contain_a_secret_word_are_kept(argv: list[str]) -> None:
@@ -98,7 +98,7 @@ def test_no_redact_keeps_the_command_line(tmp_path: Path) -> None:
 
 def test_verify_refuses_a_masked_command_unless_given_the_real_one(tmp_path: Path) -> None:
     from gpuadvisor.errors import UsageError
-    from gpuadvisor.verify.runner import recorded_command
+    from gpuadvisor.verify.command import recorded_command
 
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")

@@ -34,8 +34,14 @@ def test_inference_loop_is_stepped_by_forward_calls(tmp_path: Path) -> None:
     assert m["step_detection"] == "module_forward"
     # the steps after the window are timed until step 100 (--observe-steps): the 50 batches all run
     assert m["capture"]["state"] == "complete" and m["exit_reason"] == "completed"
-    assert (m["capture"]["first_recorded_step"], m["capture"]["last_recorded_step"]) == (12, 21)
-    assert _steps_in_trace(out) == list(range(12, 22))
+    # skip 10 + warm-up 1: the window opens once the step time settled (issue 38), at step 10 on an
+    # idle machine, a few steps later on loaded cores; then 10 active steps
+    cap = m["capture"]
+    settled = cap["settled_at_step"]
+    assert isinstance(settled, int) and 10 <= settled <= 10 + 40
+    first, last = cap["first_recorded_step"], cap["last_recorded_step"]
+    assert (first, last) == (settled + 2, settled + 11)
+    assert _steps_in_trace(out) == list(range(first, last + 1))
     env = _env(out)
     mode = env["settings"]["run_mode"]
     assert mode["kind"] == "inference" and mode["optimizer_steps"] == 0 and mode["backward_calls"] == 0

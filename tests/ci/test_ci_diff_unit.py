@@ -5,6 +5,7 @@ the gate logic and exit codes independently of trace loading (end-to-end runs: t
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -241,11 +242,20 @@ def test_cli_unreadable_input_is_exit_2(tmp_path: Path, monkeypatch: pytest.Monk
     assert "gpuadvisor: error:" in result.output and "Traceback" not in result.output
 
 
-def test_cli_internal_error_and_lost_output(prepared: dict[str, AnalysisResult], tmp_path: Path) -> None:
+def test_cli_internal_error_and_lost_output(
+    prepared: dict[str, AnalysisResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prepared["base"] = result_with_steps("base", [10.0, 10.0, 10.0])
     unwritable = tmp_path / "no" / "such" / "dir" / "out.md"
     lost = invoke("base", "base", "-o", str(unwritable))  # refused before the analysis (issue 42 item 9)
     assert lost.exit_code == 2 and "does not exist" in lost.output
+
+    def full_disk(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("gpuadvisor.commands._options.write_text_atomic", full_disk)
+    lost = invoke("base", "base", "-o", str(tmp_path / "out.md"))
+    assert lost.exit_code == 74 and "cannot write" in lost.output and "No space left" in lost.output
     broken = invoke("base", "missing-key")  # the fake analyze raises KeyError: a bug, not bad input
     assert broken.exit_code == 70 and "internal error: KeyError" in broken.output
 

@@ -212,7 +212,7 @@ def test_sarif_structure_levels_locations() -> None:
     log = json.loads(text)
     checked = check_sarif_structure(log)
     # every kind of part was there to check: 6 rules, 3 results, file and kernel locations, regions
-    assert checked == {"rules": 6, "results": 3, "physical": 2, "logical": 1, "regions": 2, "invocations": 1}
+    assert checked == {"rules": 6, "results": 3, "physical": 1, "logical": 2, "regions": 1, "invocations": 1}
     run = log["runs"][0]
     results = run["results"]
     assert [r["ruleId"] for r in results] == ["GA201", "GA301", "GA301"]  # internal error is not a result
@@ -222,8 +222,10 @@ def test_sarif_structure_levels_locations() -> None:
     assert phys["region"]["startLine"] == 36
     logical = results[1]["locations"][0]["logicalLocations"][0]
     assert logical["name"].startswith("void at::native::_kernel_<float|int>")
-    absolute = results[2]["locations"][0]["physicalLocation"]["artifactLocation"]
-    assert absolute == {"uri": "file:///abs/path/data.py"}
+    # an absolute path outside the recorded working directory is named, never a file:// URI to open
+    absolute = results[2]["locations"][0]
+    assert "physicalLocation" not in absolute and "file:" not in json.dumps(log)
+    assert absolute["logicalLocations"][0]["name"].startswith("/abs/path/data.py:")
     notes = run["invocations"][0]["toolExecutionNotifications"]
     assert len(notes) == 1 and "ZeroDivisionError" in notes[0]["message"]["text"]
     assert run["properties"]["notApplicableRules"] == ["GA701"]
@@ -238,8 +240,10 @@ def test_sarif_finding_without_location_and_paths() -> None:
     checked = check_sarif_structure(log)
     assert checked["results"] == 1 and checked["physical"] == checked["logical"] == 0
     assert "locations" not in log["runs"][0]["results"][0]
-    assert sarif._artifact_uri("./src/my file.py") == ("src/my%20file.py", "%SRCROOT%")
-    assert sarif._artifact_uri("C:\\work\\train.py") == ("file:///C:/work/train.py", None)
+    assert sarif._relative_parts("./src/my file.py", None) == ["src", "my file.py"]
+    assert sarif._relative_parts("/work/p/src/a.py", "/work/p") == ["src", "a.py"]
+    for outside in ("C:\\work\\train.py", "/etc/passwd", "../../etc/passwd", "src/../../x.py"):
+        assert sarif._relative_parts(outside, "/work/p") is None, outside
 
 
 def test_sarif_check_catches_broken_structure() -> None:

@@ -239,6 +239,7 @@ def test_internal_error_is_one_line_and_exit_70(item_trace: Path, monkeypatch: p
 
 
 def test_typed_errors_keep_their_exit_codes(item_trace: Path, tmp_path: Path) -> None:
+    """An output folder that cannot hold the file is a usage error before any analysis (issue 39)."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
     # -o's folder is checked before any analysis (issue 42 item 9): a usage error
@@ -450,7 +451,7 @@ def test_github_text_cannot_inject_commands() -> None:
     lines = output.splitlines()
     assert len(lines) == 2 and not lines[1].startswith("::")
     # the carriage return is a terminal control: stripped (gpuadvisor/terminal.py) before the encoding
-    assert "%0A::error file=evil.py::injected%0A%250A" in lines[0]
+    assert "%0A:\u200b:error file=evil.py::injected%0A%250A" in lines[0]  # escaped, and no line starts with ::
     assert "file=a%2Cb%3Ac.py" in lines[0]
 
 

@@ -239,32 +239,35 @@ def test_no_section_without_verify_json_or_without_explore(run_result: tuple[Pat
 @pytest.mark.parametrize(
     ("change", "key"),
     [
-        (lambda d: d.update(explore="fast"), "explore is str, not an object"),
-        (lambda d: d["explore"]["best"].update(speedup="2.4"), "explore.best.speedup is str, not a number"),
-        (lambda d: d["explore"]["best"].update(labels=[1, 2]), "explore.best.labels is a list, not a list of strings"),
-        (lambda d: d["explore"].update(steps={"from": []}), "explore.steps is an object, not a list"),
-        (lambda d: d["explore"]["steps"][0]["candidates"].append(3), "explore.steps[0].candidates[2] is int"),
-        (lambda d: d["explore"]["steps"][1].update(chosen="tf32"), "explore.steps[1].chosen is str"),
-        (lambda d: d["trials"][1].update(speedup=[1.0]), "trials[1].speedup is a list, not a number"),
-        (lambda d: d["trials"][3].update(trials=True), "trials[3].trials is bool, not an integer"),
-        (lambda d: d["trials"].append(7), "trials[7] is int, not an object"),
-        (lambda d: d.update(measured_on={"gpu": "x"}), "measured_on is an object, not a string"),
-        (lambda d: d["settings"].update(budget_s="600"), "settings.budget_s is str, not a number"),
-        (lambda d: d["explore"].update(trials_run=2.5), "explore.trials_run is float, not an integer"),
+        (lambda d: d.update(explore="fast"), "explore: 'fast' is not an object"),
+        (lambda d: d["explore"]["best"].update(speedup="2.4"), "explore.best.speedup: '2.4' is not a number"),
+        (lambda d: d["explore"]["best"].update(labels=[1, 2]), "explore.best.labels[0]: 1 is not a string"),
+        (lambda d: d["explore"].update(steps={"from": []}), "explore.steps: {'from': []} is not a list"),
+        (lambda d: d["explore"]["steps"][0]["candidates"].append(3), "explore.steps[0].candidates[2]: 3 is not"),
+        (lambda d: d["explore"]["steps"][1].update(chosen="tf32"), "explore.steps[1].chosen: 'tf32' is not a list"),
+        (lambda d: d["trials"][1].update(speedup=[1.0]), "trials[1].speedup: [1.0] is not a number"),
+        (lambda d: d["trials"][3].update(trials=True), "trials[3].trials: True is not an integer"),
+        (lambda d: d["trials"].append(7), "trials[7]: 7 is not an object"),
+        (lambda d: d.update(measured_on={"gpu": "x"}), "measured_on: {'gpu': 'x'} is not a string"),
+        (lambda d: d["settings"].update(budget_s="600"), "settings.budget_s: '600' is not a number"),
+        (lambda d: d["explore"].update(trials_run=2.5), "explore.trials_run: 2.5 is not an integer"),
     ],
 )
-def test_an_unexpected_shape_drops_the_section_with_a_note(
-    run_result: tuple[Path, AnalysisResult], change: Any, key: str
-) -> None:
-    run, result = run_result
+def test_a_value_of_an_unexpected_type_is_left_out_with_a_note(tmp_path: Path, change: Any, key: str) -> None:
+    """verify.json is read as every file of a run directory: each value is checked once, where the
+    analysis loads it (gpuadvisor/runcheck.py); one of another type is left out, the note names it,
+    and every renderer draws what is left (issue 39)."""
+    run = build_run(tmp_path / "run")
     doc = copy.deepcopy(EXPLORE_DOC)
     change(doc)
-    page = _page(run, result, doc)
-    assert _section(page) is None and 'href="#explore"' not in page
-    mine = [n for n in _notes(page) if "explore result of an unexpected shape" in n]
-    assert len(mine) == 1 and key in mine[0] and "the measured configurations are not shown" in mine[0]
-    md = markdown.render(result)
-    assert "Measured configurations" not in md and key in md.replace("\\", "")
+    (run / "verify.json").write_text(json.dumps(doc), encoding="utf-8")
+    result = analyze(run)
+    mine = [n for n in result.notes if n.startswith("verify.json: ") and "of the wrong type" in n]
+    assert len(mine) == 1 and key in mine[0], result.notes
+    page = render_html(result, generated_at=FIXED, cdn=True)
+    assert any(key in n for n in _notes(page))
+    assert key in markdown.render(result).replace("\\", "")
+    render_text(result)
 
 
 def test_an_unreadable_verify_json_is_one_note(tmp_path: Path) -> None:

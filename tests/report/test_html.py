@@ -253,11 +253,9 @@ def test_source_lines_and_rule_docs(
     page = report_html.render_html(
         _result_with(finding, plain_result), generated_at=FIXED, rule_docs={"GA999": DOC}
     )
-    assert (
-        '<span class="ga-line ga-target"><span class="ga-lineno">3</span>loss_value = loss.item()</span>'
-        in page
-    )
-    assert '<span class="ga-lineno">1</span>a = 1' in page and '<span class="ga-lineno">5</span>d = 4' in page
+    # a location is shown from what the run recorded, never from a file of this machine (issue 39)
+    assert "loss_value = loss.item()" not in page and '<span class="ga-lineno">1</span>a = 1' not in page
+    assert "train_src.py:3" in page
     assert "Rule documentation" in page and "Why it matters" in page
     assert "# before\ntotal += loss.item()\n# after\ntotal += loss.detach()" in page  # before/after block
     assert '<pre class="ga-code"><code>total += loss.detach()</code></pre>' in page  # from the recommendation

@@ -15,6 +15,7 @@ from gpuadvisor.analysis import analyze
 from gpuadvisor.model import Category, Finding, Location, Severity
 from gpuadvisor.render import html as report_html
 from gpuadvisor.result import AnalysisResult, SourceInfo
+from gpuadvisor.runinfo import RunInfo
 from tests.report.runs import build_run
 
 FIXED = "2025-01-01T00:00:00+00:00"
@@ -50,14 +51,13 @@ def run_result(tmp_path_factory: pytest.TempPathFactory) -> AnalysisResult:
     return analyze(build_run(tmp_path_factory.mktemp("details") / "run"))
 
 
-def test_source_snippet_is_single_spaced_and_dedented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "loop.py").write_text(
-        "def train():\n    for batch in loader:\n        out = model(batch)\n"
-        "        total += loss.item()\n            nested = 1\n        step()\n"
-    )
-    monkeypatch.chdir(tmp_path)
+def test_source_snippet_is_single_spaced_and_dedented(tmp_path: Path) -> None:
+    lines = ["    for batch in loader:", "        out = model(batch)", "        total += loss.item()",
+             "            nested = 1", "        step()"]  # fmt: skip
+    site = {"file": "loop.py", "line": 4, "code": "total += loss.item()", "snippet": {"first_line": 2, "lines": lines}}
+    run = RunInfo(run_dir=tmp_path, callsites=[site])
     finding = _finding(Severity.HIGH, 0.3, "synthetic", locations=(Location(file="loop.py", line=4),))
-    page = report_html.render_html(_result([finding]), generated_at=FIXED, rule_docs={})
+    page = report_html.render_html(_result([finding], run=run), generated_at=FIXED, rule_docs={})
     block = re.search(r'<pre class="ga-source-lines"><code>(.*?)</code></pre>', page, re.S)
     assert block is not None
     body = block.group(1)

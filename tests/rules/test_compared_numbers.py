@@ -51,8 +51,8 @@ def test_durations_and_step_changes_read_apart() -> None:
     assert cm.ms_pair(850.0, 420.0) == ("0.85 ms", "0.42 ms")  # unchanged where they differ
     assert change(0.5, 0.4951, "ms") == "0.500 -> 0.495 ms"
     pred = Prediction("pinned_async_copies", 0.500, 0.4951, 1.0099, 0.0098)
-    assert "0.500 -> 0.495 ms per step" in cm.prediction_sentence(pred, "pinned copies")
-    assert "0.500 -> 0.495 ms per step" in group_sentence("GA101 and GA102", "copies", pred)
+    assert "0.500 -> 0.495 ms per replayed step" in cm.prediction_sentence(pred, "pinned copies")
+    assert "0.500 -> 0.495 ms per replayed step" in group_sentence("GA101 and GA102", "copies", pred)
 
 
 def test_a_prediction_of_no_change_says_so() -> None:
@@ -62,14 +62,16 @@ def test_a_prediction_of_no_change_says_so() -> None:
     assert change(2.614657, 2.614657, "ms") == "still 2.61 ms"
     same = Prediction("more_workers", 2.614657, 2.614657, 1.0, 0.0)
     assert cm.prediction_sentence(same, "8 loader workers") == (
-        "Replaying the steps with 8 loader workers: still 2.61 ms per step (1.00x)."
+        "Replaying the steps with 8 loader workers: still 2.61 ms per replayed step (1.00x)."
     )
     bigger = Prediction("larger_batch", 32.024679, 32.024679, 8.0, 0.875, batch_multiplier=8.0)
     assert cm.prediction_sentence(bigger, "8x the batch") == (
-        "Replaying the steps with 8x the batch: still 32.02 ms per step, so 8.00x the samples/s."
+        "Replaying the steps with 8x the batch: still 32.02 ms per replayed step, so 8.00x the samples/s."
     )
     grown = Prediction("larger_batch", 2.5, 12.0, 1.67, 0.4, batch_multiplier=8.0)
-    assert "2.50 ms per step now, 12.00 ms per step at 8x the batch" in cm.prediction_sentence(grown, "a batch")
+    assert "2.50 ms per replayed step now, 12.00 ms per replayed step at 8x the batch" in cm.prediction_sentence(
+        grown, "a batch"
+    )
 
 
 def test_ga101_on_a_slow_link_says_two_bandwidths(rule_harness: RuleHarness) -> None:
