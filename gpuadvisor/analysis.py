@@ -224,7 +224,13 @@ def run_timing_notes(model: Any) -> list[str]:
     between steps the capture timed, each with its count, cost and share of the observed run (a cost
     seen once says that its period was not observed)."""
     out: list[str] = []
-    if model.step_times_agree is False:
+    if model.host_ran_ahead:
+        out.append(
+            f"the host ran ahead of the GPU inside the profiler window: {model.profiled_step_ms:.2f} ms steps "
+            f"on the host while the launch queue filled, {model.unprofiled_step_ms:.2f} ms a step without the "
+            "profiler, which the GPU's own work explains: the run is priced at the GPU's pace"
+        )
+    elif model.step_times_agree is False:
         out.append(
             f"step times disagree: {model.unprofiled_step_ms:.2f} ms a step without the profiler against "
             f"{model.profiled_step_ms:.2f} ms inside its window (the profiler only adds work, and not this much): "

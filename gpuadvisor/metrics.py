@@ -360,7 +360,12 @@ def compute_metrics(
     if len(A) and total_t > 0:
         w.update(_step_metrics(A, total_t, trace.has_gpu_activity))
         if np.nansum(model.op_flops) > 0:
-            w["achieved_tflops"] = _f(float(A["flops"].sum()) / (total_t * 1e-6) / 1e12)
+            # a host that ran ahead of the GPU timed shorter steps than the GPU ran them: the rate is
+            # over the GPU's pace (the step without the profiler, which the GPU's work explains)
+            rate_t = total_t
+            if model.host_ran_ahead and model.unprofiled_step_ms:
+                rate_t = max(total_t, len(A) * model.unprofiled_step_ms * 1e3)
+            w["achieved_tflops"] = _f(float(A["flops"].sum()) / (rate_t * 1e-6) / 1e12)
         if trace.has_gpu_activity:
             # (A trace without kernels is already explained by the loader's warning.)
             dependency = model.idle[(model.idle["cause"] == sb.IDLE_DEPENDENCY) & model.idle["seg"].isin(A.index)]

@@ -34,9 +34,12 @@ class UnfusedElementwiseChains(Rule):
     that one, with its own fix; written after the model's call, compiling the model does not reach it),
     with their bytes known from the recorded shapes (gpuadvisor.stepmodel.busy.memory_chains). Fires on a
     GPU-bound step (idle launch overhead under `max_launch_idle_fraction`: GA501 prices the rest) with at
-    least `min_chains_per_step` chains (a model's code repeats per layer; a one-off input
-    normalization does not) taking at least `min_chain_fraction` of the step, and a replayed gain of at
-    least `min_impact`.
+    least `min_chains_per_step` chains (a model's code repeats per layer) taking at least
+    `min_chain_fraction` of the step, or fewer chains taking at least `min_one_off_fraction` (a loss or
+    transform written by hand once per step: a squared error upcast to FP32 over a wide output, whose
+    passes over the output can take a third of the step), and a replayed gain of at least `min_impact`.
+    Fewer chains are not repeated per layer: they are usually outside the model's layers, where
+    compiling the model may not reach them, so the fix names the function to compile.
 
     Impact: the replay with each chain as one fused kernel that moves the bytes of the chain's largest
     member (one read of its input, one write of its output) at the bandwidth the chain reaches now:
@@ -46,7 +49,8 @@ class UnfusedElementwiseChains(Rule):
     ----------
     `model = torch.compile(model)` fuses each chain (Inductor). Or use the library modules, each one
     kernel: `nn.LayerNorm`/`F.layer_norm` for a hand-written LayerNorm, `F.gelu(x, approximate="tanh")`
-    for the tanh GELU formula, `F.rms_norm`.
+    for the tanh GELU formula, `F.rms_norm`. A chain run once per step outside the model (a hand-written
+    loss after the model's call): compile that function, `loss_fn = torch.compile(loss_fn)`.
     """
 
     id = "GA1106"
@@ -59,6 +63,9 @@ class UnfusedElementwiseChains(Rule):
         ),
         "min_chains_per_step": Threshold(
             4, "chains per step (hand-written model code repeats per layer)", "chains"
+        ),
+        "min_one_off_fraction": Threshold(
+            0.25, "chain kernel time as a share of the step above which fewer chains are reported", "fraction"
         ),
         "max_launch_idle_fraction": Threshold(
             0.10, "GPU idle waiting for launches above which the step is launch-bound (GA501's)", "fraction"
@@ -79,9 +86,8 @@ class UnfusedElementwiseChains(Rule):
         if chains is None:
             return
         share = kb.step_share(ctx, chains.time_per_step_us)
-        if chains.chains_per_step < ctx.threshold("min_chains_per_step"):
-            return
-        if share < ctx.threshold("min_chain_fraction"):
+        repeated = chains.chains_per_step >= ctx.threshold("min_chains_per_step")
+        if share < ctx.threshold("min_chain_fraction" if repeated else "min_one_off_fraction"):
             return
         if model.idle_share("launch_overhead") >= ctx.threshold("max_launch_idle_fraction"):
             return  # launch-bound: GA501 prices torch.compile with CUDA graphs
@@ -106,12 +112,24 @@ class UnfusedElementwiseChains(Rule):
             + " The trace records the aten ops, not the source lines of the hand-written code."
         )
         call = next((loc for loc in cm.model_call_locations(ctx) if loc.file), None)
-        rec = (
-            "Compile the model: `model = torch.compile(model)`"
-            + (f" before the call at {call.label()}" if call else "")
-            + " (Inductor fuses each chain into a few kernels). Or replace the hand-written code with library "
-            'ops that are one kernel each: `nn.LayerNorm`/`F.layer_norm`, `F.gelu(x, approximate="tanh")`, `F.rms_norm`.'
-        )
+        if repeated:
+            rec = (
+                "Compile the model: `model = torch.compile(model)`"
+                + (f" before the call at {call.label()}" if call else "")
+                + " (Inductor fuses each chain into a few kernels). Or replace the hand-written code with library "
+                'ops that are one kernel each: `nn.LayerNorm`/`F.layer_norm`, `F.gelu(x, approximate="tanh")`, `F.rms_norm`.'
+            )
+        else:
+            first = ", ".join(list(chains.ops)[:4])
+            rec = (
+                f"Compile the function that runs these ops ({first}): {chains.chains_per_step:g} chain"
+                f"{'s' if chains.chains_per_step != 1 else ''} a step, not repeated per layer, is most often a loss "
+                "or a transform written by hand outside the model's layers"
+                + (f" (after the model's call at {call.label()})" if call else "")
+                + ", which `torch.compile(model)` does not reach: `loss_fn = torch.compile(loss_fn)` (Inductor "
+                "fuses it into one kernel forward and one backward), or compile a function that calls the model and "
+                "the loss. A hand-written normalization or activation: the library op (`F.layer_norm`, `F.gelu`)."
+            )
         locations: list[Location] = ([call] if call else []) + [
             Location(op=op, detail={"time_per_step_us": round(us, 1)})
             for op, us in list(chains.ops.items())[:4]

@@ -17,7 +17,7 @@ from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.periodic import run_step_after, run_timing
-from gpuadvisor.stepmodel.replay import build_program, calibrate_host_scale, replay
+from gpuadvisor.stepmodel.replay import MIN_HOST_SCALE, build_program, calibrate_host_scale, replay
 from gpuadvisor.stepmodel.tables import per_step_table, sm_use
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
 from gpuadvisor.trace.flops import matmul_flops
@@ -510,6 +510,8 @@ class StepModel:
         the host's pace, not the step the run settles at.)"""
         if "fit" not in self._scalars:
             measured = self.window.median_step_us
+            if self.host_ran_ahead and self.unprofiled_step_ms:
+                measured = max(measured, self.unprofiled_step_ms * 1000.0)  # the GPU's pace, not the host's
             fit = None
             if measured > 0 and self.program.steps:
                 fit = self._replayed(1.0).period_us / measured
@@ -586,7 +588,25 @@ class StepModel:
         u, p = self.unprofiled_step_ms, self.profiled_step_ms
         if u is None or p is None or u <= 0 or p <= 0:
             return None
-        return STEP_TIMES_FASTER <= u / p <= STEP_TIMES_SLOWER
+        return STEP_TIMES_FASTER <= u / p <= STEP_TIMES_SLOWER or self.host_ran_ahead
+
+    @property
+    def host_ran_ahead(self) -> bool:
+        """The window's host-timed steps were the host's pace while the launch queue filled, not the
+        run's: the step without the profiler is longer than the profiled one by more than
+        `STEP_TIMES_SLOWER` (which the profiler alone cannot make) and the GPU's own work, replayed with
+        almost free host work, explains it (within that factor either way). A GPU-bound loop that never
+        waits for the device runs ahead by as many steps as the launch queue holds: an H200 run with 75
+        kernels a step timed 3.9 ms steps in its window, then 11.1 ms once the queue was full, the
+        replayed GPU floor 11.0 ms (mse_wide_head-planted)."""
+        if "ahead" not in self._scalars:
+            u, p = self.unprofiled_step_ms, self.profiled_step_ms
+            ahead = False
+            if u is not None and p is not None and u > p * STEP_TIMES_SLOWER > 0 and self.program.steps:
+                floor = replay(self.program, MIN_HOST_SCALE).period_us / 1000.0
+                ahead = 1.0 / STEP_TIMES_SLOWER <= floor / u <= STEP_TIMES_SLOWER
+            self._scalars["ahead"] = ahead
+        return bool(self._scalars["ahead"])
 
     def on_run(
         self,

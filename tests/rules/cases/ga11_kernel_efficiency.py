@@ -686,7 +686,44 @@ def library_mlp() -> SyntheticTrace:
     return _mlp_chains(hand_written=False)
 
 
+def _squared_error_head(loss_us: float) -> SyntheticTrace:
+    """Synthetic: 4 bf16 GEMMs of an MLP, a wide head, then a squared error by hand over its [4096, 65536]
+    output upcast to FP32 (copy, sub, pow, mean: one chain a step, not repeated per layer), each pass
+    `loss_us`."""
+    out = [4096, 65536]
+    ks: list[tuple[str, float, str, Sequence[str], Sequence[Sequence[int]]]] = [
+        (K_NVJET_BF16, 250.0, "aten::mm", [BF16, BF16], [[4096, 4096], [4096, 4096]]) for _ in range(4)
+    ]
+    ks.append((K_NVJET_BF16, 650.0, "aten::mm", [BF16, BF16], [[4096, 1024], [1024, 65536]]))
+    ks += [
+        (K_ELEMENTWISE, loss_us, "aten::copy_", ["float", "c10::BFloat16"], [out, out]),
+        (K_ELEMENTWISE, loss_us, "aten::sub", ["float", "float"], [out, out]),
+        (K_ELEMENTWISE, loss_us, "aten::pow", ["float", "Scalar"], [out, []]),
+        (K_REDUCE_MEAN, loss_us / 2, "aten::mean", ["float"], [out]),
+    ]
+    return _gpu_bound(ks)
+
+
+def squared_error_wide_head() -> SyntheticTrace:
+    return _squared_error_head(500.0)  # 1.75 ms of a ~3.5 ms step
+
+
+def squared_error_narrow_head() -> SyntheticTrace:
+    return _squared_error_head(60.0)  # 0.21 ms of a ~2 ms step
+
+
 CASES += [
+    RuleCase(
+        "GA1106-fires-on-a-one-off-loss-chain-of-half-the-step",
+        "GA1106",
+        squared_error_wide_head,
+        expect=Expect(
+            fires=True,
+            message_contains=("1 chains per step", "aten::pow"),
+            recommendation_contains=("loss_fn = torch.compile(loss_fn)", "not repeated per layer"),
+        ),
+    ),
+    RuleCase("GA1106-quiet-on-a-small-one-off-chain", "GA1106", squared_error_narrow_head, expect=Expect(fires=False)),
     RuleCase(
         "GA1106-fires-on-hand-written-layernorm-and-gelu",
         "GA1106",
