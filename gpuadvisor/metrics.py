@@ -543,12 +543,9 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
     if len(kw) == 0:
         return _empty(KERNEL_AGG_COLUMNS)
     total = float(kw["dur"].sum())
-    df = kw.assign(
-        _name=kw["name"].astype(str),
-        _grid=_dim_text(kw["grid_x"]) + "," + _dim_text(kw["grid_y"]) + "," + _dim_text(kw["grid_z"]),
-        _block=_dim_text(kw["block_x"]) + "," + _dim_text(kw["block_y"]) + "," + _dim_text(kw["block_z"]),
-        _fam=kw["family"].astype(str),
-    )
+    grid_code, grid_text = _dims_codes(kw, "grid")
+    block_code, block_text = _dims_codes(kw, "block")
+    df = kw.assign(_name=kw["name"].astype(str), _fam=kw["family"].astype(str))
     g = df.groupby("_name", sort=True)
     agg = g.agg(
         family=("_fam", "first"),
@@ -562,26 +559,38 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
     )
     out = agg.reset_index().rename(columns={"_name": "name"})
     out["share"] = out["total_us"] / total if total > 0 else np.nan
-    grids = _group_modes(df["_name"], df["_grid"])
-    blocks = _group_modes(df["_name"], df["_block"])
-    out["grid"] = [str(grids.get(n, "<NA>")) for n in out["name"]]
-    out["block"] = [str(blocks.get(n, "<NA>")) for n in out["name"]]
+    grids = _group_modes(df["_name"], grid_code)
+    blocks = _group_modes(df["_name"], block_code)
+    out["grid"] = [str(grid_text[grids[n]]) if n in grids else "<NA>" for n in out["name"]]
+    out["block"] = [str(block_text[blocks[n]]) if n in blocks else "<NA>" for n in out["name"]]
     out["tensor_core"] = out["name"].map(lambda n: tc_map.get(n)).astype(object)
     out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     result: pd.DataFrame = out[list(KERNEL_AGG_COLUMNS)]
     return result
 
 
-def _dim_text(col: pd.Series) -> pd.Series:
-    """Launch dimensions as text ("<NA>" when the kernel carries none: graph replays, ROCm kernels)."""
-    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+def _dims_codes(kw: pd.DataFrame, what: str) -> tuple[Any, list[str]]:
+    """Each kernel's launch dimensions `what` ("grid" or "block") as a code into distinct texts "x,y,z"
+    ("<NA>" for a dimension the kernel does not carry: graph replays, ROCm kernels): the text is made
+    once per distinct triple, not once per kernel."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
     import pandas as pd
 
-    v = col.astype("float64")
-    ok = v.notna() & (v.abs() < float(1 << 53))
-    out = pd.Series("<NA>", index=col.index, dtype=object)
-    out[ok] = v[ok].astype("int64").astype(str)
-    return out
+    keys = []
+    for axis in "xyz":
+        v = kw[f"{what}_{axis}"].to_numpy(dtype=np.float64)
+        ok = ~np.isnan(v) & (np.abs(v) < float(1 << 53))
+        # the integer shown, or one below every shown value for "<NA>"
+        keys.append(np.where(ok, np.trunc(np.where(ok, v, 0.0)), -float(1 << 53)).astype(np.int64))
+    codes = np.zeros(len(kw), dtype=np.int64)
+    for k in keys:  # re-coded after each axis: the packed key stays below len(kw) ** 2
+        c = np.asarray(pd.factorize(k)[0], dtype=np.int64)
+        codes = np.asarray(pd.factorize(codes * (int(c.max()) + 1 if len(c) else 1) + c)[0], dtype=np.int64)
+    first = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=np.int64)
+    texts = [",".join("<NA>" if k[i] == -(1 << 53) else str(int(k[i])) for k in keys) for i in first.tolist()]
+    return pd.Series(codes, index=kw.index), texts
 
 
 def _dominant_dtype(ops: pd.DataFrame, settings: dict[str, Any]) -> str | None:

@@ -155,7 +155,7 @@ class NamePattern:
     only when the (ASCII) name holds one of its words. `search` is the regex's own search, skipped when
     the name holds none of the pattern's words."""
 
-    __slots__ = ("_literals", "_others", "pattern", "regex", "words")
+    __slots__ = ("_gate", "_literals", "_others", "pattern", "regex", "words")
 
     def __init__(self, pattern: str, flags: int = re.I) -> None:
         self.regex = re.compile(pattern, flags)
@@ -164,6 +164,8 @@ class NamePattern:
         self.words: tuple[str, ...] | None = None
         self._literals: tuple[str, ...] | None = None
         self._others: tuple[tuple[tuple[str, ...] | None, re.Pattern[str]], ...] = ()
+        # every word a match of any alternative needs (None: an alternative that does not say)
+        self._gate: tuple[str, ...] | None = None
 
     def _prepare(self) -> tuple[str, ...]:
         flags = self.regex.flags
@@ -178,6 +180,8 @@ class NamePattern:
                 others.append((required_words(regex), regex))
         self._others = tuple(others)
         self._literals = tuple(literals)
+        if all(words is not None for words, _ in others):
+            self._gate = tuple(dict.fromkeys([*literals, *(w for words, _ in others for w in words or ())]))
         return self._literals
 
     def matches(self, name: str) -> bool:
@@ -187,6 +191,10 @@ class NamePattern:
         if not name.isascii():
             return self.regex.search(name) is not None
         lowered = _lowered(name)
+        gate = self._gate
+        # most names hold no word of the pattern: one scan of them all answers "no"
+        if gate is not None and not any(map(lowered.__contains__, gate)):
+            return False
         if literals and any(map(lowered.__contains__, literals)):
             return True
         for words, regex in self._others:

@@ -94,8 +94,7 @@ class Fp32Matmul(Rule):
         if len(kernels) == 0:
             return
         math_of = model.matmul_math()
-        is_mm = kernels["name"].astype(str).map(lambda n: n in math_of)
-        mm = kernels[is_mm.to_numpy(dtype=bool)]
+        mm = kernels[kernels["name"].astype(str).isin(list(math_of)).to_numpy(dtype=bool)]
         if len(mm) == 0:
             return
         rows = _matmul_rows(mm, math_of, win.count)

@@ -110,7 +110,7 @@ class AllocatorChurn(Rule):
         rt = ctx.trace.runtime
         if window.count == 0 or window.total_us <= 0 or len(rt) == 0:
             return
-        calls = rt[rt["name"].astype(str).str.match(_ALLOC_RE) & window.mask(rt["ts"])]
+        calls = rt[cm.names_matching(rt["name"], _ALLOC_RE) & window.mask(rt["ts"])]
         if len(calls) == 0:
             return
         steps_with = len(np.unique(window.step_index(calls["ts"])))
@@ -135,7 +135,7 @@ class AllocatorChurn(Rule):
                 "pinned host allocations: do not call .pin_memory() on fresh tensors each step; use "
                 "DataLoader(pin_memory=True) or reuse one pinned buffer"
             )
-        frees = calls[calls["name"].astype(str).str.match(_FREE_RE)]
+        frees = calls[cm.names_matching(calls["name"], _FREE_RE)]
         outside = _outside_ops(ctx, frees)
         empty_cache = device and len(frees) > 0 and outside >= 0.5
         remedy = RemedyId.REMOVE_EMPTY_CACHE if empty_cache else RemedyId.EXPANDABLE_SEGMENTS

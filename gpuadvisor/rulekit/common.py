@@ -7,6 +7,7 @@ Heavy imports are inside functions: rule files are imported by `gpuadvisor rules
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.model import Location, prediction_base, prediction_step
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.build import main_loader
+from gpuadvisor.trace.model import name_mask
 from gpuadvisor.words import Base, apart, change, num, of_base
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from gpuadvisor.rules_api import RuleContext
     from gpuadvisor.stepmodel import Prediction
 
@@ -308,3 +312,9 @@ def profiler_evidence(ctx: RuleContext) -> dict[str, Any]:
         "profiled_step_time_ms": model.profiled_step_ms,
         "profiler_host_scale": model.host_scale,
     }
+
+
+def names_matching(names: pd.Series, pattern: re.Pattern[str]) -> Any:
+    """Bool array: the rows whose name `pattern` matches at its start (`str.match`), told once per
+    distinct name of a categorical name column (a trace's runtime table holds millions of calls)."""
+    return name_mask(names, lambda s: s.str.match(pattern))

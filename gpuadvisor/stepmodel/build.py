@@ -219,6 +219,30 @@ def kernel_origin(name: str, family: str) -> str:
     return ORIGIN_CUSTOM
 
 
+def _kernel_origins(names: pd.Series, families: pd.Series) -> Any:
+    """`kernel_origin` of each kernel row (categorical name and family columns), told once per distinct
+    (name, family) pair."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(families.dtype, pd.CategoricalDtype):
+        ncode = names.cat.codes.to_numpy(dtype=np.int64)
+        fcode = families.cat.codes.to_numpy(dtype=np.int64)
+        if len(ncode) and ncode.min() >= 0 and fcode.min() >= 0:
+            pairs, row_pair = np.unique(ncode * len(families.cat.categories) + fcode, return_inverse=True)
+            ncats = names.cat.categories.astype(str)
+            fcats = families.cat.categories.astype(str)
+            width = len(families.cat.categories)
+            told = np.array(
+                [kernel_origin(ncats[p // width], fcats[p % width]) for p in pairs.tolist()], dtype=object
+            )
+            return told[row_pair]
+    n, f = names.astype(str).tolist(), families.astype(str).tolist()
+    origin_of = {pair: kernel_origin(*pair) for pair in set(zip(n, f, strict=True))}
+    return [origin_of[pair] for pair in zip(n, f, strict=True)]
+
+
 # ---- interval algebra (one implementation for the whole analysis) ----------------------------------
 
 
@@ -357,9 +381,6 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
         kl = trace.kernel_launches()
         families = k["family"].astype(str)
         names = k["name"].astype(str)
-        origin_of = {
-            (n, f): kernel_origin(n, f) for n, f in set(zip(names.tolist(), families.tolist(), strict=True))
-        }
         parts.append(
             pd.DataFrame(
                 {
@@ -375,9 +396,7 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
                     "launch_dur": kl["launch_dur"].to_numpy(dtype=np.float64),
                     "launch_tid": kl["launch_tid"].astype("float64").to_numpy(),
                     "family": families.to_numpy(dtype=object),
-                    "origin": [
-                        origin_of[(n, f)] for n, f in zip(names.tolist(), families.tolist(), strict=True)
-                    ],
+                    "origin": _kernel_origins(k["name"], k["family"]),
                     "is_collective": k["is_collective"].to_numpy(dtype=bool),
                     "bytes": nan,
                     "direction": "",
@@ -460,7 +479,8 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
     seg = segments.step_index(anchor)
     running = (ops["ts"].to_numpy() < hi) & (ops["end"].to_numpy() > lo)
     keep = (seg >= 0) | running
-    ops = ops[keep].copy()
+    if not keep.all():  # (copy-on-write: the columns added below leave the parts as they are)
+        ops = ops[keep]
     ops["seg"] = seg[keep]
     ops["step"] = window.step_index(anchor[keep])
     d = ops["direction"].astype(str)
@@ -469,9 +489,21 @@ def build_ops(trace: TraceModel, segments: StepWindow, window: StepWindow, optim
     lts = ops["launch_ts"].to_numpy(dtype=np.float64)
     ops["in_optimizer"] = optimizer.covered(lts - 1e-3, lts) > 0 if optimizer.count else False
     ops["launch_end"] = lts + ops["launch_dur"].to_numpy(dtype=np.float64)
-    ops = ops.sort_values(["ts", "end"], kind="stable").reset_index(drop=True)
-    result: pd.DataFrame = ops[list(OP_COLUMNS)]
+    if not _sorted_by_start_end(ops["ts"].to_numpy(dtype=np.float64), ops["end"].to_numpy(dtype=np.float64)):
+        ops = ops.sort_values(["ts", "end"], kind="stable")
+    result: pd.DataFrame = ops.reset_index(drop=True)[list(OP_COLUMNS)]
     return result
+
+
+def _sorted_by_start_end(ts: Any, end: Any) -> bool:
+    """Rows already in (ts, end) order (no NaN): a stable sort by the two would keep them as they are."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    if np.isnan(ts).any() or np.isnan(end).any():
+        return False
+    same = ts[1:] == ts[:-1]
+    return bool(np.all(ts[1:] >= ts[:-1]) and np.all(end[1:][same] >= end[:-1][same]))
 
 
 def host_spans(trace: TraceModel, pattern: re.Pattern[str]) -> Spans:
@@ -715,37 +747,44 @@ def build_host(
     reads: Spans,
 ) -> pd.DataFrame:
     """Host calls of the launching threads in the segmented steps (see HOST_COLUMNS), sorted by start."""
-    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
+    import pandas as pd
 
     rt = trace.runtime
     tids = _launch_tids(ops)
     if len(rt) == 0 or segments.count == 0 or not tids:
         return _empty_frame(HOST_COLUMNS)
-    h = rt[rt["tid"].isin(tids) & segments.mask(rt["ts"])].copy()
+    h = rt[rt["tid"].isin(tids) & segments.mask(rt["ts"])]
     if len(h) == 0:
         return _empty_frame(HOST_COLUMNS)
-    names = h["name"].astype(str)
+    name_column = h["name"]
+    names = name_column.astype(str)
     h["name"] = names.to_numpy(dtype=object)
-    distinct = set(names.tolist())
+    # the name tests run once per distinct name (name_mask), not once per call
+    categorical = isinstance(name_column.dtype, pd.CategoricalDtype)
+    distinct = set(name_column.cat.categories.astype(str)) if categorical else set(names.tolist())
+
+    def named(chosen: set[str]) -> Any:
+        return name_mask(name_column, lambda s: s.isin(sorted(chosen)))
+
     launch_names = {n for n in distinct if _LAUNCH_RE.search(n)}
     blocking_names = {n for n in distinct if _BLOCKING_COPY_RE.search(n)}
     sync_names = {n for n in distinct if _SYNC_RE.search(n)}
     free_names = {n for n in distinct if _FREE_RE.search(n)}
     alloc_names = {n for n in distinct if _ALLOC_RE.search(n)}
     corr = h["correlation"].astype("float64").to_numpy()
-    launched_corr = set(ops["correlation"].dropna().astype("int64").tolist())
-    has_op = np.array([c == c and int(c) in launched_corr for c in corr.tolist()], dtype=bool)
+    has_op = np.isin(corr, ops["correlation"].dropna().to_numpy(dtype=np.float64))  # NaN: no id, no op
     nm = names.to_numpy(dtype=object)
-    is_launch = np.isin(nm, sorted(launch_names | blocking_names)) & has_op
-    is_sync = np.isin(nm, sorted(sync_names | free_names))
-    is_alloc = np.isin(nm, sorted(alloc_names))
+    is_launch = named(launch_names | blocking_names) & has_op
+    is_sync = named(sync_names | free_names)
+    is_alloc = named(alloc_names)
     kind = np.where(is_launch, LAUNCH, np.where(is_sync, SYNC, np.where(is_alloc, ALLOC, WORK)))
     h["kind"] = kind.astype(object)
 
     # Copies behind each launch: direction and whether the host waited for them.
     copies = ops[ops["kind"] == "copy"]
-    blocking = np.isin(nm, sorted(blocking_names)) & is_launch
+    blocking = named(blocking_names) & is_launch
     direction_of: dict[int, str] = {}
     pageable_mid: dict[
         int, float
@@ -764,13 +803,8 @@ def build_host(
             if "Pageable" in (str(s), str(dst)):
                 pageable_mid[int(c)] = float(cts) + float(cdur) / 2.0
     call_end = h["end"].to_numpy(dtype=np.float64)
-    waited_for_copy = np.array(
-        [
-            c == c and int(c) in pageable_mid and call_end[i] >= pageable_mid[int(c)]
-            for i, c in enumerate(corr.tolist())
-        ],
-        dtype=bool,
-    )
+    mid_of_call = _by_correlation(list(pageable_mid), list(pageable_mid.values()), corr)
+    waited_for_copy = call_end >= mid_of_call  # NaN (no pageable copy): False
     blocking |= waited_for_copy & is_launch
     h["blocking"] = blocking
 
@@ -844,14 +878,12 @@ def build_host(
         j = np.searchsorted(lts, cs, side="right") - 1
         drain = np.where(j >= 0, cummax_end[np.clip(j, 0, None)], np.nan)
         # a blocking launch waits for its own copy too
-        end_by_corr = dict(
-            zip(
-                busy_ops["correlation"].dropna().astype("int64").tolist(),
-                busy_ops.loc[busy_ops["correlation"].notna(), "end"].tolist(),
-                strict=True,
-            )
+        known = busy_ops["correlation"].notna().to_numpy(dtype=bool)
+        own = _by_correlation(
+            busy_ops["correlation"].to_numpy(dtype=np.float64)[known],
+            busy_ops["end"].to_numpy(dtype=np.float64)[known],
+            corr,
         )
-        own = np.array([end_by_corr.get(int(c), np.nan) if c == c else np.nan for c in corr.tolist()])
         drain = np.where(blocking, np.fmax(drain, own), drain)
         waited = (is_sync | blocking) & (drain > cs + 1.0)
         h["drain_ts"] = np.where(waited, drain, np.nan)
@@ -862,9 +894,29 @@ def build_host(
     h["in_data"] = data.covered(ts - 1e-3, ts) > 0 if data.count else False
     h["in_optimizer"] = optimizer.covered(ts - 1e-3, ts) > 0 if optimizer.count else False
     h["in_read"] = reads.covered(ts - 1e-3, ts) > 0 if reads.count else False
-    h = h.sort_values(["ts", "end"], kind="stable").reset_index(drop=True)
-    result: pd.DataFrame = h[list(HOST_COLUMNS)]
+    if not _sorted_by_start_end(ts, h["end"].to_numpy(dtype=np.float64)):
+        h = h.sort_values(["ts", "end"], kind="stable")
+    result: pd.DataFrame = h.reset_index(drop=True)[list(HOST_COLUMNS)]
     return result
+
+
+def _by_correlation(ids: Any, values: Any, corr: Any) -> Any:
+    """`values` (float) looked up at each correlation id of `corr` (float64, NaN: none), NaN where
+    `ids` has no such id; an id given twice takes its last value (as a dict built in that order)."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+    import pandas as pd
+
+    out = np.full(len(corr), np.nan)
+    known = ~np.isnan(corr)
+    if len(ids) == 0 or not known.any():
+        return out
+    keys = pd.Index(np.asarray(ids, dtype=np.float64).astype(np.int64))
+    vals = np.asarray(values, dtype=np.float64)
+    last = ~keys.duplicated(keep="last")
+    pos = keys[last].get_indexer(corr[known].astype(np.int64))
+    out[known] = np.where(pos >= 0, vals[last][np.clip(pos, 0, None)], np.nan)
+    return out
 
 
 # What GPU time is: compute (kernels that are not collectives, and memsets), collectives (NCCL/RCCL

@@ -376,9 +376,9 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
     is_math = np.isin(cls, list(MATH_CLASSES))
     have_op = np.isfinite(ext)
     grp = pd.Series(np.where(have_op, ext, -1.0 - np.arange(n)))  # kernels without an op: their own group
-    total = grp.map(pd.Series(dur).groupby(grp).sum()).to_numpy(dtype=np.float64)
+    total = pd.Series(dur).groupby(grp).transform("sum").to_numpy(dtype=np.float64)
     math_dur = pd.Series(np.where(is_math, dur, 0.0))
-    total_math = grp.map(math_dur.groupby(grp).sum()).to_numpy(dtype=np.float64)
+    total_math = math_dur.groupby(grp).transform("sum").to_numpy(dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         flops = np.where(is_math & (total_math > 0), op_flops * dur / total_math, np.nan)
         nbytes = np.where(total > 0, op_bytes * dur / total, np.nan)
@@ -391,7 +391,7 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
         bw_tbps = peak.bandwidth_tbps or np.nan
         fp32 = peak.peak("fp32") or np.nan
         by_dtype = {d: (peak.peak(d) or np.nan) for d in ("bf16", "fp16", "fp8", "tf32", "fp32")}
-        peak_tflops = np.array([by_dtype.get(d, fp32) for d in dtype.tolist()], dtype=np.float64)
+        peak_tflops = np.array([by_dtype.get(d, fp32) for d in u_dtype], dtype=np.float64)[tcodes]
         peak_tflops = np.where(is_math, peak_tflops, fp32)
     with np.errstate(invalid="ignore", divide="ignore"):
         t_compute = flops / (peak_tflops * 1e6)

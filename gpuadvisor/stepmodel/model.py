@@ -270,7 +270,7 @@ class StepModel:
         and shared by every reader: read-only."""
         out = self._frames.get("window_ops")
         if out is None:
-            out = self._frames["window_ops"] = self.ops[self.ops["step"] >= 0]
+            out = self._frames["window_ops"] = _rows(self.ops, (self.ops["step"] >= 0).to_numpy(dtype=bool))
         return out
 
     @property
@@ -279,7 +279,7 @@ class StepModel:
         out = self._frames.get("window_kernels")
         if out is None:
             o = self.window_ops
-            out = self._frames["window_kernels"] = o[o["kind"] == "kernel"]
+            out = self._frames["window_kernels"] = _rows(o, (o["kind"] == "kernel").to_numpy(dtype=bool))
         return out
 
     @property
@@ -424,21 +424,30 @@ class StepModel:
         more than one pattern means the shapes change between steps (variable sequence lengths,
         multi-scale images, data-dependent sizes). Independent of `record_shapes`."""
         if self._patterns is None:
+            # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+            import numpy as np
+            import pandas as pd
+
             o = self.ops
-            k = o[
-                (o["kind"] == "kernel")
-                & o["launch_ts"].notna()
-                & ~o["in_optimizer"].astype(bool)
-                & ~o["is_collective"].astype(bool)
-            ]
+            lts = o["launch_ts"].to_numpy(dtype=np.float64)
+            sel = (
+                (o["kind"] == "kernel").to_numpy(dtype=bool)
+                & ~np.isnan(lts)
+                & ~o["in_optimizer"].astype(bool).to_numpy(dtype=bool)
+                & ~o["is_collective"].astype(bool).to_numpy(dtype=bool)
+            )
             # by the step that launched them (the GPU may run a step's kernels during the next one)
-            k = k.assign(launch_step=self.window.step_index(k["launch_ts"].to_numpy(dtype="float64")))
-            k = k[k["launch_step"] >= 0]
-            patterns = {
-                tuple(sorted(zip(g["name"].astype(str).tolist(), g["blocks"].fillna(-1.0).tolist(), strict=True)))
-                for _, g in k.groupby("launch_step")
-            }
-            self._patterns = (len(patterns), int(k["launch_step"].nunique()))
+            step = np.asarray(self.window.step_index(lts[sel]), dtype=np.int64)
+            mine = step >= 0
+            step = step[mine]
+            # each (name, grid size) as one integer: a step's pattern is the sorted run of its kernels' codes
+            name_code = pd.factorize(o["name"].astype(str).to_numpy(dtype=object)[sel][mine])[0]
+            grid_code = pd.factorize(o["blocks"].fillna(-1.0).to_numpy(dtype=np.float64)[sel][mine])[0]
+            code = name_code.astype(np.int64) * (int(grid_code.max()) + 1 if len(grid_code) else 1) + grid_code
+            order = np.lexsort((code, step))
+            runs = np.split(code[order], np.flatnonzero(np.diff(step[order])) + 1) if len(order) else []
+            patterns = {r.tobytes() for r in runs}
+            self._patterns = (len(patterns), len(runs))
         return self._patterns
 
     @property
@@ -481,8 +490,18 @@ class StepModel:
     @property
     def baseline(self) -> ReplayResult:
         if self._baseline is None:
-            self._baseline = replay(self.program, self.host_scale)
+            self._baseline = self._replayed(self.host_scale)
         return self._baseline
+
+    def _replayed(self, host_scale: float) -> ReplayResult:
+        """`replay(self.program, host_scale)`, played once per host scale (the baseline and the fit are
+        the same replay when the profiler's cost is not taken out)."""
+        key = ("replay", float(host_scale))
+        hit = self._derived.get(key)
+        if hit is None:
+            hit = self._derived[key] = replay(self.program, float(host_scale))
+        result: ReplayResult = hit
+        return result
 
     @property
     def replay_fit(self) -> float | None:
@@ -495,7 +514,7 @@ class StepModel:
                 measured = max(measured, self.unprofiled_step_ms * 1000.0)  # the GPU's pace, not the host's
             fit = None
             if measured > 0 and self.program.steps:
-                fit = replay(self.program, 1.0).period_us / measured
+                fit = self._replayed(1.0).period_us / measured
             self._scalars["fit"] = fit
         return self._scalars["fit"]
 
@@ -656,6 +675,20 @@ def _run_gpu_name(run: RunInfo | None) -> str | None:
         if g and g.get("name"):
             return str(g.get("name"))
     return None
+
+
+def _rows(frame: pd.DataFrame, mask: Any) -> pd.DataFrame:
+    """`frame[mask]`; when the chosen rows are one run (the analyzed steps of a time-sorted table, a
+    table of kernels only) a slice of it: the same rows and index, no copy (copy-on-write)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    chosen = np.flatnonzero(mask)
+    if len(chosen) and chosen[-1] - chosen[0] + 1 == len(chosen):
+        run: pd.DataFrame = frame.iloc[int(chosen[0]) : int(chosen[-1]) + 1]
+        return run
+    out: pd.DataFrame = frame[mask]
+    return out
 
 
 def _table_sm_count(gpu_name: str | None) -> int | None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.trace.kernels import is_triton
-from gpuadvisor.trace.model import analyzed_mask
+from gpuadvisor.trace.model import analyzed_mask, name_mask
 
 if TYPE_CHECKING:
     import numpy as np
@@ -172,13 +172,14 @@ def scan_graph_captures(
     mask = np.zeros(n, dtype=bool)
     if n == 0:
         return CaptureScan(), mask
-    names = runtime["name"].astype(str)
-    begin = names.str.contains(_BEGIN_CAPTURE).to_numpy(dtype=bool)
+    # the name tests run once per distinct name (name_mask), not once per call
+    begin = name_mask(runtime["name"], lambda s: s.str.contains(_BEGIN_CAPTURE))
     if not begin.any():
         return CaptureScan(), mask
-    end = names.str.contains(_END_CAPTURE).to_numpy(dtype=bool)
-    enqueue = names.str.contains(_ENQUEUE).to_numpy(dtype=bool) & ~names.str.contains(_GRAPH_LAUNCH).to_numpy(
-        dtype=bool
+    names = runtime["name"].astype(str)
+    end = name_mask(runtime["name"], lambda s: s.str.contains(_END_CAPTURE))
+    enqueue = name_mask(runtime["name"], lambda s: s.str.contains(_ENQUEUE)) & ~name_mask(
+        runtime["name"], lambda s: s.str.contains(_GRAPH_LAUNCH)
     )
     ran = set(int(c) for c in gpu_correlations if c is not None and c == c)
     corr = runtime["correlation"]
@@ -532,7 +533,7 @@ def _graph_launches(model: TraceModel) -> tuple[int, int]:
     rt = model.runtime
     if not len(rt):
         return 0, 0
-    is_graph = rt["name"].astype(str).str.contains(_GRAPH_LAUNCH).to_numpy(dtype=bool)
+    is_graph = name_mask(rt["name"], lambda s: s.str.contains(_GRAPH_LAUNCH))
     if not is_graph.any():
         return 0, 0
     corr = {int(c) for c in rt["correlation"][is_graph] if not pd_isna(c)}

@@ -308,7 +308,7 @@ class TraceModel:
         import pandas as pd
 
         k = self.kernels
-        out: pd.DataFrame = k.copy()
+        out: pd.DataFrame = k.copy(deep=False)  # copy-on-write: the kernels stay as they are
         if len(k) == 0 or len(self.cpu_ops) == 0:
             out["op_name"] = pd.Series([None] * len(k), index=k.index, dtype=object)
             out["op_input_types"] = pd.Series([None] * len(k), index=k.index, dtype=object)
@@ -324,14 +324,73 @@ class TraceModel:
         # `flops` arg); shared by the op's kernels in proportion to their duration, so that a split-K
         # reduce or an epilogue kernel is not credited with the whole GEMM's FLOPs.
         derived = matmul_flops(ops)
-        ops = ops.assign(_flops=np.where(derived > 0, derived, np.nan)).set_index("external_id")
         ext = k["external_id"]
-        out["op_name"] = ext.map(ops["name"].astype(object)).astype(object)
-        out["op_input_types"] = ext.map(ops["input_types"]).astype(object)
-        out["op_input_dims"] = ext.map(ops["input_dims"]).astype(object)
+        take = _Lookup(ops["external_id"], ext)
+        out["op_name"] = take.objects(ops["name"].astype(object))
+        out["op_input_types"] = take.objects(ops["input_types"])
+        out["op_input_dims"] = take.objects(ops["input_dims"])
         dur = k["dur"].astype("float64")
         share = dur / dur.groupby(ext).transform("sum").replace(0.0, np.nan)
-        out["op_flops"] = (ext.map(ops["_flops"]).astype("float64") * share).astype("float64")
+        out["op_flops"] = (take.floats(np.where(derived > 0, derived, np.nan)) * share).astype("float64")
+        return out
+
+
+class _Lookup:
+    """Each row of `wanted` (nullable integer ids) located once in `keys` (unique, no NA), then any
+    column of the keyed table taken at those rows: what `wanted.map(column.set_axis(keys))` gives, with
+    the same dtypes, without one hash lookup per column."""
+
+    def __init__(self, keys: pd.Series, wanted: pd.Series) -> None:
+        # lazy: numpy and pandas stay out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
+        import numpy as np
+        import pandas as pd
+
+        pos = pd.Index(keys).get_indexer(wanted)
+        self.index = wanted.index
+        self.missing = pos < 0
+        self.at = np.where(self.missing, 0, pos)
+        self.empty = len(keys) == 0
+
+    def _take(self, values: Any, fill: Any, dtype: Any) -> Any:
+        # lazy: numpy stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
+        import numpy as np
+
+        out = np.asarray(values, dtype=dtype)[self.at] if not self.empty else np.empty(len(self.at), dtype=dtype)
+        out[self.missing] = fill
+        return out
+
+    def floats(self, values: Any) -> pd.Series:
+        """float64, NaN where not found."""
+        # lazy: numpy and pandas stay out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
+        import numpy as np
+        import pandas as pd
+
+        out: pd.Series = pd.Series(self._take(values, np.nan, np.float64), index=self.index)
+        return out
+
+    def objects(self, values: pd.Series) -> pd.Series:
+        """object, NaN where not found; <NA> everywhere when nothing is found (as `map` of a nullable
+        integer column gives: an all-missing result is cast back to that column's type)."""
+        # lazy: numpy and pandas stay out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
+        import numpy as np
+        import pandas as pd
+
+        taken = self._take(values.to_numpy(dtype=object), np.nan, object)
+        if len(taken) and pd.isna(taken).all():
+            taken[:] = pd.NA
+        out: pd.Series = pd.Series(taken, index=self.index, dtype=object)
+        return out
+
+    def ints(self, values: pd.Series) -> pd.Series:
+        """Int64, <NA> where not found (or NA in `values`)."""
+        # lazy: numpy and pandas stay out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
+        import numpy as np
+        import pandas as pd
+
+        arr = values.astype("Int64").array
+        data = self._take(arr.fillna(0).to_numpy(dtype=np.int64), 0, np.int64)
+        mask = self._take(arr.isna(), True, bool)
+        out: pd.Series = pd.Series(pd.arrays.IntegerArray(data, mask), index=self.index)
         return out
 
 
@@ -339,7 +398,7 @@ def _join_launch(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     # lazy: pandas stays out of `gpuadvisor rules`, `import gpuadvisor.api` and the trace-split worker
     import pandas as pd
 
-    out: pd.DataFrame = gpu.copy()
+    out: pd.DataFrame = gpu.copy(deep=False)  # copy-on-write: the added columns leave `gpu` as it is
     if len(gpu) == 0 or len(runtime) == 0:
         out["launch_ts"] = pd.Series(float("nan"), index=gpu.index, dtype="float64")
         out["launch_dur"] = pd.Series(float("nan"), index=gpu.index, dtype="float64")
@@ -347,12 +406,11 @@ def _join_launch(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
         out["launch_tid"] = pd.Series(pd.NA, index=gpu.index, dtype="Int64")
         return out
     rt = runtime[runtime["correlation"].notna()].drop_duplicates("correlation", keep="first")
-    rt = rt.set_index("correlation")
-    corr = gpu["correlation"]
-    out["launch_ts"] = corr.map(rt["ts"]).astype("float64")
-    out["launch_dur"] = corr.map(rt["dur"]).astype("float64")
-    out["launch_name"] = corr.map(rt["name"].astype(object)).astype(object)
-    out["launch_tid"] = corr.map(rt["tid"]).astype("Int64")
+    take = _Lookup(rt["correlation"], gpu["correlation"])
+    out["launch_ts"] = take.floats(rt["ts"])
+    out["launch_dur"] = take.floats(rt["dur"])
+    out["launch_name"] = take.objects(rt["name"].astype(object))
+    out["launch_tid"] = take.ints(rt["tid"])
     return out
 
 

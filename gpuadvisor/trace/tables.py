@@ -5,6 +5,7 @@ shared by several calls, launches recorded into a CUDA graph, and the trace's me
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -110,11 +111,8 @@ def trace_meta(obj: dict[str, Any], span: float, warnings: list[str]) -> TraceMe
 def drop_captured_launches(tables: dict[str, pd.DataFrame]) -> CaptureScan:
     """Remove the runtime calls recorded into a CUDA/HIP graph during stream capture (they never ran
     as such: not GPU work, no kernel of their own) and return what the scan found."""
-    gpu_corr = [
-        *tables["kernels"]["correlation"],
-        *tables["copies"]["correlation"],
-        *tables["memsets"]["correlation"],
-    ]
+    # read only when the trace captured a graph (a generator: no list of every GPU event's id)
+    gpu_corr = itertools.chain.from_iterable(tables[key]["correlation"] for key in ("kernels", "copies", "memsets"))
     scan, captured = scan_graph_captures(tables["runtime"], gpu_corr)
     if captured.any():
         tables["runtime"] = tables["runtime"][~captured].reset_index(drop=True)
@@ -180,9 +178,7 @@ def build_tables(
     k = frame(kernels)
     k["blocks"] = k["grid_x"] * k["grid_y"] * k["grid_z"]
     k["threads_per_block"] = k["block_x"] * k["block_y"] * k["block_z"]
-    cats = [str(c) for c in k["name"].cat.categories]
-    fam = {c: kernel_family(c) for c in cats}
-    k["family"] = k["name"].astype(str).map(fam).astype("category") if len(k) else _cat([])
+    k["family"] = _families(k["name"]) if len(k) else _cat([])
     k["is_collective"] = (k["family"].astype(str) == "collective").to_numpy(dtype=bool)
     k = k[list(KERNEL_COLUMNS)]
 
@@ -204,6 +200,29 @@ def build_tables(
     o = frame(cpu_ops)[list(CPU_OP_COLUMNS)]
     a = frame(annotations)[list(ANNOTATION_COLUMNS)]
     return {"kernels": k, "copies": c, "memsets": m, "runtime": r, "cpu_ops": o, "annotations": a}
+
+
+def _families(names: pd.Series) -> Any:
+    """The `family` column of the kernels from their categorical names: each distinct name classified
+    once, the rows mapped by code (a category of the families present, in sorted order)."""
+    # lazy: numpy and pandas stay out of `import gpuadvisor.api` and the trace-split worker
+    import numpy as np
+    import pandas as pd
+
+    codes = names.cat.codes.to_numpy(dtype=np.int64)
+    used = np.unique(codes)
+    if len(used) and used[0] < 0:  # a kernel without a name: left to pandas' own mapping
+        fam = {str(c): kernel_family(str(c)) for c in names.cat.categories}
+        return names.astype(str).map(fam).astype("category")
+    cats = names.cat.categories
+    of_used = [kernel_family(str(cats[i])) for i in used.tolist()]
+    families = sorted(set(of_used))
+    to_family = np.full(len(cats), -1, dtype=np.int64)
+    to_family[used] = [families.index(f) for f in of_used]
+    return pd.Series(
+        pd.Categorical.from_codes(to_family[codes], categories=pd.Index(families, dtype="str")),
+        index=names.index,
+    )
 
 
 def _parse_copy_name(name: str) -> tuple[str, str, str]:
