@@ -24,6 +24,7 @@ from gpuadvisor.config import load_config
 from gpuadvisor.errors import EXIT_OUTPUT_LOST, ConfigError, InputError, OutputLostError
 from gpuadvisor.metrics import compute_metrics
 from gpuadvisor.model import RuleMeta, sort_findings
+from gpuadvisor.namepattern import forget_names
 from gpuadvisor.multirank import job_cross_rank
 from gpuadvisor.render import json_out, text
 from gpuadvisor.result import AnalysisResult, SourceInfo
@@ -319,6 +320,21 @@ def analyze(
     becomes an internal-error finding and the other rules still run. `step_time_ms`: the step time
     the run reaches without the profiler, when you know it (from the script's logs); the replay
     calibrates its host work to it instead of the steps the capture timed before the window."""
+    try:
+        return _analyze(path, select, ignore, thresholds, rules_dirs, progress, step_time_ms)
+    finally:
+        forget_names()  # the distinct names classified on the way (a process may analyze many traces)
+
+
+def _analyze(
+    path: str | os.PathLike[str],
+    select: Iterable[str],
+    ignore: Iterable[str],
+    thresholds: Mapping[str, Mapping[str, float]] | None,
+    rules_dirs: Iterable[str | os.PathLike[str]],
+    progress: bool,
+    step_time_ms: float | None,
+) -> AnalysisResult:
     started = time.monotonic()
     source_path = Path(path)
     # Rules first: a broken --rules folder or a bad selector is reported before a long trace load.

@@ -16,7 +16,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.namepattern import NamePattern
+from gpuadvisor.namepattern import NamePattern, by_signature
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -251,6 +251,7 @@ def low_precision_data(name: str, input_types: str | None = None) -> bool:
     return _LOW_PRECISION.matches(name) or bool(input_types and _LOW_PRECISION.matches(input_types))
 
 
+@by_signature(names=1)
 def tensor_core_from_name(name: str) -> bool | None:
     """What the name says about tensor cores: True, False (plain FP32/FP64 math), None (can't tell).
 

@@ -10,20 +10,45 @@ case folded) and runs the regex only on a name that holds one of them, so its an
 own. Names that are not ASCII always go to the regex (Unicode case folding can match a word that
 `str.lower` does not produce).
 
+One scan per name for every pattern (issue 39: a million distinct names). A trace of many distinct names
+would pay each pattern's word scan per name (~30 patterns, ~45 us per 250-character name). Instead the
+words of every pattern made (the vocabulary) are found in a name once, and the name gets a *signature*:
+the set of vocabulary words it holds, and the answers of the few regex alternatives those words let
+through. Every pattern's answer is a function of the signature (the gate and the plain-text alternatives
+read the words, the other alternatives are in it), so `matches` is told once per pattern and signature
+and read back for every other name that has it; `by_signature` does the same for a whole classifier
+(kernel family, class, tensor-core verdict...) whose name arguments it reads only through patterns. The
+words are found per segment of the lowercased name, cut at characters that no word holds (so no word
+spans two segments), and the segments repeat across templated names: a name that differs from the
+last one only in `variant_123` costs one short scan. `reference_answers()` turns all this off (the tests
+hold the fast path to the patterns' own answers with it).
+
 A leaf module: the standard library only (hardware.py, the trace classifiers and the rules use it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
-from typing import Any
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 try:  # Python 3.11+
     from re import _parser as _sre_parse  # type: ignore[attr-defined]
 except ImportError:  # Python 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-__all__ = ["NamePattern", "required_words", "top_level_alternatives"]
+__all__ = [
+    "NamePattern",
+    "by_signature",
+    "forget_names",
+    "reference_answers",
+    "required_words",
+    "signature",
+    "top_level_alternatives",
+]
 
 _LITERAL = _sre_parse.LITERAL
 _IN = _sre_parse.IN
@@ -152,10 +177,11 @@ class NamePattern:
 
     `matches(name)` is `bool(regex.search(name))`, told alternative by alternative: the top-level
     alternatives that are plain text are answered by `in`, each other one is compiled alone and tried
-    only when the (ASCII) name holds one of its words. `search` is the regex's own search, skipped when
-    the name holds none of the pattern's words."""
+    only when the (ASCII) name holds one of its words; the answer is kept per name signature (module
+    docstring). `search` is the regex's own search, skipped when the name holds none of the pattern's
+    words."""
 
-    __slots__ = ("_gate", "_literals", "_others", "pattern", "regex", "words")
+    __slots__ = ("__weakref__", "_gate", "_literals", "_memo", "_memo_of", "_others", "pattern", "regex", "words")
 
     def __init__(self, pattern: str, flags: int = re.I) -> None:
         self.regex = re.compile(pattern, flags)
@@ -166,6 +192,11 @@ class NamePattern:
         self._others: tuple[tuple[tuple[str, ...] | None, re.Pattern[str]], ...] = ()
         # every word a match of any alternative needs (None: an alternative that does not say)
         self._gate: tuple[str, ...] | None = None
+        # answers per signature, for the vocabulary they were told under
+        self._memo: dict[tuple[int, int], bool] = {}
+        self._memo_of: _Vocabulary | None = None
+        _PATTERNS.add(self)
+        _generation[0] += 1
 
     def _prepare(self) -> tuple[str, ...]:
         flags = self.regex.flags
@@ -185,6 +216,20 @@ class NamePattern:
         return self._literals
 
     def matches(self, name: str) -> bool:
+        sig = signature(name)
+        if sig is None:
+            return self._matches(name)
+        if self._memo_of is not _vocabulary[0]:
+            self._memo, self._memo_of = {}, _vocabulary[0]
+        answer = self._memo.get(sig)
+        if answer is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            answer = self._memo[sig] = self._matches(name)
+        return answer
+
+    def _matches(self, name: str) -> bool:
+        """The answer told for this name alone (the reference that signatures are held to)."""
         literals = self._literals
         if literals is None:
             literals = self._prepare()
@@ -212,3 +257,267 @@ class NamePattern:
 
     def __repr__(self) -> str:
         return f"NamePattern({self.pattern!r}, words={self.words})"
+
+
+# ---- one scan per name: signatures -------------------------------------------------------------------
+
+# Every pattern made (weakly: a pattern made and dropped by a test leaves), and a count that moves
+# whenever one is made: a vocabulary read before that is read again.
+_PATTERNS: weakref.WeakSet[NamePattern] = weakref.WeakSet()
+_generation: list[int] = [0]
+_vocabulary: list[_Vocabulary | None] = [None]
+_reference: list[bool] = [False]
+
+# Bounds on what is kept (a cache that outgrows its bound is emptied and filled again).
+_NAME_LIMIT = 1 << 21  # names and their signatures: one analysis' distinct names (forget_names after)
+_SEGMENT_LIMIT = 1 << 16  # segments and their words: the parts that templated names share
+_MEMO_LIMIT = 1 << 16  # answers per distinct signature (a handful in real traces)
+
+
+def _trie_regex(words: list[str]) -> str:
+    """A regex matching exactly the `words`, as a trie of nested groups: at a position where several
+    words start, the longest is tried first (greedy optional tails), and it backtracks to a shorter one."""
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for c in word:
+            node = node.setdefault(c, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        tails = [re.escape(c) + emit(node[c]) for c in sorted(k for k in node if k)]
+        if not tails:
+            return ""
+        body = tails[0] if len(tails) == 1 else "(?:" + "|".join(tails) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(root)
+
+
+def _lowercase_form(regex: re.Pattern[str]) -> re.Pattern[str] | None:
+    """The same regex without IGNORECASE, for the lowercased name, where that tells the same answer (and
+    lets the engine jump to a literal prefix, ~7x faster): a case-insensitive pattern of ASCII whose
+    letters are lowercase, whose classes hold no uppercase letter and that sets no flag inline. On an
+    ASCII text, such a pattern matches a character exactly when it matches its lowercase."""
+    if not regex.flags & re.I or not regex.pattern.isascii():
+        return None
+    upper = range(ord("A"), ord("Z") + 1)
+
+    def plain(items: Any) -> bool:
+        for op, av in items:
+            if op in (_LITERAL, _sre_parse.NOT_LITERAL):
+                if av in upper:
+                    return False
+            elif op == _IN:
+                for o, v in av:
+                    if (o in (_LITERAL, _sre_parse.NOT_LITERAL) and v in upper) or (
+                        o == _sre_parse.RANGE and v[0] <= upper[-1] and v[1] >= upper[0]
+                    ):
+                        return False
+            elif op == _SUBPATTERN:
+                if av[1] or av[2] or not plain(av[-1]):  # inline flags set or unset
+                    return False
+            elif op == _BRANCH:
+                if not all(plain(alternative) for alternative in av[1]):
+                    return False
+            elif op in _REPEATS:
+                if not plain(av[2]):
+                    return False
+            elif op in (_sre_parse.ASSERT, _sre_parse.ASSERT_NOT):
+                if not plain(av[1]):
+                    return False
+            elif _ATOMIC is not None and op == _ATOMIC:
+                if not plain(av):
+                    return False
+            elif op == _sre_parse.GROUPREF_EXISTS:
+                if not all(plain(branch) for branch in av[1:] if branch is not None):
+                    return False
+            elif op not in (_sre_parse.ANY, _sre_parse.AT, _sre_parse.GROUPREF):
+                return False
+        return True
+
+    try:
+        parsed = _sre_parse.parse(regex.pattern, regex.flags)
+    except re.error:  # pragma: no cover - it compiled once already
+        return None
+    if not plain(parsed) or parsed.state.flags & ~(re.I | re.U):
+        return None
+    return re.compile(regex.pattern, regex.flags & ~re.I)
+
+
+class _Vocabulary:
+    """The words of every pattern made, as bits; how to find them in a lowercased name; the regex
+    alternatives of every pattern, with the words that let each through."""
+
+    def __init__(self, patterns: list[NamePattern], generation: int) -> None:
+        self.generation = generation
+        others: dict[tuple[str, int], tuple[tuple[str, ...] | None, re.Pattern[str]]] = {}
+        words: set[str] = set()
+        for pattern in patterns:
+            literals = pattern._literals if pattern._literals is not None else pattern._prepare()
+            words.update(literals)
+            for needed, regex in pattern._others:
+                words.update(needed or ())
+                others.setdefault((regex.pattern, regex.flags), (needed, regex))
+        ordered = sorted(words, key=lambda w: (-len(w), w))
+        bit = {w.encode(): 1 << i for i, w in enumerate(ordered)}
+        self.bit = bit
+        # the words inside each word: a word found at a position brings every word it contains
+        self.closure = {w: functools.reduce(int.__or__, (b for v, b in bit.items() if v in w), 0) for w in bit}
+        # at each position, the longest word that starts there (a zero-width match: every position)
+        self.finder = re.compile(b"(?=(" + _trie_regex(ordered).encode() + b"))") if ordered else None
+        # characters no word holds: a word never spans them, so each segment between them is scanned
+        # alone (and told once for every name that shares it). One table lowercases and cuts.
+        held = set("".join(ordered))
+        cuts = [c for c in map(chr, range(128)) if not c.isalnum() and c not in held]
+        self.sep = cuts[0].encode() if cuts else b""
+        table = bytearray(range(256))
+        table[ord("A") : ord("Z") + 1] = bytes(range(ord("a"), ord("z") + 1))
+        for c in cuts:
+            table[ord(c)] = table[ord(cuts[0])]
+        self.table = bytes(table)
+        # (needed words as bits or None, the regex, its lowercase form or None)
+        self.others = [
+            (None if needed is None else self.mask(needed), regex, _lowercase_form(regex))
+            for needed, regex in others.values()
+        ]
+        self.names: dict[str, tuple[int, int]] = {}
+        self.bare: set[bytes] = set()  # segments that hold no word
+        self.segments: dict[bytes, int] = {}  # segments that hold words: their bits
+        self.triggered: dict[int, tuple[tuple[re.Pattern[str], bool], ...]] = {}
+        self.interned: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def mask(self, words: tuple[str, ...]) -> int:
+        return functools.reduce(int.__or__, (self.bit[w.encode()] for w in words), 0)
+
+    def found(self, name: str) -> int:
+        """The bits of the words the lowercased (ASCII) `name` holds."""
+        finder = self.finder
+        if finder is None:
+            return 0
+        text = name.encode("ascii").translate(self.table)
+        parts = set(text.split(self.sep)) if self.sep else {text}
+        parts.difference_update(self.bare)
+        segments = self.segments
+        found = 0
+        for segment in parts:
+            bits = segments.get(segment)
+            if bits is None:
+                bits = 0
+                for word in finder.findall(segment):
+                    bits |= self.closure[word]
+                if len(segments) + len(self.bare) >= _SEGMENT_LIMIT:
+                    segments.clear()
+                    self.bare.clear()
+                if bits:
+                    segments[segment] = bits
+                else:
+                    self.bare.add(segment)
+            found |= bits
+        return found
+
+    def signature(self, name: str) -> tuple[int, int]:
+        found = self.found(name)
+        through = self.triggered.get(found)
+        if through is None:
+            if len(self.triggered) >= _MEMO_LIMIT:
+                self.triggered.clear()
+            through = self.triggered[found] = tuple(
+                (lowered or regex, lowered is not None) for m, regex, lowered in self.others if m is None or m & found
+            )
+        answers = 0
+        if through:
+            low = name.lower()
+            for i, (regex, on_lowered) in enumerate(through):
+                if regex.search(low if on_lowered else name) is not None:
+                    answers |= 1 << i
+        sig = (found, answers)
+        if len(self.interned) >= _MEMO_LIMIT:
+            self.interned.clear()
+        return self.interned.setdefault(sig, sig)
+
+
+def _current() -> _Vocabulary:
+    vocabulary = _vocabulary[0]
+    if vocabulary is None or vocabulary.generation != _generation[0]:
+        vocabulary = _vocabulary[0] = _Vocabulary(list(_PATTERNS), _generation[0])
+    return vocabulary
+
+
+def signature(name: str) -> tuple[int, int] | None:
+    """What every pattern's answer for `name` depends on: the vocabulary words the (ASCII) name holds,
+    and the answers of the regex alternatives those words let through. None for a name that is not
+    ASCII (the patterns then run their regex on it), and under `reference_answers()`."""
+    vocabulary = _current()
+    sig = vocabulary.names.get(name)
+    if sig is not None:
+        return sig
+    if _reference[0] or not name.isascii():
+        return None
+    sig = vocabulary.signature(name)
+    if len(vocabulary.names) >= _NAME_LIMIT:
+        vocabulary.names.clear()
+    vocabulary.names[name] = sig
+    return sig
+
+
+def forget_names() -> None:
+    """Drop the names kept with their signatures (an analysis' distinct names: `analyze` calls this when
+    it is done, so that a process analyzing trace after trace keeps none of them)."""
+    vocabulary = _vocabulary[0]
+    if vocabulary is not None:
+        vocabulary.names.clear()
+        vocabulary.segments.clear()
+        vocabulary.bare.clear()
+
+
+@contextlib.contextmanager
+def reference_answers() -> Iterator[None]:
+    """Every pattern and `by_signature` function told for each name alone, as before signatures (tests)."""
+    forget_names()
+    _reference[0] = True
+    try:
+        yield
+    finally:
+        _reference[0] = False
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def by_signature(names: int = 1) -> Callable[[_F], _F]:
+    """Keep a function's answers per signature of its first `names` positional arguments (a name, or
+    None), and the other arguments as they are. Only for a function that reads those names through
+    NamePatterns alone (no `in`, no slicing, no other regex): its answer is then the same for every
+    name of one signature. A name that has no signature (not ASCII) or a call with keywords runs the
+    function itself."""
+
+    def wrap(function: _F) -> _F:
+        state: list[Any] = [None, {}]  # the vocabulary the answers were told under; the answers
+
+        @functools.wraps(function)
+        def told(*args: Any, **kwargs: Any) -> Any:
+            if kwargs:
+                return function(*args, **kwargs)
+            key = list(args)
+            for i in range(names):
+                arg = args[i]
+                if arg is not None:
+                    sig = signature(arg) if isinstance(arg, str) else None
+                    if sig is None:
+                        return function(*args)
+                    key[i] = sig
+            if state[0] is not _vocabulary[0]:
+                state[0], state[1] = _vocabulary[0], {}
+            memo = state[1]
+            frozen = tuple(key)
+            answer = memo.get(frozen, memo)
+            if answer is memo:
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                answer = memo[frozen] = function(*args)
+            return answer
+
+        return told  # type: ignore[return-value]
+
+    return wrap

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import GpuPeak, gpu_peak_for, tensor_core_from_name
-from gpuadvisor.namepattern import NamePattern
+from gpuadvisor.namepattern import NamePattern, by_signature
 from gpuadvisor.trace.kernels import MATH_CLASSES, MEMORY_CLASSES, kernel_class
 
 if TYPE_CHECKING:
@@ -435,6 +435,7 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
     return out
 
 
+@by_signature(names=1)
 def _name_dtype(name: str) -> str:
     for pattern, dtype in _NAME_DTYPE:
         if pattern.matches(name):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpuadvisor.hardware import MATMUL_FAMILIES, low_precision_data, tensor_core_from_name
 
 # The tensor-core name classifier lives with the other hardware facts (a leaf module); re-exported here.
-from gpuadvisor.namepattern import NamePattern
+from gpuadvisor.namepattern import NamePattern, by_signature
 
 __all__ = [
     "FAMILIES",
@@ -79,6 +79,7 @@ _FAMILY_PATTERNS: tuple[tuple[str, NamePattern], ...] = (
 )
 
 
+@by_signature(names=1)
 def kernel_family(name: str) -> str:
     """The family of a kernel name (one of FAMILIES)."""
     for family, pattern in _FAMILY_PATTERNS:
@@ -156,13 +157,16 @@ _SOFTMAX_NAME = NamePattern(
     r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|argmax|argmin|\bsum\b|logsumexp|cub::|triton_red|triton_per")
 _COPY_OPS = NamePattern(r"^aten::(?:copy_|_to_copy|to|clone|contiguous|cat|_cat|stack|fill_|zero_|zeros|ones|full|index_put_|_unsafe_view)$")
 _COPY_NAME = NamePattern(r"memcpy|memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|CatArray|AddPadding|fill_kernel|FillFunctor")
+_EFFICIENT_OPS = NamePattern(r"efficient_attention", flags=0)  # case-sensitive, as the op names are
 
 
+@by_signature(names=2)
 def kernel_class(name: str, op_name: str | None = None, family: str | None = None) -> str:
     """The class of a kernel (one of KERNEL_CLASSES) from its name, the cpu op that launched it, and its
     family (`kernel_family`, computed when not given). The op decides where the name is ambiguous: a
     cuDNN helper launched by aten::convolution_backward is still a conversion or a reduction by name;
-    a `vectorized_layer_norm_kernel` is normalization, not elementwise."""
+    a `vectorized_layer_norm_kernel` is normalization, not elementwise. The name and the op are read
+    through NamePatterns only: the answer is kept per signature (gpuadvisor/namepattern.py)."""
     fam = family or kernel_family(name)
     op = op_name or ""
     if fam == "collective":
@@ -173,7 +177,7 @@ def kernel_class(name: str, op_name: str | None = None, family: str | None = Non
         return "layout_transpose"
     if _FLASH_NAME.matches(name):
         return "attention_flash"
-    if _EFFICIENT_NAME.matches(name) or "efficient_attention" in op:
+    if _EFFICIENT_NAME.matches(name) or _EFFICIENT_OPS.matches(op):
         return "attention_efficient"
     if _ATTENTION_NAME.matches(name) and fam == "attention":
         return "attention_math"
