@@ -24,8 +24,8 @@ from gpuadvisor.config import load_config
 from gpuadvisor.errors import EXIT_OUTPUT_LOST, ConfigError, InputError, OutputLostError
 from gpuadvisor.metrics import compute_metrics
 from gpuadvisor.model import RuleMeta, sort_findings
-from gpuadvisor.namepattern import forget_names
 from gpuadvisor.multirank import job_cross_rank
+from gpuadvisor.namepattern import forget_names
 from gpuadvisor.render import json_out, text
 from gpuadvisor.result import AnalysisResult, SourceInfo
 from gpuadvisor.rules_api import Rule

@@ -29,6 +29,7 @@ from gpuadvisor.stepmodel import build as _intervals
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel import build_step_model
 from gpuadvisor.stepmodel import tables as _tables
+from gpuadvisor.stepmodel.kernels import group_modes, sorted_name_groups
 from gpuadvisor.stepmodel.tables import sm_use
 
 if TYPE_CHECKING:
@@ -316,21 +317,6 @@ def _op_self_times_walk(ops: pd.DataFrame, order: Any, self_t: Any) -> Any:
     return np.clip(self_t, 0.0, None)
 
 
-def _group_modes(keys: Any, values: Any) -> dict[Any, Any]:
-    """Per key, its most common non-missing value (ties: the one seen first). One grouped count over
-    (key, value) pairs instead of a Python call per group (a 100 MB trace has thousands of op names)."""
-    # lazy: pandas stays out of `gpuadvisor rules` and `import gpuadvisor.api`
-    import pandas as pd
-
-    df = pd.DataFrame({"k": pd.Series(keys).to_numpy(), "v": pd.Series(values).to_numpy()})
-    df = df[df["v"].notna()]
-    if len(df) == 0:
-        return {}
-    counts = df.groupby(["k", "v"], sort=False, observed=True).size()
-    best = counts.groupby(level=0, sort=False).idxmax()
-    return {k: kv[1] for k, kv in best.items()}
-
-
 def compute_metrics(
     trace: TraceModel, run: RunInfo | None = None, model: StepModel | None = None
 ) -> Metrics:
@@ -545,8 +531,11 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
     total = float(kw["dur"].sum())
     grid_code, grid_text = _dims_codes(kw, "grid")
     block_code, block_text = _dims_codes(kw, "block")
-    df = kw.assign(_name=kw["name"].astype(str), _fam=kw["family"].astype(str))
-    g = df.groupby("_name", sort=True)
+    # one group per distinct name, numbered in sorted order: every grouping below is on that number,
+    # not on the name's text (a million distinct names are hashed once, in the loader)
+    group, names = sorted_name_groups(kw["name"])
+    df = kw.assign(_group=np.where(group >= 0, group, np.nan), _fam=kw["family"].astype(str))
+    g = df.groupby("_group", sort=True)
     agg = g.agg(
         family=("_fam", "first"),
         count=("dur", "size"),
@@ -557,12 +546,13 @@ def _kernel_agg(kw: pd.DataFrame, tc_map: dict[str, Any]) -> pd.DataFrame:
         blocks_per_sm=("blocks_per_sm", "median"),
         occupancy_pct=("occupancy_pct", "median"),
     )
-    out = agg.reset_index().rename(columns={"_name": "name"})
+    out = agg.reset_index()
+    out["name"] = [names[int(i)] for i in out["_group"].tolist()]
     out["share"] = out["total_us"] / total if total > 0 else np.nan
-    grids = _group_modes(df["_name"], grid_code)
-    blocks = _group_modes(df["_name"], block_code)
-    out["grid"] = [str(grid_text[grids[n]]) if n in grids else "<NA>" for n in out["name"]]
-    out["block"] = [str(block_text[blocks[n]]) if n in blocks else "<NA>" for n in out["name"]]
+    grids = group_modes(df["_group"], grid_code)
+    blocks = group_modes(df["_group"], block_code)
+    out["grid"] = [str(grid_text[grids[i]]) if i in grids else "<NA>" for i in out["_group"].tolist()]
+    out["block"] = [str(block_text[blocks[i]]) if i in blocks else "<NA>" for i in out["_group"].tolist()]
     out["tensor_core"] = out["name"].map(lambda n: tc_map.get(n)).astype(object)
     out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     result: pd.DataFrame = out[list(KERNEL_AGG_COLUMNS)]
@@ -644,8 +634,8 @@ def _ops_agg(ops: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
     out = out.reset_index()
     cats = df["name"].cat.categories if codes is not None else None
     out["name"] = [str(cats[c]) for c in out["_key"]] if cats is not None else out["_key"].astype(str)
-    dims = _group_modes(key, df["input_dims"])
-    types = _group_modes(key, df["input_types"])
+    dims = group_modes(key, df["input_dims"])
+    types = group_modes(key, df["input_types"])
     out["input_dims"] = pd.Series([dims.get(k) for k in out["_key"]], dtype=object).to_numpy()
     out["input_types"] = pd.Series([types.get(k) for k in out["_key"]], dtype=object).to_numpy()
     out = out.sort_values(["self_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)

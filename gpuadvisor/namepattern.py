@@ -219,13 +219,15 @@ class NamePattern:
         sig = signature(name)
         if sig is None:
             return self._matches(name)
+        memo = self._memo
         if self._memo_of is not _vocabulary[0]:
-            self._memo, self._memo_of = {}, _vocabulary[0]
-        answer = self._memo.get(sig)
+            memo = self._memo = {}
+            self._memo_of = _vocabulary[0]
+        answer = memo.get(sig)
         if answer is None:
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            answer = self._memo[sig] = self._matches(name)
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            answer = memo[sig] = self._matches(name)
         return answer
 
     def _matches(self, name: str) -> bool:
@@ -448,7 +450,9 @@ def signature(name: str) -> tuple[int, int] | None:
     """What every pattern's answer for `name` depends on: the vocabulary words the (ASCII) name holds,
     and the answers of the regex alternatives those words let through. None for a name that is not
     ASCII (the patterns then run their regex on it), and under `reference_answers()`."""
-    vocabulary = _current()
+    vocabulary = _vocabulary[0]
+    if vocabulary is None or vocabulary.generation != _generation[0]:
+        vocabulary = _current()
     sig = vocabulary.names.get(name)
     if sig is not None:
         return sig

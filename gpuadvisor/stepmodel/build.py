@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.namepattern import NamePattern
+from gpuadvisor.namepattern import NamePattern, by_signature
 from gpuadvisor.stepmodel.window import StepWindow
 from gpuadvisor.trace.model import _join_launch, name_mask
 
@@ -204,8 +204,10 @@ _ATEN_RE = NamePattern(
 _OPTIMIZER_KERNEL_RE = NamePattern(r"multi_tensor_apply|fused_?adam|FusedOptimizer|_fused_sgd|fused_sgd")
 
 
+@by_signature(names=1)
 def kernel_origin(name: str, family: str) -> str:
-    """Who sets this kernel's launch configuration: see the ORIGIN_* constants."""
+    """Who sets this kernel's launch configuration: see the ORIGIN_* constants. The name is read through
+    NamePatterns only: the answer is kept per signature (gpuadvisor/namepattern.py)."""
     if family == "collective":
         return ORIGIN_COLLECTIVE
     if _OPTIMIZER_KERNEL_RE.matches(name):
@@ -231,8 +233,8 @@ def _kernel_origins(names: pd.Series, families: pd.Series) -> Any:
         fcode = families.cat.codes.to_numpy(dtype=np.int64)
         if len(ncode) and ncode.min() >= 0 and fcode.min() >= 0:
             pairs, row_pair = np.unique(ncode * len(families.cat.categories) + fcode, return_inverse=True)
-            ncats = names.cat.categories.astype(str)
-            fcats = families.cat.categories.astype(str)
+            ncats = names.cat.categories.astype(str).tolist()  # lists: a pandas Index costs ~1 us a look-up
+            fcats = families.cat.categories.astype(str).tolist()
             width = len(families.cat.categories)
             told = np.array(
                 [kernel_origin(ncats[p // width], fcats[p % width]) for p in pairs.tolist()], dtype=object

@@ -314,6 +314,59 @@ def combined_codes(*codes: Any) -> tuple[Any, Any]:
     return inverse, first
 
 
+def sorted_name_groups(names: pd.Series) -> tuple[Any, list[str]]:
+    """(group of each row, or -1 for a missing name; the distinct names as text, in sorted order) of a
+    name column: group g is the g-th distinct `str` name, as `groupby(names.astype(str), sort=True)`
+    orders its groups, without hashing a million long names again at each grouping (a categorical
+    column's codes are ranked once)."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = names.cat.categories.tolist()
+        if all(type(c) is str for c in cats):  # distinct texts: one group per category used
+            codes = names.cat.codes.to_numpy(dtype=np.int64)
+            used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(cats))).tolist()
+            order = sorted(used, key=cats.__getitem__)  # the loader's categories come sorted: linear
+            rank = np.full(len(cats) + 1, -1, dtype=np.int64)
+            rank[order] = np.arange(len(order), dtype=np.int64)
+            return rank[codes], [cats[i] for i in order]
+    groups, distinct = pd.factorize(names.astype(str), sort=True, use_na_sentinel=True)
+    return np.asarray(groups, dtype=np.int64), [str(d) for d in np.asarray(distinct, dtype=object).tolist()]
+
+
+def group_modes(keys: Any, values: Any) -> dict[Any, Any]:
+    """Per key, its most common non-missing value (ties: the pair seen first); missing keys left out.
+    Counted on integer codes of the keys, the values and their pairs (no Python call per group: a
+    trace can hold a million distinct names or op names)."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+    import pandas as pd
+
+    k = pd.Series(keys).to_numpy()
+    v = pd.Series(values).to_numpy()
+    keep = np.asarray(pd.notna(v), dtype=bool)
+    key_code, key_of = pd.factorize(k[keep], sort=False, use_na_sentinel=True)
+    value_code, value_of = pd.factorize(v[keep], sort=False, use_na_sentinel=True)
+    key_code = np.asarray(key_code, dtype=np.int64)
+    value_code = np.asarray(value_code, dtype=np.int64)
+    present = key_code >= 0
+    if not present.any():
+        return {}
+    width = len(value_of)
+    pair, pairs = pd.factorize(key_code[present] * width + value_code[present], sort=False)
+    counts = np.bincount(np.asarray(pair, dtype=np.int64))
+    pairs = np.asarray(pairs, dtype=np.int64)
+    pair_key = pairs // width
+    # per key: the most pairs, then the pair seen first (pairs are numbered in order of appearance)
+    order = np.lexsort((np.arange(len(pairs)), -counts, pair_key))
+    lead = order[np.r_[True, pair_key[order][1:] != pair_key[order][:-1]]]
+    keys_out = np.asarray(key_of, dtype=object)[pair_key[lead]].tolist()
+    values_out = np.asarray(value_of, dtype=object)[pairs[lead] % width].tolist()
+    return dict(zip(keys_out, values_out, strict=True))
+
+
 def build_kernel_table(model: StepModel) -> pd.DataFrame:
     """One row per kernel of `model.window_kernels` (same index); columns TABLE_COLUMNS."""
     # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
@@ -514,4 +567,6 @@ __all__ = [
     "busy_by_class",
     "dtype_of_types",
     "element_bytes",
+    "group_modes",
+    "sorted_name_groups",
 ]

@@ -38,10 +38,10 @@ machinery works with an empty table.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuadvisor.namepattern import NamePattern
 from gpuadvisor.stepmodel.build import within
 from gpuadvisor.stepmodel.busy import BUSY, BusyConstants, _parse, _peak, _prod, _shapes
 from gpuadvisor.stepmodel.kernels import column_codes, combined_codes
@@ -102,6 +102,8 @@ def _four_d(shape: tuple[int, ...] | None) -> bool:
     return shape is not None and len(shape) == 4
 
 
+# cuDNN's own NCHW<->NHWC conversions (the kernel names; told once per name signature)
+_CUDNN_TRANSPOSE = NamePattern(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
 _TRANSPOSED_CONV_OPS = frozenset({"aten::cudnn_convolution_transpose", "aten::conv_transpose2d"})
 
 
@@ -186,8 +188,7 @@ def layout_transposes(model: StepModel) -> Any:
         return cached
     name_c, name_u = column_codes(model, "name")
     op_c, op_u = column_codes(model, "op_name")
-    pattern = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
-    cudnn_u = np.array([bool(pattern.search(n)) for n in name_u], dtype=bool)
+    cudnn_u = np.array([_CUDNN_TRANSPOSE.matches(n) for n in name_u], dtype=bool)
     conv_u = np.array(["conv" in o.lower() for o in op_u], dtype=bool)
     cls = t["class"].to_numpy(dtype=object)
     out: Any = (cls == "layout_transpose") & (cudnn_u[name_c] | conv_u[op_c])

@@ -410,22 +410,39 @@ class TraceKind:
 # ---- classification -----------------------------------------------------------------------------
 
 
-def _names(table: pd.DataFrame) -> list[str]:
-    """Distinct names of a table (its `name` column is a category)."""
+def _distinct(table: pd.DataFrame) -> tuple[list[str], list[int] | None]:
+    """Distinct names of a table in its categories' order, and how many rows carry each (None when the
+    `name` column is not a category). Counted from the codes: a million distinct names are neither
+    re-categorized nor compared as text."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
     if not len(table):
-        return []
+        return [], []
     col = table["name"]
     if hasattr(col, "cat"):
-        used = col.cat.remove_unused_categories()
-        return [str(c) for c in used.cat.categories]
-    return sorted({str(v) for v in col})
+        cats = col.cat.categories.tolist()
+        codes = col.cat.codes.to_numpy(dtype=np.int64)
+        counts = np.bincount(codes[codes >= 0], minlength=len(cats))
+        used = np.flatnonzero(counts).tolist()
+        return [str(cats[i]) for i in used], counts[used].tolist()
+    return sorted({str(v) for v in col}), None
+
+
+def _names(table: pd.DataFrame) -> list[str]:
+    """Distinct names of a table (its `name` column is a category)."""
+    return _distinct(table)[0]
 
 
 def _count_matching(table: pd.DataFrame, pattern: re.Pattern[str] | NamePattern) -> tuple[int, list[str]]:
     """(rows whose name matches, the matching distinct names)."""
-    names = [n for n in _names(table) if (pattern.matches(n) if isinstance(pattern, NamePattern) else pattern.search(n))]
+    distinct, counts = _distinct(table)
+    told = [pattern.matches(n) if isinstance(pattern, NamePattern) else bool(pattern.search(n)) for n in distinct]
+    names = [n for n, hit in zip(distinct, told, strict=True) if hit]
     if not names:
         return 0, []
+    if counts is not None:
+        return sum(c for c, hit in zip(counts, told, strict=True) if hit), names
     return int(table["name"].astype(str).isin(names).sum()), names
 
 

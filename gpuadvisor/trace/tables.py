@@ -214,7 +214,7 @@ def _families(names: pd.Series) -> Any:
     if len(used) and used[0] < 0:  # a kernel without a name: left to pandas' own mapping
         fam = {str(c): kernel_family(str(c)) for c in names.cat.categories}
         return names.astype(str).map(fam).astype("category")
-    cats = names.cat.categories
+    cats = names.cat.categories.tolist()  # a list: indexing a pandas Index costs ~1 us a name
     of_used = [kernel_family(str(cats[i])) for i in used.tolist()]
     families = sorted(set(of_used))
     to_family = np.full(len(cats), -1, dtype=np.int64)
