@@ -504,7 +504,7 @@ def by_signature(names: int = 1) -> Callable[[_F], _F]:
             if kwargs:
                 return function(*args, **kwargs)
             key = list(args)
-            for i in range(names):
+            for i in range(min(names, len(args))):
                 arg = args[i]
                 if arg is not None:
                     sig = signature(arg) if isinstance(arg, str) else None

@@ -23,6 +23,7 @@ MODULES = (
     "gpuadvisor.trace.kind",
     "gpuadvisor.stepmodel.build",
     "gpuadvisor.stepmodel.kernels",
+    "gpuadvisor.stepmodel.layout",
     "gpuadvisor.rulekit.gpuwork",
 )
 
