@@ -499,10 +499,8 @@ def by_signature(names: int = 1) -> Callable[[_F], _F]:
     def wrap(function: _F) -> _F:
         state: list[Any] = [None, {}]  # the vocabulary the answers were told under; the answers
 
-        @functools.wraps(function)
-        def told(*args: Any, **kwargs: Any) -> Any:
-            if kwargs:
-                return function(*args, **kwargs)
+        def keyed(args: tuple[Any, ...]) -> Any:
+            """The answer for arguments whose names may have no signature yet (the slow path)."""
             key = list(args)
             for i in range(min(names, len(args))):
                 arg = args[i]
@@ -521,6 +519,27 @@ def by_signature(names: int = 1) -> Callable[[_F], _F]:
                     memo.clear()
                 answer = memo[frozen] = function(*args)
             return answer
+
+        @functools.wraps(function)
+        def told(*args: Any, **kwargs: Any) -> Any:
+            if kwargs:
+                return function(*args, **kwargs)
+            vocabulary = state[0]
+            # the common case first: names already signed, under the current vocabulary, answer kept
+            if vocabulary is _vocabulary[0] and vocabulary is not None and vocabulary.generation == _generation[0]:
+                known = vocabulary.names
+                key = []
+                for arg in args[:names]:
+                    sig = None if arg is None else known.get(arg) if arg.__class__ is str else False
+                    if sig is False or (sig is None and arg is not None):
+                        break
+                    key.append(sig)
+                else:
+                    memo = state[1]
+                    answer = memo.get((*key, *args[names:]), memo)
+                    if answer is not memo:
+                        return answer
+            return keyed(args)
 
         return told  # type: ignore[return-value]
 
