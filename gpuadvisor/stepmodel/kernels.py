@@ -462,7 +462,10 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
     )
     compute = np.isfinite(t_compute) & ~(t_memory > t_compute)
     memory = np.isfinite(t_memory) & ~compute
-    bound = np.where(latency, "latency", np.where(compute, "compute", np.where(memory, "memory", "unknown")))
+    # four shared texts, indexed (a numpy text array would become one Python string per kernel: ~40 MB
+    # at a million kernels)
+    bounds = np.array(["latency", "compute", "memory", "unknown"], dtype=object)
+    bound = bounds[np.where(latency, 0, np.where(compute, 1, np.where(memory, 2, 3)))]
     out: pd.DataFrame = pd.DataFrame(
         {
             "name": names,
