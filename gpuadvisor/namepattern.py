@@ -364,8 +364,9 @@ class _Vocabulary:
         ordered = sorted(words, key=lambda w: (-len(w), w))
         bit = {w.encode(): 1 << i for i, w in enumerate(ordered)}
         self.bit = bit
-        # the words inside each word: a word found at a position brings every word it contains
-        self.closure = {w: functools.reduce(int.__or__, (b for v, b in bit.items() if v in w), 0) for w in bit}
+        # the words inside each word found (a word found at a position brings every word it contains),
+        # told at its first finding (a trace meets a few dozen words)
+        self.closure: dict[bytes, int] = {}
         # at each position, the longest word that starts there (a zero-width match: every position)
         self.finder = re.compile(b"(?=(" + _trie_regex(ordered).encode() + b"))") if ordered else None
         # characters no word holds: a word never spans them, so each segment between them is scanned
@@ -378,11 +379,9 @@ class _Vocabulary:
         for c in cuts:
             table[ord(c)] = table[ord(cuts[0])]
         self.table = bytes(table)
-        # (needed words as bits or None, the regex, its lowercase form or None)
-        self.others = [
-            (None if needed is None else self.mask(needed), regex, _lowercase_form(regex))
-            for needed, regex in others.values()
-        ]
+        # (needed words as bits or None, the regex); each one's lowercase form, told when first let through
+        self.others = [(None if needed is None else self.mask(needed), regex) for needed, regex in others.values()]
+        self.lowercase: dict[re.Pattern[str], re.Pattern[str] | None] = {}
         self.names: dict[str, tuple[int, int]] = {}
         self.bare: set[bytes] = set()  # segments that hold no word
         self.segments: dict[bytes, int] = {}  # segments that hold words: their bits
@@ -391,6 +390,23 @@ class _Vocabulary:
 
     def mask(self, words: tuple[str, ...]) -> int:
         return functools.reduce(int.__or__, (self.bit[w.encode()] for w in words), 0)
+
+    def inside(self, word: bytes) -> int:
+        """The bits of every word inside `word`, itself included."""
+        bits = self.closure[word] = functools.reduce(int.__or__, (b for v, b in self.bit.items() if v in word), 0)
+        return bits
+
+    def through(self, found: int) -> tuple[tuple[re.Pattern[str], bool], ...]:
+        """The regex alternatives the words `found` let through, each with whether it runs on the
+        lowercased name (its lowercase form) or on the name."""
+        out = []
+        for needed, regex in self.others:
+            if needed is None or needed & found:
+                if regex not in self.lowercase:
+                    self.lowercase[regex] = _lowercase_form(regex)
+                lowered = self.lowercase[regex]
+                out.append((lowered or regex, lowered is not None))
+        return tuple(out)
 
     def found(self, name: str) -> int:
         """The bits of the words the lowercased (ASCII) `name` holds."""
@@ -407,7 +423,7 @@ class _Vocabulary:
             if bits is None:
                 bits = 0
                 for word in finder.findall(segment):
-                    bits |= self.closure[word]
+                    bits |= self.closure.get(word) or self.inside(word)
                 if len(segments) + len(self.bare) >= _SEGMENT_LIMIT:
                     segments.clear()
                     self.bare.clear()
@@ -424,9 +440,7 @@ class _Vocabulary:
         if through is None:
             if len(self.triggered) >= _MEMO_LIMIT:
                 self.triggered.clear()
-            through = self.triggered[found] = tuple(
-                (lowered or regex, lowered is not None) for m, regex, lowered in self.others if m is None or m & found
-            )
+            through = self.triggered[found] = self.through(found)
         answers = 0
         if through:
             low = name.lower()
