@@ -18,7 +18,13 @@ from gpuadvisor.stepmodel.datawait import InProcessDataTime, in_process_data_tim
 from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.periodic import run_step_after, run_timing
-from gpuadvisor.stepmodel.replay import MIN_HOST_SCALE, as_recorded, build_program, calibrate_host_scale, replay
+from gpuadvisor.stepmodel.replay import (
+    MIN_HOST_SCALE,
+    as_recorded,
+    build_program,
+    calibrate_host_scale,
+    replay,
+)
 from gpuadvisor.stepmodel.tables import per_step_table, sm_use
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
 from gpuadvisor.trace.flops import matmul_flops
