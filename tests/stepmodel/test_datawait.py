@@ -24,7 +24,9 @@ def capture(profiled_s: float = 0.0056, unprofiled_s: float = 0.0013, last_step:
         "last_recorded_step": 16,
         "state": "complete",
         "step_ends": [[k, 1000.0 + 0.005 * k] for k in range(1, last_step + 1)],
-        "step_data_wait": [[k, profiled_s if 12 <= k <= 16 else unprofiled_s] for k in range(1, last_step + 1)],
+        "step_data_wait": [
+            [k, profiled_s if 12 <= k <= 16 else unprofiled_s] for k in range(1, last_step + 1)
+        ],
     }
 
 
@@ -68,6 +70,8 @@ def test_too_few_timed_waits_keep_the_recorded_time() -> None:
     assert in_process_data_time(few, loader_env(0), SINGLE) is None
     # too few profiled steps with a wait
     short = capture()
-    short["step_data_wait"] = [[k, w] for k, w in short["step_data_wait"] if not 13 <= k <= 17 - MIN_DATA_WAIT_STEPS]
+    short["step_data_wait"] = [
+        [k, w] for k, w in short["step_data_wait"] if not 13 <= k <= 17 - MIN_DATA_WAIT_STEPS
+    ]
     assert in_process_data_time(short, loader_env(0), SINGLE) is None
     assert in_process_data_time("not a capture", loader_env(0), SINGLE) is None
