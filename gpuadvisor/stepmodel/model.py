@@ -19,10 +19,10 @@ from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.periodic import run_step_after, run_timing
 from gpuadvisor.stepmodel.replay import (
-    MIN_HOST_SCALE,
     as_recorded,
     build_program,
     calibrate_host_scale,
+    gpu_floor_us,
     replay,
 )
 from gpuadvisor.stepmodel.tables import per_step_table, sm_use
@@ -512,6 +512,7 @@ class StepModel:
                 u * 1000.0 if u else None,
                 p * 1000.0 if p else None,
                 self.window.median_step_us,
+                floor_us=self.gpu_floor_ms * 1000.0 if self.program.steps else None,
             )
         return self._host_scale
 
@@ -620,6 +621,14 @@ class StepModel:
         return STEP_TIMES_FASTER <= u / p <= STEP_TIMES_SLOWER or self.host_ran_ahead
 
     @property
+    def gpu_floor_ms(self) -> float:
+        """The replayed step with almost free host work: the GPU's own pace (ms; computed once, for the
+        host-scale calibration and `host_ran_ahead`)."""
+        if "floor" not in self._scalars:
+            self._scalars["floor"] = gpu_floor_us(self.program) / 1000.0
+        return float(self._scalars["floor"] or 0.0)
+
+    @property
     def host_ran_ahead(self) -> bool:
         """The window's host-timed steps were the host's pace while the launch queue filled, not the
         run's: the step without the profiler is longer than the profiled one by more than
@@ -632,8 +641,7 @@ class StepModel:
             u, p = self.unprofiled_step_ms, self.profiled_step_ms
             ahead = False
             if u is not None and p is not None and u > p * STEP_TIMES_SLOWER > 0 and self.program.steps:
-                floor = replay(self.program, MIN_HOST_SCALE).period_us / 1000.0
-                ahead = 1.0 / STEP_TIMES_SLOWER <= floor / u <= STEP_TIMES_SLOWER
+                ahead = 1.0 / STEP_TIMES_SLOWER <= self.gpu_floor_ms / u <= STEP_TIMES_SLOWER
             self._scalars["ahead"] = ahead
         return bool(self._scalars["ahead"])
 

@@ -616,8 +616,17 @@ GPU_BOUND_REFERENCE = 0.95
 HIDDEN_HOST_SCALE = 0.55
 
 
+def gpu_floor_us(program: Program) -> float:
+    """The step period with almost free host work (`MIN_HOST_SCALE`): what the GPU's own work takes."""
+    return replay(program, MIN_HOST_SCALE).period_us
+
+
 def calibrate_host_scale(
-    program: Program, unprofiled_us: float | None, profiled_us: float | None, window_step_us: float
+    program: Program,
+    unprofiled_us: float | None,
+    profiled_us: float | None,
+    window_step_us: float,
+    floor_us: float | None = None,
 ) -> float:
     """The factor f in [0.02, 1] on host work that removes the profiler's own cost.
 
@@ -636,11 +645,12 @@ def calibrate_host_scale(
     When the replayed GPU floor explains the reference step (at least `GPU_BOUND_REFERENCE` of it), the
     two paces are the GPU's and hide the profiler's cost: f is at most `HIDDEN_HOST_SCALE`.
 
-    Without a reference (a trace from another tool), f = 1: the trace's host work as recorded."""
+    Without a reference (a trace from another tool), f = 1: the trace's host work as recorded.
+    `floor_us`: the GPU floor (`gpu_floor_us`) when the caller has it already."""
     work = host_work_per_step(program)
     if work <= 0 or not unprofiled_us or not profiled_us or unprofiled_us <= 0 or profiled_us <= 0:
         return 1.0
-    floor = replay(program, MIN_HOST_SCALE).period_us
+    floor = gpu_floor_us(program) if floor_us is None else floor_us
     if unprofiled_us < 0.98 * floor:
         return max(MIN_HOST_SCALE, min(1.0, unprofiled_us / work))
     overhead = window_step_us * (1.0 - min(1.0, unprofiled_us / profiled_us)) - data_removed_per_step(program)
