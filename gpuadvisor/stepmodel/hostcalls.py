@@ -113,8 +113,12 @@ DATA_DEPENDENT_OPS = (
 )
 
 def _launch_tids(ops: pd.DataFrame) -> list[int]:
-    tids = ops["launch_tid"].dropna()
-    return sorted({int(t) for t in tids.tolist()})
+    """The threads that launched GPU work, sorted (`int` of each distinct launch_tid)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    tids = ops["launch_tid"].to_numpy(dtype=np.float64)
+    return sorted({int(t) for t in np.unique(tids[~np.isnan(tids)]).tolist()})
 
 
 # GPU operations launched and not finished when a long launch call returns, at least, for the call to

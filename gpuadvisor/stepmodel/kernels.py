@@ -431,6 +431,7 @@ def build_kernel_table(model: StepModel) -> pd.DataFrame:
             "bound": bound,
         },
         index=k.index,
+        copy=False,  # one block per column, no stacked copy of the float columns
     )
     return out
 

@@ -1,0 +1,71 @@
+"""Issue 43, third pass: the ops table's `busy` and `work` columns, now made from each part's kind
+codes (no text comparison over the joined table), and the launching threads, now told once per
+distinct id, answer what the row-by-row expressions they replaced answered.
+
+Every input here is SYNTHETIC, built by this file: random kinds, collective flags, copy directions and
+byte counts (missing ones included), and a trace of tests/synth.py with tiny and large copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel.hostcalls import _launch_tids
+from gpuadvisor.stepmodel.model import build_step_model
+from gpuadvisor.trace.load import load_trace
+from tests.synth import training_loop
+
+RNG = np.random.default_rng(4303)
+
+
+def _old_work(ops: pd.DataFrame) -> Any:
+    """The `work` column as it was computed: text comparisons over the whole table."""
+    kind = ops["kind"].astype(str).to_numpy()
+    coll = ops["is_collective"].fillna(False).astype(bool).to_numpy()
+    return np.where(
+        kind == "copy", sb.WORK_COPY, np.where((kind == "kernel") & coll, sb.WORK_COLLECTIVE, sb.WORK_COMPUTE)
+    )
+
+
+def _old_busy(ops: pd.DataFrame) -> Any:
+    d = ops["direction"].astype(str)
+    return (~((ops["kind"] == "copy") & d.eq("DtoH") & (ops["bytes"].fillna(np.inf) <= sb.TINY_COPY_BYTES))).to_numpy()
+
+
+@pytest.mark.parametrize("n", [0, 1, 500])
+def test_work_classes_from_codes_equal_the_text_expression(n: int) -> None:
+    """SYNTHETIC: random kinds and collective flags."""
+    kinds = RNG.choice(["kernel", "copy", "memset"], n)
+    ops = pd.DataFrame({"kind": kinds, "is_collective": RNG.random(n) < 0.3})
+    codes = np.array([sb.KIND_CODES[k] for k in kinds], dtype=np.int8)
+    new = sb.work_classes(codes, ops["is_collective"].to_numpy(dtype=bool))
+    assert new.dtype == _old_work(ops).dtype
+    np.testing.assert_array_equal(new, _old_work(ops))
+
+
+def test_ops_busy_and_work_equal_the_text_expressions(tmp_path: Path) -> None:
+    """SYNTHETIC: a trace with tiny device-to-host reads (not work), large copies both ways and
+    kernels; the built table's `busy` and `work` are what the old expressions give on it."""
+    st = training_loop(4, batch_bytes=1 << 20, nonzero=True)
+    st.add_item_read(ts=600, dur=300)
+    st.add_copy("DtoH", "Pageable", nbytes=32, ts=700, dur=5)
+    st.add_copy("DtoH", "Pinned", nbytes=4 << 20, ts=900, dur=50)
+    model = build_step_model(load_trace(st.write(tmp_path / "t.json")), None)
+    ops = model.ops
+    assert (ops["kind"] == "copy").any() and not ops["busy"].all()
+    np.testing.assert_array_equal(ops["busy"].to_numpy(dtype=bool), _old_busy(ops))
+    np.testing.assert_array_equal(ops["work"].astype(str).to_numpy(), _old_work(ops))
+
+
+@pytest.mark.parametrize("missing", [0.0, 0.4, 1.0])
+def test_launch_tids_equal_the_set_of_each_row(missing: float) -> None:
+    """SYNTHETIC: thread ids with repeats and missing launches (NaN), as float64 (the ops column)."""
+    tids = RNG.integers(1, 40, 300).astype(np.float64) * 1_000_003
+    tids[RNG.random(300) < missing] = np.nan
+    ops = pd.DataFrame({"launch_tid": tids})
+    assert _launch_tids(ops) == sorted({int(t) for t in ops["launch_tid"].dropna().tolist()})
