@@ -16,6 +16,7 @@ import pytest
 
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.hostcalls import _launch_tids
+from gpuadvisor.stepmodel.kernels import MATH_CLASSES, kernel_classes
 from gpuadvisor.stepmodel.model import build_step_model
 from gpuadvisor.trace.load import load_trace
 from tests.synth import training_loop
@@ -69,3 +70,22 @@ def test_launch_tids_equal_the_set_of_each_row(missing: float) -> None:
     tids[RNG.random(300) < missing] = np.nan
     ops = pd.DataFrame({"launch_tid": tids})
     assert _launch_tids(ops) == sorted({int(t) for t in ops["launch_tid"].dropna().tolist()})
+
+
+@pytest.mark.parametrize("n", [1, 7, 2000])
+def test_kernel_classes_equal_the_object_array_expressions(n: int) -> None:
+    """SYNTHETIC: random distinct-kernel classes (collectives and math classes among them) and random
+    optimizer spans; the classes, their ranks and the membership tests are what the object-array
+    expressions of the kernel table gave."""
+    pool = ["gemm", "collective", "elementwise", "attention", "conv", "other", "reduction", "copy"]
+    u_class = [str(c) for c in RNG.choice(pool, RNG.integers(1, len(pool) + 1))]
+    codes = RNG.integers(0, len(u_class), n)
+    in_opt = RNG.random(n) < 0.3
+    old = np.asarray(u_class, dtype=object)[codes]
+    old = np.where(in_opt & (old != "collective"), "optimizer", old)
+    cls, ranks, in_classes = kernel_classes(u_class, codes, in_opt)
+    assert cls.dtype == old.dtype
+    np.testing.assert_array_equal(cls, old)
+    np.testing.assert_array_equal(ranks, np.unique(old.astype(str), return_inverse=True)[1])
+    for chosen in (MATH_CLASSES, ("collective", "optimizer", "other"), ("absent",)):
+        np.testing.assert_array_equal(in_classes(chosen), np.isin(old, list(chosen)))
