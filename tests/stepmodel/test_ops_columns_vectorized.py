@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel.busy import _time_by_op
 from gpuadvisor.stepmodel.hostcalls import _launch_tids
 from gpuadvisor.stepmodel.kernels import MATH_CLASSES, kernel_classes
 from gpuadvisor.stepmodel.model import build_step_model
@@ -89,3 +90,18 @@ def test_kernel_classes_equal_the_object_array_expressions(n: int) -> None:
     np.testing.assert_array_equal(ranks, np.unique(old.astype(str), return_inverse=True)[1])
     for chosen in (MATH_CLASSES, ("collective", "optimizer", "other"), ("absent",)):
         np.testing.assert_array_equal(in_classes(chosen), np.isin(old, list(chosen)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 3000])
+def test_time_by_op_equals_the_per_name_masks(n: int) -> None:
+    """SYNTHETIC: op-name codes whose labels repeat ("" twice: a missing op and an empty name), random
+    durations; per name, the same sums (bit for bit) in the same order as the per-name masks over the
+    names' text gave."""
+    labels = ["aten::mul", "", "aten::add", "", "aten::sum", "aten::unused"]
+    codes = RNG.integers(0, len(labels) - 1, n)
+    dur = RNG.random(n) * 1e3
+    names = np.asarray(labels, dtype=object)[codes]
+    old = {str(name): float(dur[names == name].sum()) / 3 for name in np.unique(names).tolist()}
+    new = _time_by_op(codes, labels, dur, 3)
+    assert list(new) == list(old)
+    assert new == old
