@@ -697,7 +697,7 @@ class MemoryChains:
     ops: dict[str, float] = field(default_factory=dict)
 
 
-def _time_by_op(codes: Any, labels: list[str], dur: Any, steps: int) -> dict[str, float]:
+def time_by_op(codes: Any, labels: list[str], dur: Any, steps: int) -> dict[str, float]:
     """Per op name (labels[codes]; two codes may share a label), the summed `dur` per step, in the
     names' sorted order (the order `np.unique` of the names gives)."""
     # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
@@ -779,7 +779,7 @@ def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | No
     member[order] = member_o
     steps = max(1, model.window.count)
     dur = t["dur"].to_numpy(dtype=np.float64)
-    by_op = _time_by_op(op_c[member], op_u, dur[member], steps)
+    by_op = time_by_op(op_c[member], op_u, dur[member], steps)
     result = MemoryChains(
         kernels=member,
         factor=factor,

@@ -15,11 +15,12 @@ import pandas as pd
 import pytest
 
 from gpuadvisor.stepmodel import build as sb
-from gpuadvisor.stepmodel.busy import _time_by_op
+from gpuadvisor.stepmodel.busy import time_by_op
 from gpuadvisor.stepmodel.hostcalls import _launch_tids
 from gpuadvisor.stepmodel.kernels import MATH_CLASSES, kernel_classes
 from gpuadvisor.stepmodel.model import build_step_model
 from gpuadvisor.trace.load import load_trace
+from gpuadvisor.trace.model import name_mask
 from tests.synth import training_loop
 
 RNG = np.random.default_rng(4303)
@@ -93,7 +94,7 @@ def test_kernel_classes_equal_the_object_array_expressions(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 1, 3000])
-def test_time_by_op_equals_the_per_name_masks(n: int) -> None:
+def testtime_by_op_equals_the_per_name_masks(n: int) -> None:
     """SYNTHETIC: op-name codes whose labels repeat ("" twice: a missing op and an empty name), random
     durations; per name, the same sums (bit for bit) in the same order as the per-name masks over the
     names' text gave."""
@@ -102,6 +103,16 @@ def test_time_by_op_equals_the_per_name_masks(n: int) -> None:
     dur = RNG.random(n) * 1e3
     names = np.asarray(labels, dtype=object)[codes]
     old = {str(name): float(dur[names == name].sum()) / 3 for name in np.unique(names).tolist()}
-    new = _time_by_op(codes, labels, dur, 3)
+    new = time_by_op(codes, labels, dur, 3)
     assert list(new) == list(old)
     assert new == old
+
+
+@pytest.mark.parametrize("prefix", ["autograd::engine::evaluate_function", "aten::"])
+def test_name_mask_prefix_equals_each_row(prefix: str) -> None:
+    """SYNTHETIC: the recompute finder's name tests, now once per distinct name of the categorical cpu_op
+    names (missing names included), answer what `str(name).startswith(prefix)` answered row by row."""
+    pool = ["aten::mm", "autograd::engine::evaluate_function: MmBackward0", "aten", "Optimizer.step", ""]
+    names = pd.Series(pd.Categorical(RNG.choice(pool, 400)))
+    old = np.array([n.startswith(prefix) for n in names.astype(str).to_numpy(dtype=object)], dtype=bool)
+    np.testing.assert_array_equal(name_mask(names, lambda s: s.str.startswith(prefix)), old)
