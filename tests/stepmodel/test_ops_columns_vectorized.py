@@ -111,7 +111,7 @@ def testtime_by_op_equals_the_per_name_masks(n: int) -> None:
 @pytest.mark.parametrize("prefix", ["autograd::engine::evaluate_function", "aten::"])
 def test_name_mask_prefix_equals_each_row(prefix: str) -> None:
     """SYNTHETIC: the recompute finder's name tests, now once per distinct name of the categorical cpu_op
-    names (missing names included), answer what `str(name).startswith(prefix)` answered row by row."""
+    names (the loader writes "" for a missing name), answer what `str(name).startswith(prefix)` answered row by row."""
     pool = ["aten::mm", "autograd::engine::evaluate_function: MmBackward0", "aten", "Optimizer.step", ""]
     names = pd.Series(pd.Categorical(RNG.choice(pool, 400)))
     old = np.array([n.startswith(prefix) for n in names.astype(str).to_numpy(dtype=object)], dtype=bool)
