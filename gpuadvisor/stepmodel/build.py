@@ -434,9 +434,11 @@ def work_classes(kind_code: Any, is_collective: Any) -> Any:
     import numpy as np
 
     kernel = kind_code == KIND_CODES["kernel"]
-    return np.where(
-        kind_code == KIND_CODES["copy"], WORK_COPY, np.where(kernel & is_collective, WORK_COLLECTIVE, WORK_COMPUTE)
-    )
+    # the three texts taken by code: an object array of shared strings, not 1.67M fixed-width copies
+    # (a table types either as text; with no row, only the fixed-width one does)
+    which = np.where(kind_code == KIND_CODES["copy"], 2, np.where(kernel & is_collective, 1, 0))
+    texts = [WORK_COMPUTE, WORK_COLLECTIVE, WORK_COPY]
+    return np.asarray(texts, dtype=object if len(which) else None)[which]
 
 
 def work_time_by_class(ops: pd.DataFrame, starts: Any, ends: Any) -> dict[str, Any]:

@@ -184,8 +184,8 @@ def build_host(
     is_launch = named(launch_names | blocking_names) & has_op
     is_sync = named(sync_names | free_names)
     is_alloc = named(alloc_names)
-    kind = np.where(is_launch, LAUNCH, np.where(is_sync, SYNC, np.where(is_alloc, ALLOC, WORK)))
-    h["kind"] = kind.astype(object)
+    which = np.where(is_launch, 0, np.where(is_sync, 1, np.where(is_alloc, 2, 3)))
+    h["kind"] = np.asarray([LAUNCH, SYNC, ALLOC, WORK], dtype=object)[which]
 
     # Copies behind each launch: direction and whether the host waited for them.
     copies = ops[ops["kind"] == "copy"]
