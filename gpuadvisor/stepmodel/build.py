@@ -496,9 +496,8 @@ def attribute_idle(
     Pieces of one gap are laid out in that order from g0 (their lengths are exact; their placement
     inside the gap is a presentation choice).
     """
-    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
-    import pandas as pd
 
     if segments.count == 0:
         return empty_frame(IDLE_COLUMNS)
@@ -549,41 +548,75 @@ def attribute_idle(
         lt = np.where(has, wl[np.clip(j, 0, len(wts) - 1)], np.nan)
         after[has & (lt >= gs - 1.0)] = IDLE_LAUNCH
         after[has & (lt < gs - 1.0)] = IDLE_DEPENDENCY
-    rows_step: list[Any] = []
-    rows_s: list[Any] = []
-    rows_e: list[Any] = []
-    rows_c: list[Any] = []
-    rows_k: list[Any] = []
-    cursor = gs.copy()
-    for amount, cause, kinds in (
-        (data_us, np.full(n, IDLE_DATA, dtype=object), np.full(n, "", dtype=object)),
+    empty = np.full(n, "", dtype=object)
+    pieces = (
+        (data_us, np.full(n, IDLE_DATA, dtype=object), empty),
         (sync_us, np.full(n, IDLE_SYNC, dtype=object), sync_kind),
-        (remainder, after, np.full(n, "", dtype=object)),
-    ):
-        sel = amount > 0
-        rows_step.append(gi[sel])
-        rows_s.append(cursor[sel])
-        rows_e.append(np.minimum(cursor[sel] + amount[sel], ge[sel]))
-        rows_c.append(cause[sel])
-        rows_k.append(kinds[sel])
-        cursor = cursor + amount
-    start = np.concatenate(rows_s)
-    end = np.concatenate(rows_e)
-    seg = np.concatenate(rows_step).astype(np.int64)
-    out = pd.DataFrame(
+        (remainder, after, empty),
+    )
+    return _idle_rows(segments, window, gs, ge, gi, pieces)
+
+
+def _idle_rows(
+    segments: StepWindow, window: StepWindow, gs: Any, ge: Any, gi: Any, pieces: tuple[tuple[Any, Any, Any], ...]
+) -> pd.DataFrame:
+    """The idle table: in each gap [gs, ge) of segment `gi`, the pieces (amount, cause, sync kind per
+    gap) laid out from the gap's start in their order, empty ones left out, sorted by (start, end).
+
+    Gaps are sorted and each one's pieces follow each other, so the rows taken gap by gap are in that
+    order already whenever no two rows share a (start, end) and the starts rise: then they are the rows a
+    stable sort of all the pieces gives, without the sort (1.67M rows: 0.35 s). Otherwise (segments that
+    overlap, a rounding that puts two pieces at one time) the stable sort of the pieces, piece kind by
+    piece kind, as always."""
+    # lazy: numpy and pandas stay out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+    import pandas as pd
+
+    amount = np.column_stack([p[0] for p in pieces])
+    starts = np.empty_like(amount)
+    starts[:, 0] = gs
+    for i in range(1, len(pieces)):  # the cursor moves on by each piece's amount, piece after piece
+        starts[:, i] = starts[:, i - 1] + amount[:, i - 1]
+    ends = np.minimum(starts + amount, ge[:, None])
+    sel = amount > 0
+    start, end = starts[sel], ends[sel]  # row-major: gap by gap, the pieces of a gap in order
+    keep = end - start > 0
+    s, e = start[keep], end[keep]
+    if bool(((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] > e[:-1]))).all()):
+        seg = np.broadcast_to(gi[:, None], sel.shape)[sel][keep].astype(np.int64)
+        cause = np.column_stack([p[1] for p in pieces])[sel][keep]
+        kind = np.column_stack([p[2] for p in pieces])[sel][keep]
+        out: pd.DataFrame = pd.DataFrame(
+            {
+                "step": window.step_index(segments.starts[seg] + 1e-6) if len(seg) else seg,
+                "seg": seg,
+                "start": s,
+                "end": e,
+                "dur": e - s,
+                "cause": cause.astype(object),
+                "sync_kind": kind.astype(object),
+            },
+            copy=False,
+        )
+        return out
+    by_kind = [(sel[:, i], i) for i in range(len(pieces))]
+    seg = np.concatenate([gi[m] for m, _ in by_kind]).astype(np.int64)
+    start = np.concatenate([starts[m, i] for m, i in by_kind])
+    end = np.concatenate([ends[m, i] for m, i in by_kind])
+    frame = pd.DataFrame(
         {
             "step": window.step_index(segments.starts[seg] + 1e-6) if len(seg) else seg,
             "seg": seg,
             "start": start,
             "end": end,
             "dur": end - start,
-            "cause": np.concatenate(rows_c).astype(object),
-            "sync_kind": np.concatenate(rows_k).astype(object),
+            "cause": np.concatenate([pieces[i][1][m] for m, i in by_kind]).astype(object),
+            "sync_kind": np.concatenate([pieces[i][2][m] for m, i in by_kind]).astype(object),
         },
         copy=False,
     )
     result: pd.DataFrame = (
-        out[out["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+        frame[frame["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
     )
     return result
 

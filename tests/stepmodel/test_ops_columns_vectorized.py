@@ -15,10 +15,12 @@ import pandas as pd
 import pytest
 
 from gpuadvisor.stepmodel import build as sb
+from gpuadvisor.stepmodel.build import _idle_rows
 from gpuadvisor.stepmodel.busy import time_by_op
 from gpuadvisor.stepmodel.hostcalls import _launch_tids
 from gpuadvisor.stepmodel.kernels import MATH_CLASSES, kernel_classes
 from gpuadvisor.stepmodel.model import build_step_model
+from gpuadvisor.stepmodel.window import StepWindow
 from gpuadvisor.trace.load import load_trace
 from gpuadvisor.trace.model import name_mask
 from tests.synth import training_loop
@@ -116,3 +118,65 @@ def test_name_mask_prefix_equals_each_row(prefix: str) -> None:
     names = pd.Series(pd.Categorical(RNG.choice(pool, 400)))
     old = np.array([n.startswith(prefix) for n in names.astype(str).to_numpy(dtype=object)], dtype=bool)
     np.testing.assert_array_equal(name_mask(names, lambda s: s.str.startswith(prefix)), old)
+
+
+def _old_idle_rows(segments: StepWindow, window: StepWindow, gs: Any, ge: Any, gi: Any, pieces: Any) -> pd.DataFrame:
+    """The idle rows as attribute_idle laid them out before: each kind of piece for every gap, then a
+    stable sort by (start, end)."""
+    rows: list[list[Any]] = [[], [], [], [], []]
+    cursor = gs.copy()
+    for amount, cause, kinds in pieces:
+        sel = amount > 0
+        for out, part in zip(
+            rows, (gi[sel], cursor[sel], np.minimum(cursor[sel] + amount[sel], ge[sel]), cause[sel], kinds[sel]),
+            strict=True,
+        ):
+            out.append(part)
+        cursor = cursor + amount
+    seg = np.concatenate(rows[0]).astype(np.int64)
+    start, end = np.concatenate(rows[1]), np.concatenate(rows[2])
+    out = pd.DataFrame(
+        {
+            "step": window.step_index(segments.starts[seg] + 1e-6) if len(seg) else seg,
+            "seg": seg,
+            "start": start,
+            "end": end,
+            "dur": end - start,
+            "cause": np.concatenate(rows[3]).astype(object),
+            "sync_kind": np.concatenate(rows[4]).astype(object),
+        }
+    )
+    return out[out["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 3000])
+def test_idle_rows_equal_the_sorted_pieces(n: int, overlap: bool) -> None:
+    """SYNTHETIC: random gaps in random steps, pieces of random lengths (zero, tiny beside the gap's
+    start, and more than the gap holds); with `overlap`, the gaps of two steps that overlap (the sort is
+    then needed and taken)."""
+    steps = StepWindow(np.array([0.0, 5e5]), np.array([5e5, 1e6]), np.array([0, 1]))
+    gs = np.sort(RNG.random(n) * 9e5 + 1e6)
+    if overlap and n > 1:
+        gs[n // 2 :] -= 3e5
+        gs = np.sort(gs)
+    ge = gs + RNG.random(n) * 50.0
+    if not overlap:
+        ge = np.minimum(ge, np.r_[gs[1:], np.inf])
+    gi = RNG.integers(0, 2, n)
+
+    def amounts() -> Any:
+        a = RNG.random(n) * 30.0
+        a[RNG.random(n) < 0.3] = 0.0
+        a[RNG.random(n) < 0.05] = 1e-12
+        return a
+
+    kinds = np.asarray(RNG.choice(["", "scalar_read", "explicit"], n), dtype=object)
+    pieces = (
+        (amounts(), np.full(n, sb.IDLE_DATA, dtype=object), np.full(n, "", dtype=object)),
+        (amounts(), np.full(n, sb.IDLE_SYNC, dtype=object), kinds),
+        (amounts(), np.asarray(RNG.choice([sb.IDLE_LAUNCH, sb.IDLE_OTHER], n), dtype=object), np.full(n, "", dtype=object)),
+    )
+    new = _idle_rows(steps, steps, gs, ge, gi, pieces)
+    old = _old_idle_rows(steps, steps, gs, ge, gi, pieces)
+    pd.testing.assert_frame_equal(new, old)
