@@ -1,11 +1,12 @@
 """Real training scripts, as their projects ship them, under `gpuadvisor profile` on a GPU (issue 38).
 
-    python benchmarks/real_clients.py OUT --nanogpt DIR --timm DIR --imagenet MAIN_PY [--only NAME ...]
+    python benchmarks/real_clients.py OUT --nanogpt DIR --timm DIR --imagenet MAIN_PY [--frameworks] [--only NAME ...]
 
 DIR/MAIN_PY are copies of the projects' files fetched by you (never committed here): karpathy/nanoGPT
 (train.py, model.py, configurator.py, config/), huggingface/pytorch-image-models (train.py and the
 timm package), pytorch/examples (imagenet/main.py). Data is made on the machine: random GPT-2 tokens
 for nanoGPT's train.bin/val.bin, a folder of generated JPEGs for timm, `--dummy` for imagenet.
+`--frameworks` adds this repo's Hugging Face Trainer and Lightning workloads (benchmarks/workloads).
 
 For each client it prints the step detection, the window placement, the run's step distribution
 (mean, median, stalls), the start-up and the top findings, and writes OUT/NAME/summary.json (no
@@ -288,12 +289,31 @@ def imagenet(out: Path, main_py: Path, only: set[str]) -> None:
     show("imagenet --dummy", s)
 
 
+def frameworks(out: Path, only: set[str]) -> None:
+    """The Hugging Face Trainer and Lightning workloads of this repo (benchmarks/workloads), each written
+    the way its framework's README shows (Trainer.train(), L.Trainer().fit()), at their planted defaults."""
+    here = Path(__file__).resolve().parent / "workloads"
+    runs = {
+        "hf_trainer_fp32": [str(here / "hf_trainer_fp32.py")],
+        "lightning_autoencoder": [str(here / "lightning_autoencoder.py")],
+    }
+    for name, target in runs.items():
+        if only and name not in only:
+            continue
+        run = out / name
+        profile(run, target, here, 300)
+        s = summary(run)
+        (run / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+        show(name, s)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--nanogpt", type=Path)
     ap.add_argument("--timm", type=Path)
     ap.add_argument("--imagenet", type=Path)
+    ap.add_argument("--frameworks", action="store_true", help="also the HF Trainer and Lightning workloads")
     ap.add_argument("--only", action="append", default=[])
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -305,6 +325,8 @@ def main() -> None:
         steps.append(("timm", lambda: timm(a.out, a.timm.resolve(), only)))
     if a.imagenet:
         steps.append(("imagenet", lambda: imagenet(a.out, a.imagenet.resolve(), only)))
+    if a.frameworks:
+        steps.append(("frameworks", lambda: frameworks(a.out, only)))
     for name, fn in steps:
         print(f"== {name}", flush=True)
         fn()

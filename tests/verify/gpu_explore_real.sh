@@ -16,7 +16,9 @@
 #            HF_FIX (default: --bf16)
 #   nanogpt: NANOGPT_ARGS (default: none: as shipped, compile and bf16 on; data/ prepared), NANOGPT_FIX
 #            (default: none: the check is that explore reports no lever faster that is not)
-# TRIALS (default 3) trials a side for the hand fix; explore uses its own default (3).
+# TRIALS (default 3) trials a side for the hand fix; explore uses its own default (3). NAME_EXPLORE adds
+# options to NAME's `profile --explore` (e.g. NANOGPT_EXPLORE="--verify-budget 300" where the default
+# budget does not fit the device time; the summary shows the budget each search ran under).
 #
 # The device runs a command for at most 10 minutes and explore's default budget is longer: start this in
 # the background (nohup bash tests/verify/gpu_explore_real.sh OUT ... > /tmp/gpu-explore-real.out 2>&1 &)
@@ -48,13 +50,15 @@ for spec in "$@"; do
     *) default_args=""; default_fix="" ;;
   esac
   args_var="${upper}_ARGS"; fix_var="${upper}_FIX"
+  explore_var="${upper}_EXPLORE"
   args=${!args_var-$default_args}
   fix=${!fix_var-$default_fix}
+  explore=${!explore_var-}
   NAMES+=("$name")
   echo "$name|$script|$args|$fix" >>"$RUNS/specs.txt"
   t0=$(date +%s)
   # the script's own folder: relative paths in it (data/, configurator.py) resolve as they do there
-  (cd "$(dirname "$script")" && eval "\"$PY\" -m gpuadvisor profile -o \"$RUNS/$name\" --force --explore \"$script\" $args") \
+  (cd "$(dirname "$script")" && eval "\"$PY\" -m gpuadvisor profile -o \"$RUNS/$name\" --force --explore $explore \"$script\" $args") \
     >"$OUT_DIR/$name.log" 2>&1
   echo "profile --explore rc=$? in $(( $(date +%s) - t0 ))s" >>"$OUT_DIR/$name.log"
   cp "$RUNS/$name/verify.json" "$OUT_DIR/$name.verify.json" 2>/dev/null || echo "no verify.json" >>"$OUT_DIR/$name.log"
