@@ -26,8 +26,10 @@ def union_intervals(starts: Any, ends: Any) -> tuple[Any, Any]:
     s, e = s[keep], e[keep]
     if len(s) == 0:
         return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], np.maximum(e[order], s[order])
+    if not bool(np.all(s[1:] >= s[:-1])):  # rows of the ops table come sorted: no sort to do then
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    e = np.maximum(e, s)
     run_max = np.maximum.accumulate(e)
     new = np.empty(len(s), dtype=bool)
     new[0] = True
