@@ -44,6 +44,7 @@ from gpuadvisor.stepmodel.intervals import (
     complement_in,
     covered,
     empty_frame,
+    launch_order,
     sorted_by_start_end,
     union_intervals,
     within,
@@ -632,12 +633,12 @@ def estimate_facts(trace: TraceModel, ops: pd.DataFrame, host: pd.DataFrame, run
     depth = 1024
     depth_observed = False
     if len(ops):
-        k = ops[ops["launch_ts"].notna()].sort_values("launch_ts")
+        k = launch_order(ops)
         if len(k):
             # an op that started on an idle stream shows the pure launch latency
-            start = k["ts"].to_numpy(dtype=np.float64)
-            lts = k["launch_ts"].to_numpy(dtype=np.float64)
-            prev_end = np.r_[-np.inf, np.maximum.accumulate(k["end"].to_numpy(dtype=np.float64))[:-1]]
+            start = ops["ts"].to_numpy(dtype=np.float64)[k]
+            lts = ops["launch_ts"].to_numpy(dtype=np.float64)[k]
+            prev_end = np.r_[-np.inf, np.maximum.accumulate(ops["end"].to_numpy(dtype=np.float64)[k])[:-1]]
             idle = prev_end < lts
             delays = (start - lts)[idle & (start >= lts)]
             if len(delays) >= 3:

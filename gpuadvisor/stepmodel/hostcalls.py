@@ -11,7 +11,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.stepmodel.intervals import covered, empty_frame, sorted_by_start_end, union_intervals
+from gpuadvisor.stepmodel.intervals import (
+    covered,
+    empty_frame,
+    launch_order,
+    sorted_by_start_end,
+    union_intervals,
+)
 from gpuadvisor.stepmodel.spans import SCALAR_OPS, Spans
 from gpuadvisor.stepmodel.window import StepWindow
 from gpuadvisor.trace.model import name_mask
@@ -128,16 +134,25 @@ def _launch_tids(ops: pd.DataFrame) -> list[int]:
 BACKPRESSURE_MIN_IN_FLIGHT = 64
 
 
+def _sorted(values: Any) -> Any:
+    """`np.sort(values)`, without sorting values already in order (the ops table's ends nearly are)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    return values if bool(np.all(values[1:] >= values[:-1])) else np.sort(values)
+
+
 def _in_flight(ops: pd.DataFrame, at: Any) -> Any:
     """Number of GPU operations launched before and still running at each time of `at` (int64)."""
     # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
-    k = ops[ops["launch_ts"].notna()] if len(ops) else ops
-    if len(k) == 0:
+    lts = ops["launch_ts"].to_numpy(dtype=np.float64) if len(ops) else np.zeros(0)
+    known = ~np.isnan(lts)
+    if not known.any():
         return np.zeros(len(at), dtype=np.int64)
-    lts = np.sort(k["launch_ts"].to_numpy(dtype=np.float64))
-    ends = np.sort(k["end"].to_numpy(dtype=np.float64))
+    lts = _sorted(lts[known])
+    ends = _sorted(ops["end"].to_numpy(dtype=np.float64)[known])
     out: Any = np.searchsorted(lts, at, side="left") - np.searchsorted(ends, at, side="right")
     return np.maximum(out, 0).astype(np.int64)
 
@@ -275,20 +290,18 @@ def build_host(
 
     # What a wait waited for: the end of the GPU work launched before it (device-wide).
     h["drain_ts"] = np.nan
-    busy_ops = ops[ops["launch_ts"].notna()].sort_values("launch_ts")
-    if len(busy_ops) and (is_sync | blocking).any():
-        lts = busy_ops["launch_ts"].to_numpy(dtype=np.float64)
-        cummax_end = np.maximum.accumulate(busy_ops["end"].to_numpy(dtype=np.float64))
+    launched = launch_order(ops) if (is_sync | blocking).any() else np.zeros(0, dtype=np.int64)
+    if len(launched):
+        lts = ops["launch_ts"].to_numpy(dtype=np.float64)[launched]
+        op_end = ops["end"].to_numpy(dtype=np.float64)[launched]
+        cummax_end = np.maximum.accumulate(op_end)
         cs = h["ts"].to_numpy(dtype=np.float64)
         j = np.searchsorted(lts, cs, side="right") - 1
         drain = np.where(j >= 0, cummax_end[np.clip(j, 0, None)], np.nan)
         # a blocking launch waits for its own copy too
-        known = busy_ops["correlation"].notna().to_numpy(dtype=bool)
-        own = _by_correlation(
-            busy_ops["correlation"].to_numpy(dtype=np.float64)[known],
-            busy_ops["end"].to_numpy(dtype=np.float64)[known],
-            corr,
-        )
+        op_corr = ops["correlation"].to_numpy(dtype=np.float64)[launched]
+        known = ~np.isnan(op_corr)
+        own = _by_correlation(op_corr[known], op_end[known], corr)
         drain = np.where(blocking, np.fmax(drain, own), drain)
         waited = (is_sync | blocking) & (drain > cs + 1.0)
         h["drain_ts"] = np.where(waited, drain, np.nan)

@@ -114,3 +114,16 @@ def sorted_by_start_end(ts: Any, end: Any) -> bool:
         return False
     same = ts[1:] == ts[:-1]
     return bool(np.all(ts[1:] >= ts[:-1]) and np.all(end[1:][same] >= end[:-1][same]))
+
+
+def launch_order(ops: pd.DataFrame) -> Any:
+    """Positions of the ops-table rows whose launch is known, in launch order: the rows
+    `ops[ops["launch_ts"].notna()].sort_values("launch_ts")` gives (pandas sorts one column with
+    numpy's quicksort; the same sort of the same values orders ties the same), without taking every
+    column of the table along (1.67M rows x 39 columns)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    lts = ops["launch_ts"].to_numpy(dtype=np.float64) if len(ops) else np.zeros(0)
+    rows = np.flatnonzero(~np.isnan(lts))
+    return rows[np.argsort(lts[rows], kind="quicksort")]

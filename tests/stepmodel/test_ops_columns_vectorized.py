@@ -17,7 +17,8 @@ import pytest
 from gpuadvisor.stepmodel import build as sb
 from gpuadvisor.stepmodel.build import _idle_rows
 from gpuadvisor.stepmodel.busy import time_by_op
-from gpuadvisor.stepmodel.hostcalls import _launch_tids
+from gpuadvisor.stepmodel.hostcalls import _in_flight, _launch_tids
+from gpuadvisor.stepmodel.intervals import launch_order
 from gpuadvisor.stepmodel.kernels import MATH_CLASSES, kernel_classes
 from gpuadvisor.stepmodel.model import build_step_model
 from gpuadvisor.stepmodel.window import StepWindow
@@ -210,3 +211,32 @@ def test_union_intervals_without_a_sort_equals_the_sorted_union(n: int, presorte
     new, old = sb.union_intervals(starts, ends), _old_union(starts, ends)
     np.testing.assert_array_equal(new[0], old[0])
     np.testing.assert_array_equal(new[1], old[1])
+
+
+@pytest.mark.parametrize("n", [0, 1, 3000])
+def test_launch_order_is_the_order_sort_values_gave(n: int) -> None:
+    """SYNTHETIC: launch times with many ties (whole microseconds) and unknown launches (NaN); the rows,
+    in order, that `ops[ops["launch_ts"].notna()].sort_values("launch_ts")` took."""
+    lts = np.floor(RNG.random(n) * 200.0)
+    lts[RNG.random(n) < 0.2] = np.nan
+    ops = pd.DataFrame({"launch_ts": lts, "end": RNG.random(n)})
+    old = ops[ops["launch_ts"].notna()].sort_values("launch_ts")
+    positions = launch_order(ops)
+    np.testing.assert_array_equal(ops.index.to_numpy()[positions], old.index.to_numpy())
+
+
+@pytest.mark.parametrize("presorted", [False, True])
+def test_in_flight_equals_the_filtered_table_count(presorted: bool) -> None:
+    """SYNTHETIC: GPU operations with unknown launches (NaN) and ends in or out of order; the count at
+    each time equals the one over the filtered table's sorted columns."""
+    n = 2000
+    lts = np.sort(RNG.random(n) * 1e4) if presorted else RNG.random(n) * 1e4
+    end = lts + (1.0 if presorted else RNG.random(n) * 300.0)
+    lts[RNG.random(n) < 0.1] = np.nan
+    ops = pd.DataFrame({"launch_ts": lts, "end": end})
+    at = RNG.random(500) * 1.1e4
+    k = ops[ops["launch_ts"].notna()]
+    old = np.searchsorted(np.sort(k["launch_ts"].to_numpy()), at, side="left") - np.searchsorted(
+        np.sort(k["end"].to_numpy()), at, side="right"
+    )
+    np.testing.assert_array_equal(_in_flight(ops, at), np.maximum(old, 0).astype(np.int64))
