@@ -584,42 +584,34 @@ def _idle_rows(
     start, end = starts[sel], ends[sel]  # row-major: gap by gap, the pieces of a gap in order
     keep = end - start > 0
     s, e = start[keep], end[keep]
-    if bool(((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] > e[:-1]))).all()):
-        seg = np.broadcast_to(gi[:, None], sel.shape)[sel][keep].astype(np.int64)
+    in_order = bool(((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] > e[:-1]))).all())
+    if in_order:
+        seg = np.broadcast_to(gi[:, None], sel.shape)[sel][keep]
         cause = np.column_stack([p[1] for p in pieces])[sel][keep]
         kind = np.column_stack([p[2] for p in pieces])[sel][keep]
-        out: pd.DataFrame = pd.DataFrame(
-            {
-                "step": window.step_index(segments.starts[seg] + 1e-6) if len(seg) else seg,
-                "seg": seg,
-                "start": s,
-                "end": e,
-                "dur": e - s,
-                "cause": cause.astype(object),
-                "sync_kind": kind.astype(object),
-            },
-            copy=False,
-        )
-        return out
-    by_kind = [(sel[:, i], i) for i in range(len(pieces))]
-    seg = np.concatenate([gi[m] for m, _ in by_kind]).astype(np.int64)
-    start = np.concatenate([starts[m, i] for m, i in by_kind])
-    end = np.concatenate([ends[m, i] for m, i in by_kind])
-    frame = pd.DataFrame(
+    else:  # piece kind by piece kind, every gap's piece of that kind: the order the sort starts from
+        by_kind = [(sel[:, i], i) for i in range(len(pieces))]
+        seg = np.concatenate([gi[m] for m, _ in by_kind])
+        s = np.concatenate([starts[m, i] for m, i in by_kind])
+        e = np.concatenate([ends[m, i] for m, i in by_kind])
+        cause = np.concatenate([pieces[i][1][m] for m, i in by_kind])
+        kind = np.concatenate([pieces[i][2][m] for m, i in by_kind])
+    seg = seg.astype(np.int64)
+    out: pd.DataFrame = pd.DataFrame(
         {
             "step": window.step_index(segments.starts[seg] + 1e-6) if len(seg) else seg,
             "seg": seg,
-            "start": start,
-            "end": end,
-            "dur": end - start,
-            "cause": np.concatenate([pieces[i][1][m] for m, i in by_kind]).astype(object),
-            "sync_kind": np.concatenate([pieces[i][2][m] for m, i in by_kind]).astype(object),
+            "start": s,
+            "end": e,
+            "dur": e - s,
+            "cause": cause.astype(object),
+            "sync_kind": kind.astype(object),
         },
         copy=False,
     )
-    result: pd.DataFrame = (
-        frame[frame["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
-    )
+    if in_order:
+        return out
+    result: pd.DataFrame = out[out["dur"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
     return result
 
 
