@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 class Constants:
     # a sync the host no longer waits on still costs its call
     sync_call_us: float = 5.0
-    # DataLoader with workers: handing over a ready batch (queue get, shared-memory tensors), per step
+    # DataLoader with workers: handing over a ready batch (queue get, shared-memory tensors), per step;
+    # outside the profiler on an H200, 8 workers handed 256x1x28x28 float32 batches (0.8 MB with their
+    # labels) in 0.11-0.20 ms a step (verify of lightning_autoencoder --fixed: data wait 2-3% of the step)
     dataloader_handoff_us: float = 150.0
     # pinned host-to-device bandwidth by PCIe generation (GB/s, x16, measured practice) when the trace
     # has no pinned copy to measure

@@ -17,7 +17,11 @@ typical speed-ups composed.
 
 A finding whose remedy frees a loader that sets the loop's pace (GA301) names the compute remedies that
 pay once it keeps up (`prediction.behind_the_loader`, their speed-ups on the typical step): they form
-one more set with the data remedy, priced as the product of the speed-ups (an upper bound).
+one more set with the data remedy, priced as the product of the speed-ups (an upper bound), and a set
+of their own (the product of theirs), which prices them once the data levers are in.
+
+A lever that failed (a switch the script refused) leaves the sets that hold it: what is left of each
+set is still a candidate, at the set's price (the measurement decides).
 
 **The measured bottleneck.** Each trial measures its mean step and the time the loop waited in
 DataLoader `__next__` (gpuadvisor/verify/measure.py). On the configuration B the search stands on
@@ -42,6 +46,7 @@ remaining gain is below the noise.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -208,6 +213,8 @@ def predicted_sets(
                 for _, x in extra:
                     price *= x
                 raw.append(([*remedies, *(r for r, _ in extra)], price, f"{rule} (the loader, then its compute)"))
+                # and the compute part on its own, for the search once the data levers are in
+                raw.append(([r for r, _ in extra], price / speedup, f"{rule} (its compute, once the loader keeps up)"))
     for f in findings:
         pred = f.get("prediction") if isinstance(f.get("prediction"), Mapping) else None
         group, speedup = (pred.get("group"), pred.get("group_speedup")) if pred else (None, None)
@@ -278,6 +285,24 @@ def saving_share(levers: Iterable[str], sets: Sequence[PricedSet]) -> float:
     return 1.0 - kept
 
 
+def _without_failed(sets: Sequence[PricedSet], levers: Mapping[str, ExploreLever]) -> list[PricedSet]:
+    """`sets`, each without the levers that failed (a switch the script refused): what is left of a
+    set is still worth its trial, at the set's price (the measurement decides); a set left empty, or
+    equal to another set, goes."""
+    out: list[PricedSet] = []
+    seen: set[tuple[str, ...]] = set()
+    for s in sets:
+        gone = [n for n in s.levers if n in levers and levers[n].failed]
+        kept = tuple(n for n in s.levers if n not in gone)
+        if not kept or kept in seen:
+            continue
+        seen.add(kept)
+        if gone:
+            s = dataclasses.replace(s, levers=kept, source=f"{s.source}, without {'+'.join(gone)}: it failed")
+        out.append(s)
+    return out
+
+
 def threshold(best: Bottleneck | None) -> float:
     """A candidate is measured when its predicted gain is at least this (1 + the noise)."""
     return 1.0 + max(MIN_NOISE, best.spread if best is not None else 0.0)
@@ -338,7 +363,7 @@ def candidates(
             out[k] = Candidate(k, price, why, recorded)
 
     wait_text = f"the loop waits for data {100 * best.data_share:.0f}% of the step"
-    for s in sets:
+    for s in _without_failed(sets, levers):
         if s.changes_batch or set(s.levers) <= set(best_levers):
             continue
         what = f"predicted {s.speedup:.2f}x on the recording ({s.source})"

@@ -160,6 +160,9 @@ class SwitchUse:
     option: ScriptOption
     args: tuple[str, ...]
     flag: str  # the option string used (`-j`, `--amp`)
+    # each option the switch sets, with its own part of `args` (the lever's option first, then its
+    # companions: timm's `--amp` and `--amp-dtype bfloat16`); empty: `option` with all of `args`
+    parts: tuple[tuple[ScriptOption, tuple[str, ...]], ...] = ()
 
     @property
     def text(self) -> str:
@@ -312,17 +315,19 @@ def find_switch(
         if used is None:
             continue
         extra: list[str] = []
+        parts: list[tuple[ScriptOption, tuple[str, ...]]] = [(option, used)]
         missing = False
         for dest, text in spec.companions:
             companion = _find(options, dest)
             companion_args = _value_args(companion, text, args) if companion is not None else None
-            if companion_args is None:
+            if companion is None or companion_args is None:
                 missing = True
                 continue
             extra += companion_args
+            parts.append((companion, companion_args))
         if missing and spec.required:
             continue
-        return SwitchUse(lever, option, (*used, *extra), flag), None
+        return SwitchUse(lever, option, (*used, *extra), flag, tuple(parts)), None
     return None, None
 
 
@@ -336,20 +341,23 @@ def _looks_like(option: ScriptOption, value: str) -> bool:
 
 def took_effect(use: SwitchUse, result: Mapping[str, Any]) -> str | None:
     """Why a trial's switch did not take effect (None: it did, or the trial recorded no value of it):
-    the script's parser gave the option another value than the one passed (a script that reads the
-    option under another name, or overrides it)."""
+    the script's parser gave one of the options the switch sets another value than the one passed (a
+    script that reads the option under another name, or overrides it). Each option is checked against
+    its own arguments: `--amp --amp-dtype bfloat16` is amp=True and amp_dtype="bfloat16"."""
     if result.get("status") != "ok":
         return None
-    key = use.option.key
-    seen = next((o for o in recorded_options(result) if o.key == key or set(o.options) & set(use.option.options)), None)
-    if seen is None or seen.value is None:
-        return None
-    if len(use.args) == 1 or use.args[1] == "True":
-        ok = seen.value is True or (isinstance(seen.value, str) and seen.value.strip().lower() in _TRUE_TEXT)
-        if isinstance(seen.value, str) and use.option.kind == "optional_value" and seen.value == str(use.option.const):
-            ok = True
-    else:
-        ok = str(seen.value) == use.args[1]
-    if ok:
-        return None
-    return f"the script's own {use.text} did not take effect: its parser gave {seen.dest}={seen.value!r}"
+    recorded = recorded_options(result)
+    for option, args in use.parts or ((use.option, use.args),):
+        key = option.key
+        seen = next((o for o in recorded if o.key == key or set(o.options) & set(option.options)), None)
+        if seen is None or seen.value is None:
+            continue
+        if len(args) == 1 or args[1] == "True":
+            ok = seen.value is True or (isinstance(seen.value, str) and seen.value.strip().lower() in _TRUE_TEXT)
+            if isinstance(seen.value, str) and option.kind == "optional_value" and seen.value == str(option.const):
+                ok = True
+        else:
+            ok = str(seen.value) == args[1]
+        if not ok:
+            return f"the script's own {use.text} did not take effect: its parser gave {seen.dest}={seen.value!r}"
+    return None

@@ -274,3 +274,33 @@ def test_the_compute_behind_a_loader_is_one_set_with_the_workers() -> None:
     together = [s for s in sets if {"num_workers", "channels_last", "bf16_autocast"} <= set(s.levers)]
     assert together and together[0].speedup == pytest.approx(1.47 * 1.33 * 1.15, rel=1e-3)
     assert sets[0] is together[0]  # priced highest: measured first
+
+
+def test_a_refused_switch_drops_its_lever_not_the_set() -> None:
+    """On an H200, timm's set workers + channels_last + bf16 failed because the script's bf16 switch
+    was judged refused, and the search stopped after the workers alone (1.91x; the hand fix 3.10x).
+    A switch the script refuses fails that lever (explore_run marks it); the rest of the set is
+    measured next, and the compute behind the loader is priced once the data levers are in."""
+    ga301 = finding("GA301", "dataloader_workers", 1.47)
+    ga301["prediction"]["behind_the_loader"] = [
+        {"remedy": "channels_last", "typical_speedup": 1.33},
+        {"remedy": "bf16_autocast", "typical_speedup": 1.15},
+    ]
+    refused = "the script's own --amp --amp-dtype bfloat16 did not take effect: its parser gave amp=False"
+    host = Host(lambda names: 66.0 / (1.3 if "channels_last" in names else 1.0), loader_ms=170.0,
+                fast_loader_ms=40.0, broken={"bf16_autocast": refused})  # fmt: skip
+    e = explorer(host, [ga301])
+
+    def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+        result = host(names, timeout_s)
+        if result.get("reason") == refused:
+            e.levers["bf16_autocast"].failed = refused  # what explore_run does for a refused switch
+        return result
+
+    e._run_trial = run_trial
+    e.run(ENV_OK)
+    first = next(c for c in host.calls if "bf16_autocast" in c)
+    assert {"num_workers", "channels_last"} <= set(first)
+    assert e.best is not None and {"num_workers", "channels_last"} <= set(e.best.levers)
+    assert "bf16_autocast" not in e.best.levers
+    assert e.comparison(e.best).speedup == pytest.approx(170.0 / (66.0 / 1.3), rel=0.02)

@@ -167,3 +167,29 @@ def test_levers_are_set_through_the_scripts_switches_or_injected(tmp_path: Path)
     assert "the script's own --batch-size sets the DataLoader's batch_size (128)" in str(by["larger_batch"].skip_reason)
     remedies, _params, switched = ex.trial_setup([by["bf16_autocast"], by["channels_last"], by["fused_optimizer"]])
     assert remedies == ("fused_optimizer",) and [lv.name for lv in switched] == ["channels_last", "bf16_autocast"]
+
+
+def test_a_switch_with_a_companion_is_checked_option_by_option() -> None:
+    """timm's bf16 switch is `--amp --amp-dtype bfloat16`: its parser giving amp=True and
+    amp_dtype="bfloat16" is the switch taking effect (on an H200 every trial that carried it was
+    failed with "its parser gave amp=True", and the guided search lost its compute levers)."""
+    options = [
+        ScriptOption(("--amp",), "amp", "flag", value=False, const=True),
+        ScriptOption(("--amp-dtype",), "amp_dtype", "value", value="float16", type="str"),
+    ]
+    use, _ = find_switch("bf16_autocast", options, ())
+    assert use is not None and use.args == ("--amp", "--amp-dtype", "bfloat16")
+
+    def parsed(amp: Any, dtype: Any) -> dict[str, Any]:
+        return {"status": "ok", "script_arguments": [
+            {"options": ["--amp"], "dest": "amp", "kind": "flag", "value": amp, "const": True},
+            {"options": ["--amp-dtype"], "dest": "amp_dtype", "kind": "value", "value": dtype},
+        ]}  # fmt: skip
+
+    assert took_effect(use, parsed(True, "bfloat16")) is None
+    assert took_effect(use, parsed(False, "bfloat16")) == (
+        "the script's own --amp --amp-dtype bfloat16 did not take effect: its parser gave amp=False"
+    )
+    assert took_effect(use, parsed(True, "float16")) == (
+        "the script's own --amp --amp-dtype bfloat16 did not take effect: its parser gave amp_dtype='float16'"
+    )
