@@ -35,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.stepmodel.build import _ALLOC_RE, _FREE_RE, LAUNCH, SYNC, Facts
+from gpuadvisor.stepmodel.build import Facts
+from gpuadvisor.stepmodel.hostcalls import _ALLOC_RE, _FREE_RE, LAUNCH, SYNC
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel

@@ -24,6 +24,7 @@ from gpuadvisor.stepmodel.busy import (
     table_to_program_rows,
     vocab_loss_factor,
 )
+from gpuadvisor.stepmodel.hostcalls import _ALLOC_RE, _FREE_RE
 from gpuadvisor.stepmodel.layout import channels_last_factor
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
 
@@ -915,7 +916,7 @@ def no_allocator_calls(model: StepModel, program: Program) -> Program:
 
     names = program.ev_name.astype(str)
     alloc = np.array(
-        [bool(b._ALLOC_RE.search(n) or b._FREE_RE.search(n)) for n in names.tolist()], dtype=bool
+        [bool(_ALLOC_RE.search(n) or _FREE_RE.search(n)) for n in names.tolist()], dtype=bool
     )
     program.ev_kind[alloc] = EV_WORK
     program.ev_dur[alloc] = 0.0
