@@ -255,6 +255,8 @@ def run_timing_notes(model: Any) -> list[str]:
         period = (
             f"every {c.period_steps} steps"
             if c.period_source == "observed"
+            else f"every {c.period_steps} steps, after each evaluation (seen once: step {c.steps[0]})"
+            if c.period_source == "with_evaluation"
             else f"every {c.period_steps} steps by the loader's epoch length"
             if c.period_observed
             else f"seen once ({steps}): its period was not observed"

@@ -421,8 +421,18 @@ MIN_REFERENCE_STEPS_AFTER = 3  # steps after the window that make it the referen
 
 def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[list[float], list[float]]:
     """Host-measured step durations (ms) from the manifest's `capture.step_ends`, split into steps run
-    without the profiler (steady state: the second half of the skipped steps, and steps after the
-    window once the export is over) and steps inside the recorded window.
+    without the profiler and steps inside the recorded window (`timed_steps` says which)."""
+    cap = capture if isinstance(capture, CaptureWindow) else CaptureWindow.from_json(capture)
+    ends = cap.step_end_times()
+    unprofiled, profiled = timed_steps(cap)
+    return [1e3 * (ends[k + 1] - ends[k]) for k in unprofiled], [1e3 * (ends[k + 1] - ends[k]) for k in profiled]
+
+
+def timed_steps(capture: CaptureWindow | Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """The step numbers (run's, 0-based) timed by `capture.step_ends` without the profiler (steady
+    state: the second half of the skipped steps, and steps after the window once the export is over)
+    and inside the recorded window; `host_step_durations` times them, `capture.step_data_wait` holds
+    their DataLoader waits under the same numbers.
 
     `step_ends` holds (steps completed, wall time) at every step boundary; step k (0-based) runs from
     boundary k to boundary k+1. The profiler starts at boundary `skip_steps` and stops (and exports)
@@ -437,29 +447,25 @@ def host_step_durations(capture: CaptureWindow | Mapping[str, Any]) -> tuple[lis
     if not ends or first is None or last is None or cap.short_run:
         return [], []
     skip = cap.skip_steps
-
-    def dur(k: int) -> float | None:
-        a, b = ends.get(k), ends.get(k + 1)
-        return (b - a) * 1e3 if a is not None and b is not None and b >= a else None
-
     keys = sorted(ends)
 
-    def durations(a: int, b: int) -> list[float]:
-        """The durations of the timed steps a..b (a test of each boundary recorded: no loop runs over
-        the span of the recorded step numbers, which a received run directory could make 1e12)."""
-        return [d for k in keys if a <= k <= b and (d := dur(k)) is not None]
+    def steps(a: int, b: int) -> list[int]:
+        """The timed steps a..b, both boundaries recorded (a test of each boundary recorded: no loop
+        runs over the span of the recorded step numbers, which a received run directory could make
+        1e12)."""
+        return [k for k in keys if a <= k <= b and (e := ends.get(k + 1)) is not None and e >= ends[k]]
 
     lo = max(1, skip // 2)
     if cap.speculation_end_step is not None:
         lo = max(lo, cap.speculation_end_step + 1)
-    after = durations(last + 2, keys[-1] - 1)
+    after = steps(last + 2, keys[-1] - 1)
     if len(after) >= MIN_REFERENCE_STEPS_AFTER:
         # The steps after the window are the cleaner reference: the profiler is gone (CUPTI finalized,
         # the capture's wrappers removed) and the run is warm. Before the window, CUPTI stays attached
         # after a speculative recording and the first steps still warm up (cudnn autotuning, workers):
         # on an H200 those steps ran 1.2-1.4x slower than plain python on host-bound runs.
-        return after, durations(first + 1, last)
-    return [*durations(lo, skip - 1), *durations(last + 2, keys[-1] - 1)], durations(first + 1, last)
+        return after, steps(first + 1, last)
+    return [*steps(lo, skip - 1), *steps(last + 2, keys[-1] - 1)], steps(first + 1, last)
 
 
 def _pick_int(v: Any, default: int) -> int:

@@ -18,8 +18,7 @@ Everything is vectorized with numpy/pandas (an 80k-event trace takes well under 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import MATMUL_FAMILIES, GpuPeak, classify_tensor_core, gpu_peak_for
@@ -164,21 +163,64 @@ GAP_COLUMNS: tuple[str, ...] = ("step", "start", "end", "dur", "cause")
 GAP_CAUSES: tuple[str, ...] = ("data_loading", "host_sync", "launch_overhead", "other")
 
 
-@dataclass
 class Metrics:
-    """See the module docstring; `window` keys are `WINDOW_KEYS` (every key always present)."""
+    """See the module docstring; `window` keys are `WINDOW_KEYS` (every key always present).
 
-    window: dict[str, WindowValue]
-    per_step: pd.DataFrame
-    kernels: pd.DataFrame
-    ops: pd.DataFrame
-    gaps: pd.DataFrame
-    gpu_peak: GpuPeak | None = None
-    notes: list[str] = field(default_factory=list)
-    model: StepModel | None = None  # the step model the metrics were computed from
-    # kernel time per class per analyzed step and its distance to the roofline
-    # (gpuadvisor.stepmodel.kernels.BY_CLASS_COLUMNS); None without GPU kernels
-    busy_classes: pd.DataFrame | None = None
+    `kernels`, `ops`, `gaps` and `busy_classes` are given as tables or as functions that make them:
+    only the terminal, Markdown and HTML outputs show them, so `--format json` (and every rule, which
+    reads the step model, not these) never pays for them. A function is called once, at the first read;
+    what it reads is fixed when it is made (the step model's tables are read-only)."""
+
+    def __init__(
+        self,
+        window: dict[str, WindowValue],
+        per_step: pd.DataFrame,
+        kernels: pd.DataFrame | Callable[[], pd.DataFrame],
+        ops: pd.DataFrame | Callable[[], pd.DataFrame],
+        gaps: pd.DataFrame | Callable[[], pd.DataFrame],
+        gpu_peak: GpuPeak | None = None,
+        notes: list[str] | None = None,
+        model: StepModel | None = None,  # the step model the metrics were computed from
+        # kernel time per class per analyzed step and its distance to the roofline
+        # (gpuadvisor.stepmodel.kernels.BY_CLASS_COLUMNS); None without GPU kernels
+        busy_classes: pd.DataFrame | Callable[[], pd.DataFrame | None] | None = None,
+    ) -> None:
+        self.window = window
+        self.per_step = per_step
+        self.gpu_peak = gpu_peak
+        self.notes: list[str] = [] if notes is None else notes
+        self.model = model
+        self._tables: dict[str, Any] = {"kernels": kernels, "ops": ops, "gaps": gaps, "busy_classes": busy_classes}
+
+    def _table(self, key: str) -> Any:
+        value = self._tables[key]
+        if callable(value):
+            value = self._tables[key] = value()
+        return value
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        """Aggregate by kernel name (KERNEL_AGG_COLUMNS), sorted by total time."""
+        out: pd.DataFrame = self._table("kernels")
+        return out
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """Aggregate of cpu ops by name (OP_AGG_COLUMNS), sorted by self time."""
+        out: pd.DataFrame = self._table("ops")
+        return out
+
+    @property
+    def gaps(self) -> pd.DataFrame:
+        """Every GPU idle gap inside an analyzed step with its cause (GAP_COLUMNS)."""
+        out: pd.DataFrame = self._table("gaps")
+        return out
+
+    @property
+    def busy_classes(self) -> pd.DataFrame | None:
+        """Kernel time by class and its distance to the roofline; None without GPU kernels."""
+        out: pd.DataFrame | None = self._table("busy_classes")
+        return out
 
     def get(self, key: str) -> Any:
         return self.window.get(key)
@@ -380,16 +422,20 @@ def compute_metrics(
         w["replay_step_time_ms"] = _f(model.baseline.period_us / 1e3)
         w["replay_fit"] = _f(model.replay_fit)
         w["profiler_host_scale"] = _f(model.host_scale)
+    # the tables only the terminal, Markdown and HTML outputs show: made when first read, from the
+    # inputs fixed here
+    cpu_ops, idle, steps = trace.cpu_ops, model.idle, trace.steps
+    has_window_kernels = len(model.window_kernels) > 0
     return Metrics(
         window=w,
         per_step=per_step,
-        kernels=_kernel_agg(kw, tc_map),
-        ops=_ops_agg(trace.cpu_ops, lo, hi),
-        gaps=_gaps(model.idle, trace.steps),
+        kernels=lambda: _kernel_agg(kw, tc_map),
+        ops=lambda: _ops_agg(cpu_ops, lo, hi),
+        gaps=lambda: _gaps(idle, steps),
         gpu_peak=peak,
         notes=[],
         model=model,
-        busy_classes=model.busy_by_class if len(model.window_kernels) else None,
+        busy_classes=(lambda: model.busy_by_class) if has_window_kernels else None,
     )
 
 

@@ -42,7 +42,12 @@ class DataloaderStall(Rule):
     over a ready batch, bounded below by the workers' throughput (one process made a batch in the time
     the host waited; N workers make N in that time). The annotation says `_SingleProcessDataLoaderIter`
     (num_workers=0) or `_MultiProcessingDataLoaderIter` (workers); a run adds the DataLoader call site
-    and settings from environment.json and the machine's CPU count. When more workers are predicted
+    and settings from environment.json and the machine's CPU count. An in-process loader
+    (num_workers=0) runs the Dataset and collate in the training process, where the profiler slows them
+    like any host code: when the capture timed the wait in `__next__` outside the profiler, the replay
+    takes the loader's time at that pace (the profiled wait x unprofiled/profiled median wait, at most
+    1; docs/model.md), the finding names the wait without the profiler, and the share it is rated by
+    is that wait's share of the unprofiled step. When more workers are predicted
     to recover less than half of the measured wait (already at the machine's CPU count, or workers
     that cannot keep up) and that wait is at least `min_share_unmodeled` of the step, the finding is
     still reported, rated by the measured share of the step spent waiting, "gain not modeled" (facts
@@ -141,6 +146,13 @@ class DataloaderStall(Rule):
             if waits is not None:
                 run_share = max(run_share, min(1.0, waits / timing.mean_step_ms))
             steady = run_share
+        data_time = model.data_time
+        real_idle_us = 0.0
+        if data_time is not None and model.unprofiled_step_ms and win.count:
+            # an in-process loader ran slower under the profiler (StepModel.data_time): the wait the run
+            # pays is the one the capture timed outside it, a share of the unprofiled step
+            real_idle_us = win.per_step(idle_us) * data_time.scale
+            steady = min(steady, real_idle_us / (model.unprofiled_step_ms * 1000.0))
         facts_floor = ctx.threshold("min_share_unmodeled")
         if impact < floor and steady < facts_floor:
             return
@@ -225,9 +237,18 @@ class DataloaderStall(Rule):
                 f" Part of this wait is the workers' start-up at each epoch ({cm.ms(restart.each_ms * 1000)} every "
                 f"{restart.period_steps} steps: GA303)."
             )
+        unprofiled = ""
+        if data_time is not None and real_idle_us > 0:
+            unprofiled = f" ({cm.ms(real_idle_us)} a step without the profiler)"
+            how += (
+                f" Outside the profiler the loader took {cm.ms(data_time.unprofiled_ms * 1000)} per step in __next__ "
+                f"(median of {data_time.steps_unprofiled} steps; {cm.ms(data_time.profiled_ms * 1000)} under it: the "
+                "profiler slows the Dataset's and collate's own work in the training process like any host code); "
+                "the prediction prices that wait."
+            )
         if gpu:
             title = (
-                f"The GPU waits for data {cm.of_profiled_step(win.share(idle_us), win.median_step_us)}; "
+                f"The GPU waits for data {cm.of_profiled_step(win.share(idle_us), win.median_step_us)}{unprofiled}; "
                 f"the fix is predicted to save {cm.saves(pred, impact)}"
             )
             seen = (
@@ -237,7 +258,7 @@ class DataloaderStall(Rule):
             )
         else:
             title = (
-                f"The step waits for data {cm.of_profiled_step(win.share(wait_us), win.median_step_us)}; "
+                f"The step waits for data {cm.of_profiled_step(win.share(wait_us), win.median_step_us)}{unprofiled}; "
                 f"the fix is predicted to save {cm.saves(pred, impact)}"
             )
             seen = (
@@ -311,6 +332,14 @@ class DataloaderStall(Rule):
                 "framework": fw.name,
                 "measured_share": share,
                 "measured_share_without_epoch_restarts": steady if restart is not None else None,
+                **(
+                    {
+                        "unprofiled_data_wait_ms_per_step": data_time.unprofiled_ms,
+                        "profiled_data_wait_ms_per_step": data_time.profiled_ms,
+                    }
+                    if data_time is not None
+                    else {}
+                ),
                 "run_stall_share": run_share,
                 "stalls": stalls.to_dict() if stalls is not None else None,
                 "gain_modeled": modeled,
@@ -320,7 +349,12 @@ class DataloaderStall(Rule):
             impact_explanation=cm.impact_explanation(pred, f"the DataLoader running {workers} workers")
             if modeled
             else (
-                f"The measured share of the profiled step spent waiting for data ({cm.pct(share)}): no modeled remedy "
+                (
+                    f"The measured share of the profiled step spent waiting for data ({cm.pct(share)})"
+                    if not real_idle_us
+                    else f"The share of the step spent waiting for data outside the profiler ({cm.pct(steady)})"
+                )
+                + ": no modeled remedy "
                 f"removes most of it (more workers: {cm.pct(impact)}), so the finding is rated by what it costs now."
             ),
             remedy=RemedyId.DATALOADER_WORKERS,

@@ -12,8 +12,9 @@ only this process's wait). `--repeat` runs fresh processes and prints the median
 A phase whose function this version of the code does not have is left out, so that the same script
 times the code before a change (`PYTHONPATH=OLD_CHECKOUT python benchmarks/scale/phases.py ...`).
 `--cprofile OUT` writes a cProfile of one run instead (open it with `python -m pstats OUT`). Each
-phase's "(peak MB)" is the process's peak RSS when that phase last ended; "cpu" is the process's CPU
-seconds (on shared cores the wall times stretch, CPU time much less).
+phase's "(peak MB)" is the process's peak RSS when that phase last ended, its "(cpu s)" the process's
+CPU seconds in it (exclusive, as its wall time); "cpu" is the process's CPU seconds in all (on shared
+cores the wall times stretch, CPU time much less).
 """
 
 from __future__ import annotations
@@ -59,23 +60,27 @@ def _peak_rss_mb() -> float:
 class Timer:
     def __init__(self) -> None:
         self.own: dict[str, float] = {}
+        self.own_cpu: dict[str, float] = {}  # the same in this process's CPU seconds
         self.peak: dict[str, float] = {}  # the process's peak RSS (MB) when the phase last ended
-        self._stack: list[list[float]] = []  # [start, time of timed children]
+        self._stack: list[list[float]] = []  # [start, time of timed children, cpu start, cpu of children]
 
     def wrap(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            frame = [time.perf_counter(), 0.0]
+            frame = [time.perf_counter(), 0.0, time.process_time(), 0.0]
             self._stack.append(frame)
             try:
                 return fn(*args, **kwargs)
             finally:
                 self._stack.pop()
                 spent = time.perf_counter() - frame[0]
+                spent_cpu = time.process_time() - frame[2]
                 self.own[phase] = self.own.get(phase, 0.0) + spent - frame[1]
+                self.own_cpu[phase] = self.own_cpu.get(phase, 0.0) + spent_cpu - frame[3]
                 self.peak[phase] = _peak_rss_mb()
                 if self._stack:
                     self._stack[-1][1] += spent
+                    self._stack[-1][3] += spent_cpu
 
         return timed
 
@@ -129,6 +134,7 @@ def run_once(trace: str, fmt: str) -> dict[str, float]:
     out["other"] = total - sum(timer.own.values())
     out["total"] = time.perf_counter() - _START
     result = {k: round(v, 3) for k, v in out.items()}
+    result.update({f"{k} (cpu s)": round(v, 3) for k, v in timer.own_cpu.items()})
     result.update({f"{k} (peak MB)": round(v, 1) for k, v in timer.peak.items()})
     result["cpu"] = round(time.process_time(), 3)
     return result
@@ -172,7 +178,7 @@ def main() -> int:
     width = max(len(p) for p in phases)
     for p in phases:
         vals = [r.get(p, 0.0) for r in runs]
-        unit = "MB" if p.endswith("(peak MB)") else "s"
+        unit = "MB" if p.endswith("(peak MB)") else "" if p.endswith("(cpu s)") else "s"
         spread = f"  ({min(vals):.3f}-{max(vals):.3f})" if len(vals) > 1 else ""
         print(f"{p:<{width}}  {statistics.median(vals):9.3f} {unit}{spread}")
     return 0

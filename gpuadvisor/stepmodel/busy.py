@@ -697,6 +697,19 @@ class MemoryChains:
     ops: dict[str, float] = field(default_factory=dict)
 
 
+def time_by_op(codes: Any, labels: list[str], dur: Any, steps: int) -> dict[str, float]:
+    """Per op name (labels[codes]; two codes may share a label), the summed `dur` per step, in the
+    names' sorted order (the order `np.unique` of the names gives)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    by_name: dict[str, list[int]] = {}
+    for c in np.flatnonzero(np.bincount(codes, minlength=len(labels))).tolist():
+        by_name.setdefault(labels[c], []).append(c)
+    # each name's rows summed as the selection of the old per-name mask (same rows, same order: same sum)
+    return {name: float(dur[np.isin(codes, by_name[name])].sum()) / steps for name in sorted(by_name)}
+
+
 def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | None:
     """Chains of at least `min_length` consecutive primitive elementwise/reduction kernels on one stream
     (nothing else between them on that stream), outside the optimizer, with their bytes known. A fused
@@ -713,10 +726,12 @@ def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | No
     t = model.kernel_table
     if len(t) < min_length:
         return None
-    op = t["op_name"].fillna("").astype(str).to_numpy(dtype=object)
+    # the launching op's name as codes (kernel_table rows are window_kernels rows): the tests and sums
+    # below run once per distinct name ("" for a kernel without an op)
+    op_c, op_u = column_codes(model, "op_name")
     cls = t["class"].to_numpy(dtype=object)
     nbytes = t["bytes"].to_numpy(dtype=np.float64)
-    links = np.isin(op, list(_PRIMITIVE_OPS))
+    links = np.asarray([u in _PRIMITIVE_OPS for u in op_u], dtype=bool)[op_c]
     for p in attention_patterns(model):
         # a hand-written attention's scale, mask, casts and softmax (forward and backward) are one chain
         # a compiler fuses (its matmuls break the chain)
@@ -764,9 +779,7 @@ def memory_chains(model: StepModel, *, min_length: int = 4) -> MemoryChains | No
     member[order] = member_o
     steps = max(1, model.window.count)
     dur = t["dur"].to_numpy(dtype=np.float64)
-    by_op: dict[str, float] = {}
-    for name in np.unique(op[member]).tolist():
-        by_op[str(name)] = float(dur[member & (op == name)].sum()) / steps
+    by_op = time_by_op(op_c[member], op_u, dur[member], steps)
     result = MemoryChains(
         kernels=member,
         factor=factor,

@@ -14,10 +14,17 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.hardware import classify_tensor_core, gpu_peak_for
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel.datawait import InProcessDataTime, in_process_data_time
 from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.periodic import run_step_after, run_timing
-from gpuadvisor.stepmodel.replay import MIN_HOST_SCALE, build_program, calibrate_host_scale, replay
+from gpuadvisor.stepmodel.replay import (
+    as_recorded,
+    build_program,
+    calibrate_host_scale,
+    gpu_floor_us,
+    replay,
+)
 from gpuadvisor.stepmodel.tables import per_step_table, sm_use
 from gpuadvisor.stepmodel.window import StepWindow, analyzed_window, segmented_steps
 from gpuadvisor.trace.flops import matmul_flops
@@ -466,6 +473,27 @@ class StepModel:
         return self._program
 
     @property
+    def data_time(self) -> InProcessDataTime | None:
+        """The in-process DataLoader's wait per step without and with the profiler, when the replay takes
+        the program's DataLoader time as the run shows it outside the profiler (`scale` on it, applied by
+        replay.build_program and seen by calibrate_host_scale); None: the data time as recorded (a loader
+        with workers waits on a queue the profiler does not slow; a raw trace; too few timed waits; the
+        profiled and unprofiled steps outside `step_times_agree`'s bounds, read without the replay that
+        this feeds). The one decision: gpuadvisor.stepmodel.datawait."""
+        if "data_time" not in self._derived:
+            dt = None
+            u, p = self.unprofiled_step_ms, self.profiled_step_ms
+            if self.run is not None and u and p and STEP_TIMES_FASTER <= u / p <= STEP_TIMES_SLOWER:
+                dt = in_process_data_time(
+                    self.run.manifest.get("capture") if isinstance(self.run.manifest, dict) else None,
+                    self.run.environment,
+                    self.data_spans.names,
+                )
+            self._derived["data_time"] = dt
+        out: InProcessDataTime | None = self._derived["data_time"]
+        return out
+
+    @property
     def profiler_ratio(self) -> float | None:
         """Unprofiled / profiled step time, host-measured by the capture (None for a raw trace)."""
         u, p = self.unprofiled_step_ms, self.profiled_step_ms
@@ -484,6 +512,7 @@ class StepModel:
                 u * 1000.0 if u else None,
                 p * 1000.0 if p else None,
                 self.window.median_step_us,
+                floor_us=self.gpu_floor_ms * 1000.0 if self.program.steps else None,
             )
         return self._host_scale
 
@@ -505,8 +534,8 @@ class StepModel:
 
     @property
     def replay_fit(self) -> float | None:
-        """Replayed step (profiler cost kept) / measured median step: 1.0 when the replay reproduces the
-        trace. (A GPU-bound run whose host ran ahead shows more than 1: the trace's CPU-to-CPU step was
+        """Replayed step (profiler cost kept, an in-process loader's data time as recorded) / measured
+        median step: 1.0 when the replay reproduces the trace. (A GPU-bound run whose host ran ahead shows more than 1: the trace's CPU-to-CPU step was
         the host's pace, not the step the run settles at.)"""
         if "fit" not in self._scalars:
             measured = self.window.median_step_us
@@ -514,7 +543,8 @@ class StepModel:
                 measured = max(measured, self.unprofiled_step_ms * 1000.0)  # the GPU's pace, not the host's
             fit = None
             if measured > 0 and self.program.steps:
-                fit = self._replayed(1.0).period_us / measured
+                recorded = self._replayed(1.0) if self.program.data_scale >= 1.0 else replay(as_recorded(self.program))
+                fit = recorded.period_us / measured
             self._scalars["fit"] = fit
         return self._scalars["fit"]
 
@@ -591,6 +621,14 @@ class StepModel:
         return STEP_TIMES_FASTER <= u / p <= STEP_TIMES_SLOWER or self.host_ran_ahead
 
     @property
+    def gpu_floor_ms(self) -> float:
+        """The replayed step with almost free host work: the GPU's own pace (ms; computed once, for the
+        host-scale calibration and `host_ran_ahead`)."""
+        if "floor" not in self._scalars:
+            self._scalars["floor"] = gpu_floor_us(self.program) / 1000.0
+        return float(self._scalars["floor"] or 0.0)
+
+    @property
     def host_ran_ahead(self) -> bool:
         """The window's host-timed steps were the host's pace while the launch queue filled, not the
         run's: the step without the profiler is longer than the profiled one by more than
@@ -603,8 +641,7 @@ class StepModel:
             u, p = self.unprofiled_step_ms, self.profiled_step_ms
             ahead = False
             if u is not None and p is not None and u > p * STEP_TIMES_SLOWER > 0 and self.program.steps:
-                floor = replay(self.program, MIN_HOST_SCALE).period_us / 1000.0
-                ahead = 1.0 / STEP_TIMES_SLOWER <= floor / u <= STEP_TIMES_SLOWER
+                ahead = 1.0 / STEP_TIMES_SLOWER <= self.gpu_floor_ms / u <= STEP_TIMES_SLOWER
             self._scalars["ahead"] = ahead
         return bool(self._scalars["ahead"])
 

@@ -28,7 +28,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuadvisor.manifest import CaptureWindow, StepEvent
@@ -671,6 +671,23 @@ def _costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappi
                 removable_fraction=removable,
             )
         )
+    return _saved_after_evaluation(out)
+
+
+def _saved_after_evaluation(costs: list[PeriodicCost]) -> list[PeriodicCost]:
+    """A checkpoint seen once, in the step of an evaluation whose period is known, comes with the
+    evaluations: its period is theirs (period_source "with_evaluation"). Training scripts save after
+    evaluating (nanoGPT: `always_save_checkpoint`, every `eval_interval`); an observation of 100 steps
+    sees one save of a 50-step period, which alone says nothing of how often it comes."""
+    evaluation = next((c for c in costs if c.cause == EVALUATION and c.period_steps), None)
+    if evaluation is None:
+        return costs
+    at = {o.step for o in evaluation.occurrences if o.step is not None}
+    out = []
+    for c in costs:
+        if c.cause == CHECKPOINT and c.period_steps is None and c.steps and all(s in at for s in c.steps):
+            c = replace(c, period_steps=evaluation.period_steps, period_source="with_evaluation")
+        out.append(c)
     return out
 
 

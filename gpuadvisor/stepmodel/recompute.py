@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.stepmodel.build import covered, union_intervals, within
-from gpuadvisor.stepmodel.busy import _parse, _prod, _shapes
-from gpuadvisor.stepmodel.kernels import element_bytes
+from gpuadvisor.stepmodel.busy import _parse, _prod, _shapes, time_by_op
+from gpuadvisor.stepmodel.kernels import column_codes, element_bytes
 from gpuadvisor.stepmodel.replay import EV_LAUNCH
+from gpuadvisor.trace.model import name_mask
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -73,15 +74,16 @@ def _find(model: StepModel) -> Recompute | None:
     win = model.window
     if len(ops) == 0 or "seq_num" not in ops.columns or win.count == 0:
         return None
+    # the name tests run once per distinct name (name_mask), not once per op
+    engine = name_mask(ops["name"], lambda s: s.str.startswith(_ENGINE_PREFIX))
+    if not engine.any():
+        return None
     names = ops["name"].astype(str).to_numpy(dtype=object)
     ts = ops["ts"].to_numpy(dtype=np.float64)
     end = ops["end"].to_numpy(dtype=np.float64)
     tid = ops["tid"].astype("float64").to_numpy()
-    engine = np.array([n.startswith(_ENGINE_PREFIX) for n in names], dtype=bool)
-    if not engine.any():
-        return None
     has_seq = ops["seq_num"].notna().to_numpy(dtype=bool)
-    aten = np.array([n.startswith("aten::") for n in names], dtype=bool)
+    aten = name_mask(ops["name"], lambda s: s.str.startswith("aten::"))
     in_window = win.contains(ts)
     inside_engine = np.zeros(len(ops), dtype=bool)
     for t in np.unique(tid[engine]).tolist():
@@ -126,9 +128,8 @@ def _find(model: StepModel) -> Recompute | None:
     dur = t["dur"].to_numpy(dtype=np.float64) if len(t) else np.zeros(0)
     by_op: dict[str, float] = {}
     if len(t):
-        op = t["op_name"].fillna("").astype(str).to_numpy(dtype=object)
-        for name in np.unique(op[kernels]).tolist():
-            by_op[str(name)] = float(dur[kernels & (op == name)].sum()) / steps
+        op_c, op_u = column_codes(model, "op_name")  # kernel_table rows are window_kernels rows
+        by_op = time_by_op(op_c[kernels], op_u, dur[kernels], steps)
     return Recompute(
         starts=starts,
         ends=ends,

@@ -25,7 +25,9 @@ A `Program` is a block of consecutive analyzed steps, read off the trace:
 A remedy is a transformation of the program (`gpuadvisor.stepmodel.transforms`); the predicted step
 time is the measured step time x replay(transformed) / replay(program). The profiler's own host cost
 enters as `host_scale`: the factor on host time that makes the replayed baseline match the step time
-measured outside the profiler (`calibrate_host_scale`).
+measured outside the profiler (`calibrate_host_scale`); an in-process DataLoader's time, host work the
+profiler slowed too, enters at the pace the capture timed it outside the profiler (`Program.data_scale`,
+StepModel.data_time).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.stepmodel.build import _ALLOC_RE, _FREE_RE, LAUNCH, SYNC, Facts
+from gpuadvisor.stepmodel.build import Facts
+from gpuadvisor.stepmodel.hostcalls import _ALLOC_RE, _FREE_RE, LAUNCH, SYNC
 
 if TYPE_CHECKING:
     from gpuadvisor.stepmodel.model import StepModel
@@ -108,6 +111,9 @@ class Program:
     # per event: the host call's start (trace microseconds): where a transform finds the trace's spans
     # (recompute regions). None: unknown.
     ev_ts: Any = None
+    # the factor build_program applied to the DataLoader time (gap_data, tail_data): an in-process
+    # loader's time as the run shows it outside the profiler (StepModel.data_time); 1.0: as recorded
+    data_scale: float = 1.0
     # the remedies already applied to this copy, in order (a later transform may depend on an earlier
     # one: bf16 after SDPA runs the flash kernel, not the hand-written attention)
     applied: list[str] = field(default_factory=list)
@@ -196,6 +202,10 @@ def build_program(model: StepModel) -> Program:
     op_dep, op_extra = _late_starts(ops, rows_arr, streams_raw, len(stream_ids) > 1, facts)
     blocking = cols["blocking"]
     tail = _tail(model, cols["end"], b0, b1, nsteps)
+    # An in-process loader's __next__ is host work the profiler slowed; host_scale leaves the data
+    # time alone (a worker loader's wait is on a queue): take it as the run shows it without the profiler
+    data_time = model.data_time
+    data_scale = data_time.scale if data_time is not None else 1.0
     return Program(
         steps=nsteps,
         ev_kind=ev_kind,
@@ -209,7 +219,7 @@ def build_program(model: StepModel) -> Program:
         ev_in_data=h["in_data"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
         ev_in_read=h["in_read"].to_numpy(dtype=bool) if nh else np.zeros(0, dtype=bool),
         gap_other=gaps["other"],
-        gap_data=gaps["data"],
+        gap_data=gaps["data"] * data_scale,
         gap_opt=gaps["opt"],
         gap_read=gaps["read"],
         ev_dur=ev_dur,
@@ -219,7 +229,7 @@ def build_program(model: StepModel) -> Program:
         ev_ops_start=ops_start,
         ev_ops_count=ops_count,
         tail_other=tail["other"],
-        tail_data=tail["data"],
+        tail_data=tail["data"] * data_scale,
         tail_opt=tail["opt"],
         op_dur=op_dur,
         op_stream=op_stream,
@@ -234,7 +244,29 @@ def build_program(model: StepModel) -> Program:
         gap_model=gaps["model"],
         ev_step=steps_of,
         ev_ts=cols["ts"],
+        data_scale=data_scale,
     )
+
+
+def as_recorded(program: Program) -> Program:
+    """`program` with its DataLoader time as the trace recorded it (build_program's `data_scale`
+    undone): what the profiled step replays (StepModel.replay_fit)."""
+    if program.data_scale >= 1.0 or program.data_scale <= 0:
+        return program
+    out = program.copy()
+    out.gap_data = out.gap_data / program.data_scale
+    out.tail_data = out.tail_data / program.data_scale
+    out.data_scale = 1.0
+    return out
+
+
+def data_removed_per_step(program: Program) -> float:
+    """The profiler's cost on an in-process loader that build_program took out of the data time, per
+    step (us): the recorded data time less the program's."""
+    if program.steps == 0 or program.data_scale >= 1.0 or program.data_scale <= 0:
+        return 0.0
+    data = float(program.gap_data.sum()) + program.tail_data
+    return data * (1.0 / program.data_scale - 1.0) / program.steps
 
 
 def _host_columns(h: Any) -> dict[str, Any]:
@@ -585,8 +617,17 @@ GPU_BOUND_REFERENCE = 0.95
 HIDDEN_HOST_SCALE = 0.55
 
 
+def gpu_floor_us(program: Program) -> float:
+    """The step period with almost free host work (`MIN_HOST_SCALE`): what the GPU's own work takes."""
+    return replay(program, MIN_HOST_SCALE).period_us
+
+
 def calibrate_host_scale(
-    program: Program, unprofiled_us: float | None, profiled_us: float | None, window_step_us: float
+    program: Program,
+    unprofiled_us: float | None,
+    profiled_us: float | None,
+    window_step_us: float,
+    floor_us: float | None = None,
 ) -> float:
     """The factor f in [0.02, 1] on host work that removes the profiler's own cost.
 
@@ -598,19 +639,22 @@ def calibrate_host_scale(
       filled, so the reference measured the host's own pace: f = unprofiled / profiled host work.
     - Otherwise both are the steady pace, and the difference per step is what the profiler added, to
       host work only (every op and runtime call pays it; GPU work and waits do not):
-      f = 1 - overhead / host work, overhead = window step x (1 - unprofiled / profiled).
+      f = 1 - overhead / host work, overhead = window step x (1 - unprofiled / profiled), less what
+      build_program already took out of an in-process loader's data time (`data_removed_per_step`:
+      the data time is then the run's, and f fits the rest).
 
     When the replayed GPU floor explains the reference step (at least `GPU_BOUND_REFERENCE` of it), the
     two paces are the GPU's and hide the profiler's cost: f is at most `HIDDEN_HOST_SCALE`.
 
-    Without a reference (a trace from another tool), f = 1: the trace's host work as recorded."""
+    Without a reference (a trace from another tool), f = 1: the trace's host work as recorded.
+    `floor_us`: the GPU floor (`gpu_floor_us`) when the caller has it already."""
     work = host_work_per_step(program)
     if work <= 0 or not unprofiled_us or not profiled_us or unprofiled_us <= 0 or profiled_us <= 0:
         return 1.0
-    floor = replay(program, MIN_HOST_SCALE).period_us
+    floor = gpu_floor_us(program) if floor_us is None else floor_us
     if unprofiled_us < 0.98 * floor:
         return max(MIN_HOST_SCALE, min(1.0, unprofiled_us / work))
-    overhead = window_step_us * (1.0 - min(1.0, unprofiled_us / profiled_us))
+    overhead = window_step_us * (1.0 - min(1.0, unprofiled_us / profiled_us)) - data_removed_per_step(program)
     f = 1.0 if overhead <= 0 else max(MIN_HOST_SCALE, min(1.0, 1.0 - overhead / work))
     if floor >= GPU_BOUND_REFERENCE * unprofiled_us:
         # The GPU alone explains the reference step: both paces are the GPU's, so their difference

@@ -24,6 +24,7 @@ from gpuadvisor.stepmodel.busy import (
     table_to_program_rows,
     vocab_loss_factor,
 )
+from gpuadvisor.stepmodel.hostcalls import _ALLOC_RE, _FREE_RE
 from gpuadvisor.stepmodel.layout import channels_last_factor
 from gpuadvisor.stepmodel.replay import EV_LAUNCH, EV_SYNC, EV_WORK, Program
 
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 class Constants:
     # a sync the host no longer waits on still costs its call
     sync_call_us: float = 5.0
-    # DataLoader with workers: handing over a ready batch (queue get, shared-memory tensors), per step
+    # DataLoader with workers: handing over a ready batch (queue get, shared-memory tensors), per step;
+    # outside the profiler on an H200, 8 workers handed 256x1x28x28 float32 batches (0.8 MB with their
+    # labels) in 0.11-0.20 ms a step (verify of lightning_autoencoder --fixed: data wait 2-3% of the step)
     dataloader_handoff_us: float = 150.0
     # pinned host-to-device bandwidth by PCIe generation (GB/s, x16, measured practice) when the trace
     # has no pinned copy to measure
@@ -913,7 +916,7 @@ def no_allocator_calls(model: StepModel, program: Program) -> Program:
 
     names = program.ev_name.astype(str)
     alloc = np.array(
-        [bool(b._ALLOC_RE.search(n) or b._FREE_RE.search(n)) for n in names.tolist()], dtype=bool
+        [bool(_ALLOC_RE.search(n) or _FREE_RE.search(n)) for n in names.tolist()], dtype=bool
     )
     program.ev_kind[alloc] = EV_WORK
     program.ev_dur[alloc] = 0.0

@@ -271,14 +271,9 @@ def drop_zero_ts(tables: dict[str, pd.DataFrame], warnings: list[str]) -> None:
     Kineto timestamps are microseconds since an epoch far from 0; a `ts: 0` event in such a trace is
     a placeholder (seen for events whose start was never recorded) and would stretch every span.
     """
-    # lazy: numpy stays out of `import gpuadvisor.api` and the trace-split worker
-    import numpy as np
-
-    positive = [df["ts"].to_numpy() for df in tables.values() if len(df)]
-    if not positive:
-        return
-    all_ts = np.concatenate(positive)
-    if not (all_ts > 0).any() or not (all_ts <= 0).any():
+    # each table tested on its own: no joined copy of every timestamp (5M events: 40 MB, 0.2 s)
+    starts = [df["ts"].to_numpy() for df in tables.values() if len(df)]
+    if not any(bool((ts > 0).any()) for ts in starts) or not any(bool((ts <= 0).any()) for ts in starts):
         return
     dropped = 0
     for key, df in tables.items():

@@ -190,3 +190,40 @@ def test_the_windows_loader_stalls_are_not_counted_again_as_a_periodic_cost() ->
     measured = (163.0, 153.4, 122.6, 135.3, 132.1, 114.6)  # the same session's plain trials' mean steps
     assert min(measured) <= timing.mean_step_ms <= max(measured)
     assert timing.typical_step_ms == pytest.approx(72.0, abs=1.0)
+
+
+def test_a_checkpoint_saved_after_an_evaluation_takes_the_evaluations_period() -> None:
+    """A REAL recording (tests/stepmodel/recorded/nanogpt_gpt2_h200_capture.json: nanoGPT on an H200,
+    evaluation every 50 steps, a 1.5 GB checkpoint saved after it). The capture observed 100 steps: one
+    evaluation at step 50 (dated every 50 by the one before training) and one save, in the same step.
+    The save was "seen once: its period was not observed" and no finding; it comes every 50 steps."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parent / "recorded" / "nanogpt_gpt2_h200_capture.json").read_text())
+    timing = pc.run_timing(doc["capture"], {}, started_unix_s=doc["started_unix_s"])
+    assert timing is not None
+    save = next(c for c in timing.costs if c.cause == pc.CHECKPOINT)
+    evaluation = next(c for c in timing.costs if c.cause == pc.EVALUATION)
+    assert evaluation.period_steps == 50 and save.period_steps == 50
+    assert save.period_source == "with_evaluation" and save.period_observed
+    assert save.per_step_ms == pytest.approx(2442.2 / 50, rel=1e-3)
+    # the mean step: the typical step, the save and the evaluation every 50 steps, the one gc pass
+    assert timing.mean_step_ms == pytest.approx(timing.typical_step_ms + 2442.2 / 50 + 433.8 / 50 + 262.8 / 100, rel=0.01)
+
+
+def test_a_checkpoint_seen_once_away_from_an_evaluation_keeps_no_period() -> None:
+    """SYNTHETIC: the same save one step after the evaluation's step is not read as coming with it."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parent / "recorded" / "nanogpt_gpt2_h200_capture.json").read_text())
+    cap = doc["capture"]
+    ends = dict(cap["step_ends"])
+    for e in cap["step_events"]:
+        if e["kind"] == "checkpoint":
+            e["start_unix_s"] = ends[70] + 0.001  # in step 70, no evaluation there
+    timing = pc.run_timing(cap, {}, started_unix_s=doc["started_unix_s"])
+    assert timing is not None
+    save = next(c for c in timing.costs if c.cause == pc.CHECKPOINT)
+    assert save.period_steps is None and not save.period_observed

@@ -13,7 +13,9 @@ from gpuadvisor.stepmodel.replay import (
     EV_SYNC,
     EV_WORK,
     Program,
+    as_recorded,
     calibrate_host_scale,
+    data_removed_per_step,
     host_work_per_step,
     replay,
 )
@@ -151,6 +153,29 @@ def test_host_scale_removes_the_profilers_measured_overhead() -> None:
     assert calibrate_host_scale(p, 60.0, 60.0, 60.0) == 1.0  # no overhead measured
     assert calibrate_host_scale(p, None, None, 60.0) == 1.0  # a raw trace: no reference
     assert calibrate_host_scale(p, 1.0, 1e9, 60.0) == pytest.approx(0.02)  # never below the floor
+
+
+def test_host_scale_fits_the_rest_once_an_in_process_loaders_time_is_the_runs() -> None:
+    # An in-process loader: 400 us in __next__ under the profiler, 100 us outside it (data_scale 0.25,
+    # applied by build_program: gap_data holds 100 us), then 60 us of host work; the profiled step 460 us,
+    # the unprofiled 130 us. 330 us of profiler cost, 300 of them the loader's: the host work's is 30
+    # (f = 1 - 30/60), and the replay then meets the unprofiled step
+    p = program(
+        [{"kind": EV_LAUNCH, "data": 100.0, "gap": 55.0, "dur": 5.0, "ops": [0]}], [{"dur": 1.0}], data_scale=0.25
+    )
+    assert data_removed_per_step(p) == pytest.approx(300.0)
+    f = calibrate_host_scale(p, 130.0, 460.0, 460.0)
+    assert f == pytest.approx(0.5)
+    assert replay(p, f).period_us == pytest.approx(130.0)
+    # as recorded: the profiled step, profiler cost kept
+    assert replay(as_recorded(p)).period_us == pytest.approx(460.0)
+    assert as_recorded(p).data_scale == 1.0 and p.gap_data[0] == 100.0
+    # with the loader's time as recorded, the profiled wait alone (400 us) is longer than the unprofiled
+    # step: the reference reads as a host that ran ahead of the device, no profiler cost comes off the host
+    # work, and the replayed baseline stays at the profiled step (3.5x the run's)
+    recorded = as_recorded(p)
+    assert calibrate_host_scale(recorded, 130.0, 460.0, 460.0) == pytest.approx(1.0)
+    assert replay(recorded, 1.0).period_us == pytest.approx(460.0)
 
 
 def test_host_scale_when_the_reference_steps_ran_ahead_of_the_gpu() -> None:

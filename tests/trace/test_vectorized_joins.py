@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from gpuadvisor.metrics import _dims_codes
-from gpuadvisor.stepmodel.build import _by_correlation, _kernel_origins, kernel_origin
+from gpuadvisor.stepmodel.build import _kernel_origins, kernel_origin
+from gpuadvisor.stepmodel.hostcalls import _by_correlation
 from gpuadvisor.trace.model import _Lookup
 from gpuadvisor.trace.tables import _families
 
