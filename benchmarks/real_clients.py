@@ -143,6 +143,18 @@ def show(name: str, s: dict[str, Any]) -> None:
         print(f"  {f['severity']:>6} {100 * (f['impact'] or 0):5.1f}% {f['rule']} {f['title'][:150]}")
 
 
+def profile_each(out: Path, runs: dict[str, list[str]], cwd: Path, timeout: float, only: set[str]) -> None:
+    """Profile each of `runs` (name -> target) from `cwd`, write OUT/NAME/summary.json and print it."""
+    for name, target in runs.items():
+        if only and name not in only:
+            continue
+        run = out / name
+        profile(run, target, cwd, timeout)
+        s = summary(run)
+        (run / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+        show(name, s)
+
+
 def _tokens(path: Path, n: int, vocab: int, seed: int) -> None:
     import numpy as np
 
@@ -171,14 +183,7 @@ def nanogpt(out: Path, src: Path, only: set[str]) -> None:
         "nanogpt_gpt2_eager": ["train.py", "--compile=False", *gpt2],
         "nanogpt_char_compile": ["train.py", "config/train_shakespeare_char.py", "--compile=True"],
     }
-    for name, target in runs.items():
-        if only and name not in only:
-            continue
-        run = out / name
-        profile(run, target, work, 400)
-        s = summary(run)
-        (run / "summary.json").write_text(json.dumps(s, indent=1, default=str))
-        show(name, s)
+    profile_each(out, runs, work, 400, only)
 
 
 def _jpegs(args: tuple[Path, int, int]) -> None:
@@ -297,14 +302,7 @@ def frameworks(out: Path, only: set[str]) -> None:
         "hf_trainer_fp32": [str(here / "hf_trainer_fp32.py")],
         "lightning_autoencoder": [str(here / "lightning_autoencoder.py")],
     }
-    for name, target in runs.items():
-        if only and name not in only:
-            continue
-        run = out / name
-        profile(run, target, here, 300)
-        s = summary(run)
-        (run / "summary.json").write_text(json.dumps(s, indent=1, default=str))
-        show(name, s)
+    profile_each(out, runs, here, 300, only)
 
 
 def main() -> None:
