@@ -323,7 +323,7 @@ def test_the_allowed_exception_is_still_needed() -> None:
 def test_hardware_is_a_leaf() -> None:
     # the peaks and the tensor-core verdict are read by every stage: gpuadvisor/hardware.py imports none
     # of the package but the name-pattern helper, itself a leaf (the standard library only)
-    assert [i.target for i in all_imports() if i.source == "gpuadvisor.hardware"] == ["gpuadvisor.namepattern"]
+    assert {i.target for i in all_imports() if i.source == "gpuadvisor.hardware"} == {"gpuadvisor.namepattern"}
     assert not [i for i in all_imports() if i.source == "gpuadvisor.namepattern"]
 
 
