@@ -143,8 +143,8 @@ def test_issue39_06_distinct_names_cost_little_more_than_one_name(tmp_path: Path
     A ratio, not a time (the machines are shared; both runs share their load): 200,000 kernels with
     200,000 distinct names against the same trace with one name. Each pattern's words are found in a
     name by one scan and each classifier is told once per name signature (gpuadvisor/namepattern.py):
-    CPU ratio 1.7-1.9 on 2 loaded cores (before: 3.4, ~30 pattern scans per name); 1,000,000 names
-    take ~38 s of CPU (docs/performance.md, "Issue 39")."""
+    CPU ratio 1.7-1.9 on 2 loaded cores (main: 3.1-3.4, ~30 pattern scans per name); 1,000,000 names
+    take ~35 s of CPU (docs/performance.md, "Issue 39")."""
     seconds = {}
     for distinct in (False, True):
         trace = distinct_names_trace(tmp_path / f"names-{distinct}.json", 200_000, distinct=distinct)
