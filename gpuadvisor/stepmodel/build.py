@@ -46,6 +46,7 @@ from gpuadvisor.stepmodel.intervals import (
     empty_frame,
     launch_order,
     sorted_by_start_end,
+    texts,
     union_intervals,
     within,
 )
@@ -454,13 +455,14 @@ def work_time_by_class(ops: pd.DataFrame, starts: Any, ends: Any) -> dict[str, A
     # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
     import numpy as np
 
-    sel = ops[ops["busy"].astype(bool)] if len(ops) else ops
-    work = sel["work"].astype(str).to_numpy() if len(sel) else np.zeros(0, dtype=object)
-    ts = sel["ts"].to_numpy(dtype="float64") if len(sel) else np.zeros(0)
-    te = sel["end"].to_numpy(dtype="float64") if len(sel) else np.zeros(0)
+    busy = _busy_rows(ops)
+    any_busy = bool(busy.any())
+    work = ops["work"].astype(str).to_numpy()[busy] if any_busy else np.zeros(0, dtype=object)
+    ts = ops["ts"].to_numpy(dtype="float64")[busy] if any_busy else np.zeros(0)
+    te = ops["end"].to_numpy(dtype="float64")[busy] if any_busy else np.zeros(0)
     out: dict[str, Any] = {}
     below = np.zeros(len(starts))
-    mask = np.zeros(len(sel), dtype=bool)
+    mask = np.zeros(len(ts), dtype=bool)
     for cls in WORK_CLASSES:
         mask = mask | (work == cls)
         us, ue = union_intervals(ts[mask], te[mask])
@@ -472,8 +474,18 @@ def work_time_by_class(ops: pd.DataFrame, starts: Any, ends: Any) -> dict[str, A
 
 def busy_intervals(ops: pd.DataFrame) -> tuple[Any, Any]:
     """Union of the GPU work intervals (kernels, copies, memsets on every stream)."""
-    sel = ops[ops["busy"].astype(bool)] if len(ops) else ops
-    return union_intervals(sel["ts"].to_numpy(dtype="float64"), sel["end"].to_numpy(dtype="float64"))
+    busy = _busy_rows(ops)
+    return union_intervals(ops["ts"].to_numpy(dtype="float64")[busy], ops["end"].to_numpy(dtype="float64")[busy])
+
+
+def _busy_rows(ops: pd.DataFrame) -> Any:
+    """The rows of the ops table that are GPU work (`busy`), as a bool array: the columns a caller
+    needs are taken at them, not the whole table (`ops[busy]` copied its 39 columns: ~500 MB at 1.67M
+    rows, each time)."""
+    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
+    import numpy as np
+
+    return ops["busy"].to_numpy(dtype=bool) if len(ops) else np.zeros(0, dtype=bool)
 
 
 def attribute_idle(
@@ -541,11 +553,11 @@ def attribute_idle(
             sync_kind[j] = str(kinds[int(np.argmax(counts))])
     remainder = np.clip((ge - gs) - data_us - sync_us, 0.0, None)
     # what ended the gap: the first GPU work starting at or after g1
-    after = np.full(n, IDLE_OTHER, dtype=object)
-    work = ops[ops["busy"].astype(bool)] if len(ops) else ops
-    if len(work):
-        wts = work["ts"].to_numpy(dtype=np.float64)
-        wl = work["launch_ts"].to_numpy(dtype=np.float64)
+    after = texts(n, IDLE_OTHER)
+    busy_rows = _busy_rows(ops)
+    if busy_rows.any():
+        wts = ops["ts"].to_numpy(dtype=np.float64)[busy_rows]
+        wl = ops["launch_ts"].to_numpy(dtype=np.float64)[busy_rows]
         j = np.searchsorted(wts, ge - 1e-6, side="left")
         has = j < len(wts)
         # the work that ends the idle period (across a step boundary when the gap was cut there)
@@ -554,8 +566,8 @@ def attribute_idle(
         after[has & (lt < gs - 1.0)] = IDLE_DEPENDENCY
     empty = np.full(n, "", dtype=object)
     pieces = (
-        (data_us, np.full(n, IDLE_DATA, dtype=object), empty),
-        (sync_us, np.full(n, IDLE_SYNC, dtype=object), sync_kind),
+        (data_us, texts(n, IDLE_DATA), empty),
+        (sync_us, texts(n, IDLE_SYNC), sync_kind),
         (remainder, after, empty),
     )
     return _idle_rows(segments, window, gs, ge, gi, pieces)

@@ -15,6 +15,7 @@ from gpuadvisor.hardware import classify_tensor_core, gpu_peak_for
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.datawait import InProcessDataTime, in_process_data_time
+from gpuadvisor.stepmodel.intervals import rows_where
 from gpuadvisor.stepmodel.kernels import build_kernel_table
 from gpuadvisor.stepmodel.kernels import busy_by_class as kernel_busy_by_class
 from gpuadvisor.stepmodel.periodic import run_step_after, run_timing
@@ -277,7 +278,7 @@ class StepModel:
         and shared by every reader: read-only."""
         out = self._frames.get("window_ops")
         if out is None:
-            out = self._frames["window_ops"] = _rows(self.ops, (self.ops["step"] >= 0).to_numpy(dtype=bool))
+            out = self._frames["window_ops"] = rows_where(self.ops, (self.ops["step"] >= 0).to_numpy(dtype=bool))
         return out
 
     @property
@@ -286,7 +287,7 @@ class StepModel:
         out = self._frames.get("window_kernels")
         if out is None:
             o = self.window_ops
-            out = self._frames["window_kernels"] = _rows(o, (o["kind"] == "kernel").to_numpy(dtype=bool))
+            out = self._frames["window_kernels"] = rows_where(o, (o["kind"] == "kernel").to_numpy(dtype=bool))
         return out
 
     @property
@@ -368,7 +369,7 @@ class StepModel:
         out = self._frames.get("kernel_table")
         if out is None:
             out = self._frames["kernel_table"] = build_kernel_table(self)
-        return out
+                return out
 
     @property
     def busy_by_class(self) -> pd.DataFrame:
@@ -712,20 +713,6 @@ def _run_gpu_name(run: RunInfo | None) -> str | None:
         if g and g.get("name"):
             return str(g.get("name"))
     return None
-
-
-def _rows(frame: pd.DataFrame, mask: Any) -> pd.DataFrame:
-    """`frame[mask]`; when the chosen rows are one run (the analyzed steps of a time-sorted table, a
-    table of kernels only) a slice of it: the same rows and index, no copy (copy-on-write)."""
-    # lazy: numpy stays out of `gpuadvisor rules` and `import gpuadvisor.api`
-    import numpy as np
-
-    chosen = np.flatnonzero(mask)
-    if len(chosen) and chosen[-1] - chosen[0] + 1 == len(chosen):
-        run: pd.DataFrame = frame.iloc[int(chosen[0]) : int(chosen[-1]) + 1]
-        return run
-    out: pd.DataFrame = frame[mask]
-    return out
 
 
 def _table_sm_count(gpu_name: str | None) -> int | None:
