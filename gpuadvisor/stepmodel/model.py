@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.hardware import classify_tensor_core, gpu_peak_for
+from gpuadvisor.heap import give_back
 from gpuadvisor.manifest import host_step_durations
 from gpuadvisor.stepmodel import build as b
 from gpuadvisor.stepmodel.datawait import InProcessDataTime, in_process_data_time
@@ -369,7 +370,8 @@ class StepModel:
         out = self._frames.get("kernel_table")
         if out is None:
             out = self._frames["kernel_table"] = build_kernel_table(self)
-                return out
+            give_back()
+        return out
 
     @property
     def busy_by_class(self) -> pd.DataFrame:
@@ -736,9 +738,12 @@ def build_step_model(
     compute = b.model_spans(trace, segments)
     optimizer = b.optimizer_own_spans(optimizer, compute)
     ops = b.build_ops(trace, segments, window, optimizer)
+    give_back()  # each builder drops whole-column temporaries: the next one starts on a returned heap
     host = b.build_host(trace, segments, window, ops, data, optimizer, reads)
+    give_back()
     busy = b.busy_intervals(ops)
     idle = b.attribute_idle(segments, window, ops, host, busy, data)
+    give_back()
     facts = b.estimate_facts(trace, ops, host, run)
     if facts.num_sms is None:
         facts = dataclasses.replace(facts, num_sms=_table_sm_count(trace.meta.gpu_name or _run_gpu_name(run)))

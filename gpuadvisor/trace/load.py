@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from gpuadvisor.errors import InputError
+from gpuadvisor.heap import give_back
 from gpuadvisor.trace import _split
 from gpuadvisor.trace._stream import CHUNK_BYTES, EventStream, StreamFallback
 from gpuadvisor.trace.collect import Collector
@@ -146,6 +147,7 @@ def load_trace(
         warnings.extend(col.warnings(path))
         tables = build_tables(col.kernels, col.copies, col.memsets, col.runtime, col.cpu_ops, col.annotations)
         del col.kernels, col.copies, col.memsets, col.runtime, col.cpu_ops, col.annotations
+        give_back()  # the read's blocks and columns, freed under the tables
     finally:
         if gc_was_enabled:
             gc.enable()
