@@ -57,7 +57,7 @@ SPLIT_MIN_BYTES = 32 * 1024 * 1024
 # start-up costs.
 MAIN_SHARE = 0.55
 # The same for a forked worker, which starts at once: see docs/performance.md ("fourth pass").
-MAIN_SHARE_FORKED = 0.5
+MAIN_SHARE_FORKED = 0.45
 ENV = "GPUADVISOR_LOAD_SPLIT"
 _HEADER = struct.Struct("<Q")
 _BOUNDARY_WAIT_S = 120.0  # the worker reports its boundary within a fraction of a second normally
