@@ -22,8 +22,9 @@ this process: the split only ever costs time, never events.
 
 How the worker starts: on Linux, from a process with no other Python thread, by `os.fork()` (a few
 milliseconds: the child has the loader and numpy imported already, and writes to a pipe); elsewhere, or
-with threads running (a progress display, a caller's threads), as a new interpreter with the same
-Python (`sys.executable`, importing only the loader, not pandas; ~0.2 s of start-up on 2 cores).
+with threads running (a caller's threads; the progress display is a callback, not a thread), as a new
+interpreter with the same Python (`sys.executable`, importing only the loader, not pandas; ~0.2 s of
+start-up on 2 cores).
 """
 
 from __future__ import annotations

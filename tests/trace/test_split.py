@@ -203,8 +203,8 @@ def _forks() -> bool:
 @pytest.mark.skipif(not _forks(), reason="the worker is forked on Linux only, without other threads")
 def test_worker_forked_only_without_other_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Forking a process that runs other threads can copy a lock one of them holds: with a thread
-    running (a progress display, a caller's threads) the worker is a new interpreter; a fork that
-    fails falls back to one too."""
+    running (a caller's threads) the worker is a new interpreter; a fork that fails falls back to one
+    too."""
     import os
 
     p = _synthetic(100).write(tmp_path / "t.json")
