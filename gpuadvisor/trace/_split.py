@@ -2,11 +2,11 @@
 two thirds into the file, a worker process reads the ones after it.
 
 Parsing and sorting the events (msgspec, then the collector's per-event pass) is most of the time
-of `load_trace` on a large trace and runs on one core. With a second core, a worker process (`_split_worker.py`)
-skips to the split
-point of the decompressed text (`MAIN_SHARE`), finds the first `}` `,` `{` after it, reports that
-offset, and collects the events from there to the end with the same `Collector`; it sends each
-block's columns back as it goes (length-prefixed pickles on its stdout, read by a thread here). This
+of `load_trace` on a large trace and runs on one core. With a second core, a worker process
+(`_split_worker.py`) skips to the split point of the decompressed text (`MAIN_SHARE`,
+`MAIN_SHARE_FORKED`), finds the first `}` `,` `{` after it, reports that offset, and collects the
+events from there to the end with the same `Collector`; it sends each block's columns back as it goes
+(length-prefixed pickles on a pipe, read by a thread here). This
 process reads up to the boundary and checks it: the text before it, parsed from the real start of
 the array, must end exactly after a whole event (a `}` inside a string or a nested value cannot
 parse). The columns of both parts are then joined in file order, so the tables are the same as a
