@@ -434,7 +434,10 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
         clock.on_forward((args, kwargs) if args else kwargs)
 
     def record_output(module: Any, args: Any, output: Any) -> None:
-        clock.on_output(output)
+        # an evaluation (no_grad, inference_mode) runs other batches (timm's last validation batch of
+        # 72 beside 128): only training calls' shapes are compared across trials
+        if torch.is_grad_enabled():
+            clock.on_output(output)
 
     pre_hook = disable(count_forward) if disable is not None else count_forward
     post_hook = disable(record_output) if disable is not None else record_output

@@ -62,3 +62,16 @@ def test_a_trial_counts_training_steps_not_an_evaluation_before_them(tmp_path: P
     assert result["method_switches"] == ["optimizer_step_hook"], result
     # each training step sleeps 20 ms; an evaluation call takes well under 1 ms
     assert 18.0 < result["step_time_ms"] < 60.0, result
+
+
+def test_a_trial_compares_the_shapes_of_training_calls_only(tmp_path: Path) -> None:
+    """timm's trial of workers + channels_last + bf16 + torch.compile was refused as "the model's output
+    changed shape: [128, 1000] in the baseline, [72, 1000]": the script reached its validation pass (200
+    images: 128 + 72) inside the timed region. A call under no_grad is an evaluation: its output shape
+    is not recorded (tests/verify/scripts/eval_first.py, synthetic: a no_grad call on 7 samples after
+    every other training step on 4)."""
+    result = run_trial_child(
+        tmp_path, EVAL_FIRST, ["--eval-calls", "0", "--steps", "60", "--eval-every", "2"], (), warmup_steps=2, steps=4
+    )
+    assert result["status"] == "ok", result
+    assert result["output_shapes"] == [[4, 1]], result
