@@ -67,6 +67,9 @@ def _differences(a: Any, b: Any, path: str, found: list[str]) -> None:
 
 def compare(old: Path, new: Path) -> int:
     names = sorted({p.name for p in old.glob("*.json")} | {p.name for p in new.glob("*.json")})
+    if not names:  # an empty or wrong folder compares nothing: that is no evidence of identity
+        print(f"no findings files in {old} or {new}: nothing compared")
+        return 1
     bad = 0
     for name in names:
         a, b = old / name, new / name

@@ -62,6 +62,28 @@ OPTIMIZER_HOLD_SECONDS = 20.0
 HOLD_RESTART_GAP_SECONDS = 5.0
 
 
+class OptimizerHold:
+    """The hold of HELD -> PROVISIONAL, one rule for the capture (`StepDetector`) and a verify trial's
+    step clock: model calls or batches that come while a built optimizer has not stepped are not steps
+    (an evaluation before training) until they have kept coming for `seconds` since the second of them,
+    with no gap over `HOLD_RESTART_GAP_SECONDS` between two (a call that long is a one-time cost, the
+    training graph's compilation after an evaluation compiled its own: the hold starts over)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._since: float | None = None  # the second held model call / batch (the first one ended)
+        self._last: float | None = None  # the latest held model call / batch
+
+    def over(self) -> bool:
+        """A held model call or batch came: True once the hold is over (count them provisionally)."""
+        now = self._clock()
+        if self._since is None or (self._last is not None and now - self._last > HOLD_RESTART_GAP_SECONDS):
+            self._since = now
+        self._last = now
+        return now - self._since >= self.seconds
+
+
 class StepPhase(str, enum.Enum):
     """Where the step detection is (see the module docstring's table)."""
 
@@ -130,8 +152,9 @@ class StepDetector:
         self._primary_optimizer: Any = None
         self._deferred_boundaries = 0  # optimizer steps taken inside backward, not yet made boundaries
         self.deferring = False  # an optimizer step was taken inside backward (its boundary deferred)
-        self._held_since: float | None = None  # the second held model call / batch (the first one ended)
-        self._held_last: float | None = None  # the latest held model call / batch
+        self._hold = OptimizerHold(
+            cfg.time_fallback_after if cfg.time_fallback_after > 0 else OPTIMIZER_HOLD_SECONDS
+        )
         self._held_logged = False
         self._provisional_logged = False
 
@@ -319,21 +342,9 @@ class StepDetector:
         return self.undecided() and not self.model_call_running()
 
     # ------------------------------------------------------------------ the training loop first
-    def _hold_seconds(self) -> float:
-        return self.cfg.time_fallback_after if self.cfg.time_fallback_after > 0 else OPTIMIZER_HOLD_SECONDS
-
     def _hold_over(self) -> bool:
-        """HELD -> PROVISIONAL: model calls or batches have kept coming for `hold` seconds since the
-        second one (the first call's own length, a compilation, does not count) and the optimizer has
-        still not stepped."""
-        now = time.monotonic()
-        if self._held_since is None or (
-            self._held_last is not None and now - self._held_last > HOLD_RESTART_GAP_SECONDS
-        ):
-            # a call this long is a one-time cost (the training graph's compilation after an evaluation
-            # compiled its own), not the pace of a loop that never trains: the hold starts over
-            self._held_since = now
-        self._held_last = now
+        """HELD -> PROVISIONAL (`OptimizerHold`): model calls or batches have kept coming for the hold's
+        seconds and the optimizer has still not stepped."""
         if not self._held_logged:
             self._held_logged = True
             self.journal.say(
@@ -341,7 +352,7 @@ class StepDetector:
                 "optimizer step are not counted as steps (evaluation before training)",
                 force=True,
             )
-        return now - self._held_since >= self._hold_seconds()
+        return self._hold.over()
 
     def holding(self) -> bool:
         """HELD: model calls and batches seen now are not steps (no speculative recording for them)."""

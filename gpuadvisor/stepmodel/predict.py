@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gpuadvisor.model import prediction_base, prediction_step
 from gpuadvisor.remedies import REMEDIES, NotReplayed, RemedyId, apply_order
 from gpuadvisor.stepmodel import build as b
+from gpuadvisor.stepmodel import kernelwork as kw
 from gpuadvisor.stepmodel import transforms as t
 from gpuadvisor.stepmodel.model import Prediction
 from gpuadvisor.stepmodel.periodic import run_step_after
@@ -122,7 +123,7 @@ def _cuda_graphs(model: StepModel, program: Program, p: dict[str, Any]) -> Progr
 @transform(RemedyId.TORCH_COMPILE)
 def _torch_compile(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
     if p.get("mode") == "default":  # fusion of hand-written elementwise chains only (GA1106)
-        return t.fuse_memory_chains(model, program)
+        return kw.fuse_memory_chains(model, program)
     inputs = bool(p.get("input_copies", True))
     if p.get("fusion", True):
         return t.torch_compile(model, program, input_copies=inputs)
@@ -136,7 +137,7 @@ def _fused_optimizer(model: StepModel, program: Program, p: dict[str, Any]) -> P
 
 @transform(RemedyId.FIX_KERNEL_GRID)
 def _fix_kernel_grid(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.fix_grids(model, program, set(p.get("kernels", ())))
+    return kw.fix_grids(model, program, set(p.get("kernels", ())))
 
 
 @transform(RemedyId.DROP_ACTIVATION_CHECKPOINTING)
@@ -146,37 +147,37 @@ def _drop_activation_checkpointing(model: StepModel, program: Program, p: dict[s
 
 @transform(RemedyId.BF16_AUTOCAST)
 def _bf16_autocast(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.lower_precision(model, program, "bf16")
+    return kw.lower_precision(model, program, "bf16")
 
 
 @transform(RemedyId.TF32)
 def _tf32(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.lower_precision(model, program, "tf32")
+    return kw.lower_precision(model, program, "tf32")
 
 
 @transform(RemedyId.EXPANDABLE_SEGMENTS, RemedyId.REMOVE_EMPTY_CACHE)
 def _expandable_segments(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.no_allocator_calls(model, program)
+    return kw.no_allocator_calls(model, program)
 
 
 @transform(RemedyId.SDPA)
 def _sdpa(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.sdpa(model, program)
+    return kw.sdpa(model, program)
 
 
 @transform(RemedyId.CHANNELS_LAST)
 def _channels_last(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.channels_last(model, program)
+    return kw.channels_last(model, program)
 
 
 @transform(RemedyId.PAD_GEMM_SHAPES)
 def _pad_gemm_shapes(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.pad_gemm_shapes(model, program)
+    return kw.pad_gemm_shapes(model, program)
 
 
 @transform(RemedyId.FUSED_CROSS_ENTROPY)
 def _fused_cross_entropy(model: StepModel, program: Program, p: dict[str, Any]) -> Program:
-    return t.fused_cross_entropy(model, program)
+    return kw.fused_cross_entropy(model, program)
 
 
 def apply(model: StepModel, program: Program, remedy: RemedyId | str, params: Mapping[str, Any]) -> Program:

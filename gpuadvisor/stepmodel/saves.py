@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuadvisor.stepmodel.periodic import CHECKPOINT, PeriodicCost
+from gpuadvisor.stepmodel.stepcosts import CHECKPOINT, PeriodicCost
 from gpuadvisor.stepmodel.transforms import pinned_gbps
 
 if TYPE_CHECKING:

@@ -2,11 +2,11 @@
 two thirds into the file, a worker process reads the ones after it.
 
 Parsing and sorting the events (msgspec, then the collector's per-event pass) is most of the time
-of `load_trace` on a large trace and runs on one core. With a second core, a worker process (`_split_worker.py`) started
-with the same Python (`sys.executable`, importing only the loader, not pandas) skips to the split
-point of the decompressed text (`MAIN_SHARE`), finds the first `}` `,` `{` after it, reports that
-offset, and collects the events from there to the end with the same `Collector`; it sends each
-block's columns back as it goes (length-prefixed pickles on its stdout, read by a thread here). This
+of `load_trace` on a large trace and runs on one core. With a second core, a worker process
+(`_split_worker.py`) skips to the split point of the decompressed text (`MAIN_SHARE`,
+`MAIN_SHARE_FORKED`), finds the first `}` `,` `{` after it, reports that offset, and collects the
+events from there to the end with the same `Collector`; it sends each block's columns back as it goes
+(length-prefixed pickles on a pipe, read by a thread here). This
 process reads up to the boundary and checks it: the text before it, parsed from the real start of
 the array, must end exactly after a whole event (a `}` inside a string or a nested value cannot
 parse). The columns of both parts are then joined in file order, so the tables are the same as a
@@ -19,12 +19,19 @@ other work the worker would compete with this process and make the load slower.
 Anything unexpected (the worker cannot start, dies, reports no boundary or an error, stops sending
 for `_STALL_S` seconds, or the boundary is not an event boundary) falls back to reading the rest in
 this process: the split only ever costs time, never events.
+
+How the worker starts: on Linux, from a process with no other Python thread, by `os.fork()` (a few
+milliseconds: the child has the loader and numpy imported already, and writes to a pipe); elsewhere, or
+with threads running (a caller's threads; the progress display is a callback, not a thread), as a new
+interpreter with the same Python (`sys.executable`, importing only the loader, not pandas; ~0.2 s of
+start-up on 2 cores).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -32,10 +39,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from gpuadvisor.trace.collect import Collector
+
+# A function the forked child runs: (worker argv, the pipe's write end) -> never returns (os._exit).
+ForkedMain = Callable[[list[str], int], NoReturn]
+# Whether the worker may be forked (see the module docstring); tests turn it off to start an interpreter.
+FORK = sys.platform == "linux" and hasattr(os, "fork")
 
 # Below this much decompressed text a second process does not pay for its start (~0.1 s).
 SPLIT_MIN_BYTES = 32 * 1024 * 1024
@@ -45,6 +57,8 @@ SPLIT_MIN_BYTES = 32 * 1024 * 1024
 # noise (1.5-2.1 s with the pandas import, against 2.0-2.6 s in one process); 0.55 balances the two
 # start-up costs.
 MAIN_SHARE = 0.55
+# The same for a forked worker, which starts at once: see docs/performance.md ("fourth pass").
+MAIN_SHARE_FORKED = 0.45
 ENV = "GPUADVISOR_LOAD_SPLIT"
 _HEADER = struct.Struct("<Q")
 _BOUNDARY_WAIT_S = 120.0  # the worker reports its boundary within a fraction of a second normally
@@ -91,11 +105,17 @@ def text_size(path: Path) -> int | None:
 
 
 def start(
-    path: Path, col: Collector, chunk_bytes: int, *, while_waiting: Callable[[], object] | None = None
+    path: Path,
+    col: Collector,
+    chunk_bytes: int,
+    *,
+    while_waiting: Callable[[], object] | None = None,
+    forked_main: ForkedMain | None = None,
 ) -> SplitRead | None:
     """A started split read of `path` feeding `col`, or None when it does not pay or cannot run.
     while_waiting: work for this process once its part is read and the worker is still busy (the
-    loader imports pandas there, which it needs next)."""
+    loader imports pandas there, which it needs next). forked_main: what a forked worker runs
+    (`_split_worker.forked_main`; None: always a new interpreter)."""
     setting = os.environ.get(ENV, "").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return None
@@ -105,7 +125,8 @@ def start(
     size = text_size(path)
     if size is None or size < SPLIT_MIN_BYTES:
         return None
-    split = SplitRead(path, col, chunk_bytes, int(size * MAIN_SHARE))
+    fork = forked_main if FORK and threading.active_count() == 1 else None
+    split = SplitRead(path, col, chunk_bytes, int(size * (MAIN_SHARE_FORKED if fork else MAIN_SHARE)), fork)
     split.while_waiting = while_waiting
     return split if split.started else None
 
@@ -113,7 +134,9 @@ def start(
 class SplitRead:
     """This process's side of the split (the `_stream.Handover` protocol)."""
 
-    def __init__(self, path: Path, col: Collector, chunk_bytes: int, wait_offset: int) -> None:
+    def __init__(
+        self, path: Path, col: Collector, chunk_bytes: int, wait_offset: int, forked_main: ForkedMain | None = None
+    ) -> None:
         self.col = col
         self.wait_offset = wait_offset
         self.while_waiting: Callable[[], object] | None = None
@@ -124,20 +147,25 @@ class SplitRead:
         self._told = threading.Event()  # the worker reported its boundary, or ended
         self._ended = threading.Event()
         self._failed = False
-        root = str(Path(__file__).resolve().parents[2])
-        code = (
-            "import sys; sys.path.insert(0, sys.argv[1]); "
-            "from gpuadvisor.trace._split_worker import worker_main; worker_main(sys.argv[2:])"
-        )
-        argv = [sys.executable, "-c", code, root, str(path), str(wait_offset), str(chunk_bytes)]
-        argv.append("1" if col.keep_python_functions else "0")
-        try:
-            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        args = [str(path), str(wait_offset), str(chunk_bytes), "1" if col.keep_python_functions else "0"]
+        self.proc: subprocess.Popen[bytes] | _Forked | None = None
+        if forked_main is not None:
+            self.proc = _Forked.start(forked_main, args)
+        if self.proc is None:
+            root = str(Path(__file__).resolve().parents[2])
+            code = (
+                "import sys; sys.path.insert(0, sys.argv[1]); "
+                "from gpuadvisor.trace._split_worker import worker_main; worker_main(sys.argv[2:])"
             )
-        except OSError:
-            self.proc = None
-            return
+            try:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", code, root, *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+            except OSError:
+                return
         assert self.proc.stdout is not None
         self._reader = threading.Thread(target=self._read_all, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
@@ -227,3 +255,50 @@ class SplitRead:
         if proc.stdout is not None:
             proc.stdout.close()
         self.messages.clear()
+
+
+class _Forked:
+    """A forked worker, with the parts of `subprocess.Popen` that `SplitRead` uses."""
+
+    def __init__(self, pid: int, stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdout: IO[bytes] | None = stdout
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, forked_main: ForkedMain, args: list[str]) -> _Forked | None:
+        """Fork a worker running `forked_main(args, write_fd)`; None when the fork fails."""
+        import numpy  # noqa: F401  # lazy: the collector's first block imports it anyway; the child shares it
+
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        if pid == 0:  # the child: never returns into the caller's code
+            try:
+                os.close(read_fd)
+                forked_main(args, write_fd)
+            finally:
+                os._exit(1)
+        os.close(write_fd)
+        return cls(pid, os.fdopen(read_fd, "rb"))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)

@@ -1,6 +1,6 @@
-"""The worker process of a split read (gpuadvisor/trace/_split.py): started as a new interpreter, it
-collects the events after the first boundary at or after its start offset with the loader's own
-`Collector` and sends their columns on its stdout. A module of its own so that the loader imports
+"""The worker process of a split read (gpuadvisor/trace/_split.py): forked, or started as a new
+interpreter, it collects the events after the first boundary at or after its start offset with the loader's own
+`Collector` and sends their columns on a pipe (a new interpreter's stdout). A module of its own so that the loader imports
 the splitter and the worker imports the loader, never both ways.
 """
 
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import pickle
 import sys
 from pathlib import Path
+from typing import IO, NoReturn
 
 from gpuadvisor.trace._split import _HEADER
 from gpuadvisor.trace._stream import EventStream
@@ -21,9 +23,26 @@ from gpuadvisor.trace.limits import TraceLimits, too_many_events
 
 
 def worker_main(argv: list[str]) -> None:
-    """Collect the events after the first boundary at or after `start` and send them on stdout."""
+    """A new interpreter's worker: collect the events after the first boundary at or after `start`
+    and send them on stdout."""
+    if not work(argv, sys.stdout.buffer):
+        raise SystemExit(1) from None
+
+
+def forked_main(argv: list[str], fd: int) -> NoReturn:
+    """A forked worker (`_split.ForkedMain`): the same, sent to the pipe `fd`; ends the process."""
+    ok = False
+    try:
+        with os.fdopen(fd, "wb") as out:
+            ok = work(argv, out)
+    finally:
+        os._exit(0 if ok else 1)
+
+
+def work(argv: list[str], out: IO[bytes]) -> bool:
+    """Collect and send (argv: path, start offset, block bytes, keep python functions "1"/"0");
+    False after a failure, which was sent as such when the parent could still be told."""
     path, start_at, chunk_bytes, keep_py = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
-    out = sys.stdout.buffer
     gc.disable()
 
     def send(kind: bytes, payload: bytes) -> None:
@@ -60,4 +79,5 @@ def worker_main(argv: list[str]) -> None:
     except BaseException as exc:  # any failure: the parent reads the rest itself
         with contextlib.suppress(Exception):  # the parent may be gone
             send(b"F", pickle.dumps(f"{type(exc).__name__}: {exc}"))
-        raise SystemExit(1) from None
+        return False
+    return True

@@ -348,12 +348,18 @@ def _handover_cut(buf: bytes, at: int, decode: Any) -> tuple[list[Any] | None, b
         return None, buf
 
     try:
-        events = decode(b"[" + buf[:at] + b"]")
+        events = decode(_bracketed(buf, at))
     except orjson.JSONDecodeError:
         return None, buf
     if not isinstance(events, list):
         return None, buf
     return events, buf[nxt.end() - 1 :]
+
+
+def _bracketed(buf: bytes, end: int) -> bytes:
+    """`[` + buf[:end] + `]` in one copy (`+` made three of a 2 MiB block, each in fresh pages: ~2 ms
+    a block, ~0.1 s of CPU on a 100 MB trace)."""
+    return b"".join((b"[", memoryview(buf)[:end], b"]"))
 
 
 def _cut(buf: bytes, decode: Any) -> tuple[list[Any] | None, bytes]:
@@ -368,7 +374,7 @@ def _cut(buf: bytes, decode: Any) -> tuple[list[Any] | None, bytes]:
         if nxt is None:
             continue
         try:
-            events = decode(b"[" + buf[: pos + 1] + b"]")
+            events = decode(_bracketed(buf, pos + 1))
         except orjson.JSONDecodeError:
             continue
         if isinstance(events, list):

@@ -394,7 +394,11 @@ class Collector:
             if absent == len(dims):
                 dims = [a.dims_2021 for a in args]
             elif absent or not _all_type(dims, _RAW):
-                dims = [e if _absent(d) else d for d, e in zip(dims, [a.dims_2021 for a in args], strict=True)]
+                old = [a.dims_2021 for a in args]
+                # the common mix (ops with and without shapes, no 2021 spelling): an absent value stays
+                # an absent value; else value by value
+                if not (old.count(NO_RAW) == len(old) and _all_type(dims, _RAW)):
+                    dims = [e if _absent(d) else d for d, e in zip(dims, old, strict=True)]
             return [
                 ts, dur, names, _tids(np, [e.tid for e in events]), _ints(np, _external(args)),
                 *self._shapes(dims, [a.types for a in args]), _floats(np, [a.flops for a in args]),

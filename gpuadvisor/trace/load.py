@@ -27,6 +27,7 @@ import orjson
 from gpuadvisor.errors import InputError
 from gpuadvisor.heap import give_back
 from gpuadvisor.trace import _split
+from gpuadvisor.trace._split_worker import forked_main
 from gpuadvisor.trace._stream import CHUNK_BYTES, EventStream, StreamFallback
 from gpuadvisor.trace.collect import Collector
 from gpuadvisor.trace.decode import Progress, int_or_none
@@ -67,7 +68,11 @@ def _collect_streaming(
     """Stream the file in blocks (bounded memory); raises StreamFallback when it cannot. With `split`,
     a large file's second half is read by a worker process (`gpuadvisor.trace._split`)."""
     col = Collector(keep_python_functions)
-    handover = _split.start(path, col, chunk_bytes, while_waiting=_import_table_libraries) if split else None
+    handover = (
+        _split.start(path, col, chunk_bytes, while_waiting=_import_table_libraries, forked_main=forked_main)
+        if split
+        else None
+    )
     report = progress
     if handover is not None and progress is not None:
         other = handover

@@ -212,6 +212,11 @@ class Explorer:
             config.final, config.reason = str(result.get("status")), str(result.get("reason"))
             for name in config.levers if len(config.levers) == 1 else ():
                 self.levers[name].failed = f"{config.final}: {config.reason}"
+            refused = result.get("refused_lever")
+            if isinstance(refused, str) and refused in self.levers:
+                # the script refused that lever's switch: the lever fails, not the set's others
+                # (guide.candidates offers the set without it)
+                self.levers[refused].failed = str(result.get("reason"))
         self.say(f"{label} trial {self.done}: {config.name} ... {text}")
         return True
 

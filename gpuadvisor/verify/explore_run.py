@@ -260,10 +260,8 @@ def explore_run(
         for lv in switched:
             refused = None if lv.takes_value else took_effect(lv.switch, result) if lv.switch else None
             if refused is not None and result.get("status") == "ok":
-                result.update(status="failed", reason=refused)
-                # the script refused this lever's switch: the lever is dropped, not the set's others
-                # (guide.candidates offers the set without it)
-                explorer.levers[lv.name].failed = refused
+                # the script refused this lever's switch: Explorer.measure drops the lever, not the set
+                result.update(status="failed", reason=refused, refused_lever=lv.name)
         if not first:
             first.append(result)
         return result

@@ -15,7 +15,9 @@ a DataLoader's `__next__`. The region:
    workers, the region also waits until the loop has waited in `__next__` once since the step time
    settled (its backlog is used up: a wait means the batch was not ready), for at most
    `BACKLOG_STEPS` x the batches its workers hold ahead (a loop that never waits is not bound by its
-   loader: its backlog does not matter). `startup_s` is the time from the trial's start (before torch
+   loader: its backlog does not matter). The steps this rule holds are timed too (a sync when the hold
+   starts and every `steps` steps): a script that ends before the region opens (one short epoch) is
+   measured on them, and the result says so. `startup_s` is the time from the trial's start (before torch
    is imported) to the region's first boundary: what the user pays once. The online rule sees only
    that the step time stopped falling; a start-up that holds one pace for a while and then drops
    passes it. So the region's first `steps` are checked by the offline rule (`settled_start`): where
@@ -79,6 +81,7 @@ class _Snapshot:
     durations: list[float]
     first: int
     reopened: bool = False
+    held: bool = False  # measured while the backlog rule held the region (it never opened)
 
 
 class SteadyRegion:
@@ -122,6 +125,12 @@ class SteadyRegion:
         self._irregular = False  # the first `steps` showed stalls without a period
         self.restarts = 0
         self.done = False
+        # while the backlog rule holds the region after the step time settled: the steps since then,
+        # timed in case the script ends first (a sync when the hold starts and every `steps` steps)
+        self._held_start: float | None = None
+        self._held_first = 0
+        self._held_durations: list[float] = []
+        self._held_wait_s = 0.0
 
     @property
     def timing(self) -> bool:
@@ -135,6 +144,8 @@ class SteadyRegion:
         if self.timing and seconds > 0:
             self.data_wait_s += seconds
         elif self._settled_at is not None and self.region_start is None and self._recent:
+            if self._held_start is not None and seconds > 0:
+                self._held_wait_s += seconds
             median_s = statistics.median(self._recent) / 1000.0
             if seconds >= max(WAIT_MIN_S, WAIT_MIN_SHARE * median_s):
                 self._waited_since_settled = True
@@ -170,7 +181,10 @@ class SteadyRegion:
                 and not self._waited_since_settled
                 and count - (self._settled_at or count) < BACKLOG_STEPS * self.backlog
             ):
+                self._hold(count, ms)
                 return "warmup"  # the workers' backlog from the start-up is still being handed out
+            if self.snapshot is not None and self.snapshot.held:
+                self.snapshot = None  # the region opens: what the hold timed is not needed
             self.settled = settled
             return self._open(count)
         if ms is not None:
@@ -200,6 +214,23 @@ class SteadyRegion:
             self.done = True
             return "done"
         return "timing"
+
+    def _hold(self, count: int, ms: float | None) -> None:
+        """A step the backlog rule held after the step time settled: timed in case the script ends
+        before the region opens (a short epoch: 78 batches against 2 x 48 held ahead). Its first step
+        starts the clock (one sync); every `steps` steps are kept (one sync each)."""
+        if self._held_start is None:
+            self._sync()
+            self._held_start = self._clock()
+            self._held_first = count
+            return
+        if ms is not None:
+            self._held_durations.append(ms)
+        n = len(self._held_durations)
+        if n % self.steps == 0:
+            self._sync()
+            elapsed = self._clock() - self._held_start
+            self.snapshot = _Snapshot(n, elapsed, self._held_wait_s, list(self._held_durations), self._held_first, held=True)
 
     def _snapshot(self, reopened: bool = False) -> _Snapshot:
         assert self.region_start is not None and self.first is not None
@@ -257,7 +288,16 @@ class SteadyRegion:
         if self.done or self.snapshot is None:
             return self.done
         snap = self.snapshot
-        if snap.reopened:
+        if snap.held:
+            self.note = (
+                f"the script ended after {self.count} steps, before the {self.backlog} batches its DataLoader "
+                f"workers hold ahead were surely used up (the loop had not waited for data since its step "
+                f"time settled at step {snap.first}): {snap.steps} steps from there were measured"
+            )
+            self.settled = True
+            assert self._held_start is not None
+            self.startup_s = self._held_start - self.started
+        elif snap.reopened:
             self.note = (
                 f"the script ended after {self.count} steps, before the region that opened again at step "
                 f"{self.first} was complete: the {snap.steps} steps before it were measured (start-up "

@@ -5,7 +5,9 @@ capture's child does) with no profiler, after installing the remedy's injections
 trial). Steps are counted as the capture counts them: the first optimizer that steps (global step
 hook), else DataLoader batches (a second batch before any optimizer step), else calls of the top
 module (the first module with trainable parameters that the script calls). Higher-priority evidence
-restarts the count. What is measured at the step boundaries is `gpuadvisor.verify.measure.SteadyRegion`:
+restarts the count. While a built optimizer has not stepped, model calls and batches are not steps (an
+evaluation before training, nanoGPT's first `estimate_loss()`) until the capture's hold is over
+(`gpuadvisor.capture.steps.OptimizerHold`: the same rule, the same seconds). What is measured at the step boundaries is `gpuadvisor.verify.measure.SteadyRegion`:
 start-up left out by the settled-step rule (at least `warmup_steps` steps), then at least `steps`
 steps timed on the host clock between two device synchronizations (none per step), more where a stall
 pattern needs them; the time the loop waits in DataLoader `__next__`. At the end of the timed region
@@ -33,6 +35,7 @@ from gpuadvisor.capture._io import restore_first_path, write_json_atomic
 from gpuadvisor.capture.child import _print_user_traceback, _system_exit_status
 from gpuadvisor.capture.execfile import run_module, run_script
 from gpuadvisor.capture.hooks import Recorder
+from gpuadvisor.capture.steps import OPTIMIZER_HOLD_SECONDS, OptimizerHold
 from gpuadvisor.redact import unsealed_argv
 from gpuadvisor.remedies import RemedyId
 from gpuadvisor.verify import guard
@@ -136,6 +139,8 @@ class StepClock:
         self.opt_steps = 0
         self.primary: Any = None
         self.optimizers: list[Any] = []
+        self.optimizer_built = False  # an optimizer was constructed (its first step may still be coming)
+        self._hold = OptimizerHold(OPTIMIZER_HOLD_SECONDS)
         self.backlog = 0  # batches the script's DataLoader workers hold ahead
         self.region = self._new_region()
         self.samples: int | None = None
@@ -187,13 +192,22 @@ class StepClock:
             self._switch("optimizer_step_hook")
         self._boundary()
 
+    def on_optimizer_built(self) -> None:
+        if self._ours():
+            self.optimizer_built = True
+
+    def _unheld(self) -> bool:
+        """A model call or batch may count steps: no built optimizer waits for its first step, or the
+        hold is over (`OptimizerHold`; called once per such signal: it times them)."""
+        return not self.optimizer_built or self._hold.over()
+
     def on_batch_request(self) -> None:
         if not self._ours():
             return
         self.dl_calls += 1
         if self.dl_calls == 1:
             return  # the first batch starts step 0
-        if self.method in (None, "forward") and self.opt_steps == 0:
+        if self.method in (None, "forward") and self.opt_steps == 0 and self._unheld():
             self._switch("dataloader")
         if self.method == "dataloader":
             self._boundary()
@@ -228,6 +242,7 @@ class StepClock:
             and self.forward_calls >= self.cfg.forward_fallback_calls
             and self.dl_calls == 0
             and self.opt_steps == 0
+            and self._unheld()
         ):
             self._switch("forward")
         elif self.method == "forward":
@@ -365,14 +380,22 @@ def _synchronize() -> None:
 
 
 def _install_step_hooks(clock: StepClock, injections: Any) -> None:
-    """Optimizer step hook, DataLoader iterator hook (with the time the loop waits in it), the loss's
+    """Optimizer construction and step hooks, DataLoader iterator hook (with the time the loop waits in it), the loss's
     backward() (its last scalar, checked at the end), and the top-module finder (its output's shape)."""
     # lazy: torch is the optional `profile` extra, absent where only the analysis is installed
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook
     from torch.utils.data import dataloader as dlmod
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: clock.on_optimizer_step(opt))
+    orig_init = Optimizer.__init__
+
+    @functools.wraps(orig_init)
+    def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
+        orig_init(opt, *args, **kwargs)
+        clock.on_optimizer_built()
+
+    Optimizer.__init__ = optimizer_init  # type: ignore[method-assign,assignment]
 
     orig_next = dlmod._BaseDataLoaderIter.__next__
 
@@ -411,7 +434,10 @@ def _install_step_hooks(clock: StepClock, injections: Any) -> None:
         clock.on_forward((args, kwargs) if args else kwargs)
 
     def record_output(module: Any, args: Any, output: Any) -> None:
-        clock.on_output(output)
+        # an evaluation (no_grad, inference_mode) runs other batches (timm's last validation batch of
+        # 72 beside 128): only training calls' shapes are compared across trials
+        if torch.is_grad_enabled():
+            clock.on_output(output)
 
     pre_hook = disable(count_forward) if disable is not None else count_forward
     post_hook = disable(record_output) if disable is not None else record_output

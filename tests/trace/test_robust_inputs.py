@@ -627,3 +627,28 @@ def test_an_escaped_lone_surrogate_is_read_as_a_replacement_character(tmp_path: 
     m = load_trace(p, chunk_bytes=2048)
     assert (m.cpu_ops["name"].astype(str) == victim["name"][:-1] + "\ufffd").sum() == 1
     assert "s.json holds 1 escaped lone surrogate (half a UTF-16 pair" in " ".join(m.warnings)
+
+
+@pytest.mark.parametrize("old_spelling", [False, True])
+def test_ops_with_and_without_input_dims_in_one_block(tmp_path: Path, old_spelling: bool) -> None:
+    """SYNTHETIC: ops with Input Dims, ops without, and (old_spelling) one op with only the 2021
+    "Input dims", in the same streamed block: each op keeps its own shapes, the 2021 value read where
+    the new one is absent."""
+    st = SyntheticTrace()
+    _steps(st, n=6)
+    doc = json.loads(st.to_bytes())
+    mms = [e for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
+    for i, e in enumerate(mms):
+        e["args"].pop("Input Dims", None)
+        if i % 2:
+            e["args"]["Input Dims"] = [[64, i], [i, 64]]
+    if old_spelling:
+        mms[0]["args"]["Input dims"] = [[8, 8]]
+    p = tmp_path / "mixed.json"
+    p.write_bytes(orjson.dumps(doc))
+    m = load_trace(p, chunk_bytes=1 << 20)
+    got = m.cpu_ops[m.cpu_ops["name"] == "aten::mm"]["input_dims"].tolist()
+    want = [str([[64, i], [i, 64]]) if i % 2 else None for i in range(len(mms))]
+    if old_spelling:
+        want[0] = "[[8, 8]]"
+    assert got == want

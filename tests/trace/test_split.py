@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ class _Spy:
         self.finished: list[bool] = []
         self.abandoned = 0
         self.boundaries: list[int | None] = []
+        self.workers: list[str] = []  # how each worker started: "forked" or "interpreter"
         finish, abandon, boundary = _split.SplitRead.finish, _split.SplitRead.abandon, _split.SplitRead.boundary
 
         def spy_finish(split: _split.SplitRead) -> Any:
@@ -39,6 +41,7 @@ class _Spy:
             abandon(split)
 
         def spy_boundary(split: _split.SplitRead) -> int | None:
+            self.workers.append("forked" if isinstance(split.proc, _split._Forked) else "interpreter")
             out = boundary(split)
             self.boundaries.append(out)
             return out
@@ -67,14 +70,19 @@ def test_real_recordings_split_identical(path: Path, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("gz", [False, True])
 @pytest.mark.parametrize("keep_py", [False, True])
-def test_synthetic_split_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool, keep_py: bool) -> None:
+@pytest.mark.parametrize("fork", [True, False])
+def test_synthetic_split_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool, keep_py: bool, fork: bool
+) -> None:
     st = _synthetic(200)
     st.events.extend(_hostile_events())
     p = st.write(tmp_path / ("t.json.gz" if gz else "t.json"))
     expected = _whole(p, monkeypatch, keep_python_functions=keep_py)
     spy = _Spy(monkeypatch)
+    monkeypatch.setattr(_split, "FORK", fork and _split.FORK)
     got = load_trace(p, chunk_bytes=4096, keep_python_functions=keep_py)
     assert spy.finished == [True]
+    assert spy.workers == ["forked" if fork and _forks() else "interpreter"]
     _assert_same(got, expected)
     if keep_py:
         assert got.python_functions is not None and expected.python_functions is not None
@@ -106,6 +114,7 @@ def test_boundary_inside_a_string_falls_back(tmp_path: Path, monkeypatch: pytest
     spy = _Spy(monkeypatch)
     # the split point lands inside the hostile name
     monkeypatch.setattr(_split, "MAIN_SHARE", (where - 5) / p.stat().st_size)
+    monkeypatch.setattr(_split, "MAIN_SHARE_FORKED", (where - 5) / p.stat().st_size)
     got = load_trace(p, chunk_bytes=4096)
     assert spy.boundaries and spy.boundaries[0] is not None and spy.abandoned >= 1 and not spy.finished
     _assert_same(got, expected)
@@ -178,10 +187,45 @@ def test_worker_that_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     p = _synthetic(100).write(tmp_path / "t.json")
     expected = _one_process(p, chunk_bytes=4096)
     spy = _Spy(monkeypatch)
+    monkeypatch.setattr(_split, "FORK", False)  # a new interpreter, and the one named here is missing
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     got = load_trace(p, chunk_bytes=4096)
     assert spy.finished == [] and spy.boundaries == []
     _assert_same(got, expected)
+
+
+def _forks() -> bool:
+    """Whether a split started now forks its worker (Linux, no other thread in this process: under
+    pytest-xdist a worker runs threads of its own)."""
+    return _split.FORK and threading.active_count() == 1
+
+
+@pytest.mark.skipif(not _forks(), reason="the worker is forked on Linux only, without other threads")
+def test_worker_forked_only_without_other_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forking a process that runs other threads can copy a lock one of them holds: with a thread
+    running (a caller's threads) the worker is a new interpreter; a fork that fails falls back to one
+    too."""
+    import os
+
+    p = _synthetic(100).write(tmp_path / "t.json")
+    expected = _one_process(p, chunk_bytes=4096)
+    spy = _Spy(monkeypatch)
+    _assert_same(load_trace(p, chunk_bytes=4096), expected)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        _assert_same(load_trace(p, chunk_bytes=4096), expected)
+    finally:
+        stop.set()
+        other.join()
+
+    def no_fork() -> int:
+        raise OSError("no fork here")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    _assert_same(load_trace(p, chunk_bytes=4096), expected)
+    assert spy.workers == ["forked", "interpreter", "interpreter"] and spy.finished == [True] * 3
 
 
 def test_off_switch_and_thresholds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -279,8 +279,9 @@ def test_the_compute_behind_a_loader_is_one_set_with_the_workers() -> None:
 def test_a_refused_switch_drops_its_lever_not_the_set() -> None:
     """On an H200, timm's set workers + channels_last + bf16 failed because the script's bf16 switch
     was judged refused, and the search stopped after the workers alone (1.91x; the hand fix 3.10x).
-    A switch the script refuses fails that lever (explore_run marks it); the rest of the set is
-    measured next, and the compute behind the loader is priced once the data levers are in."""
+    A switch the script refuses fails that lever (explore_run names it in the result, the Explorer
+    marks it); the rest of the set is measured next, and the compute behind the loader is priced once
+    the data levers are in."""
     ga301 = finding("GA301", "dataloader_workers", 1.47)
     ga301["prediction"]["behind_the_loader"] = [
         {"remedy": "channels_last", "typical_speedup": 1.33},
@@ -294,7 +295,7 @@ def test_a_refused_switch_drops_its_lever_not_the_set() -> None:
     def run_trial(names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
         result = host(names, timeout_s)
         if result.get("reason") == refused:
-            e.levers["bf16_autocast"].failed = refused  # what explore_run does for a refused switch
+            result["refused_lever"] = "bf16_autocast"  # what explore_run's trial says of a refused switch
         return result
 
     e._run_trial = run_trial

@@ -129,3 +129,21 @@ def test_a_script_that_ends_after_the_region_opened_again_keeps_what_was_measure
     assert "restart" in loop.events and loop.region.ended()
     out = loop.region.result()
     assert out["steps_timed"] == 6 and "before the region that opened again at step" in str(out["measure_note"])
+
+
+def test_a_script_that_ends_while_the_backlog_rule_holds_the_region_is_measured_from_the_settled_step() -> None:
+    """timm's one epoch of 78 batches, with 12 workers x prefetch 4 (48 batches ahead: the rule waits up
+    to 96 steps for a first wait) and a loop that kept up: the trial failed "before its step time
+    settled". The held steps are timed in case the script ends first (synthetic step times)."""
+    loop = Loop(warmup=2, steps=6, backlog=8)
+    loop.run([20.0] * 22, [0.0] * 22)  # settles at step 9; the rule would hold it until step 25
+    assert "start" not in loop.events
+    assert loop.region.ended()
+    out = loop.region.result()
+    assert out["steps_timed"] == 12 and out["step_time_ms"] == pytest.approx(20.0)
+    assert out["settled"] is True and out["settled_at_step"] == 9
+    assert "before the 8 batches its DataLoader workers hold ahead" in str(out["measure_note"])
+    # where the region does open, what the hold timed is dropped
+    opened = Loop(warmup=2, steps=6, backlog=8)
+    opened.run([20.0] * 60, [0.0] * 60)
+    assert opened.region.done and opened.region.result()["measure_note"] is None

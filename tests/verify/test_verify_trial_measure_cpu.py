@@ -45,3 +45,33 @@ def test_a_trial_measures_the_settled_mean_of_a_bursty_loader(tmp_path: Path) ->
     assert result["stall_pattern"] and result["steps_timed"] > 6
     assert result["data_wait_share"] > 0.2
     assert result["loss_checked"] is True and result["output_shapes"] == [[8, 1]]
+
+
+EVAL_FIRST = SCRIPTS / "eval_first.py"
+
+
+def test_a_trial_counts_training_steps_not_an_evaluation_before_them(tmp_path: Path) -> None:
+    """nanoGPT builds its optimizer, then evaluates (hundreds of model calls, no optimizer step) before
+    it trains: a trial that counted those calls measured the evaluation (0.8 ms "steps" on the H200
+    against ~1 s training steps) and stopped the script before its first training step. The optimizer
+    holds the count, as in the capture (tests/verify/scripts/eval_first.py, synthetic: 20 ms of sleep
+    a training step, 300 quick calls before)."""
+    result = run_trial_child(tmp_path, EVAL_FIRST, ["--eval-calls", "300", "--steps", "60"], (), warmup_steps=2, steps=4)
+    assert result["status"] == "ok", result
+    assert result["step_detection"] == "optimizer_step_hook", result
+    assert result["method_switches"] == ["optimizer_step_hook"], result
+    # each training step sleeps 20 ms; an evaluation call takes well under 1 ms
+    assert 18.0 < result["step_time_ms"] < 60.0, result
+
+
+def test_a_trial_compares_the_shapes_of_training_calls_only(tmp_path: Path) -> None:
+    """timm's trial of workers + channels_last + bf16 + torch.compile was refused as "the model's output
+    changed shape: [128, 1000] in the baseline, [72, 1000]": the script reached its validation pass (200
+    images: 128 + 72) inside the timed region. A call under no_grad is an evaluation: its output shape
+    is not recorded (tests/verify/scripts/eval_first.py, synthetic: a no_grad call on 7 samples after
+    every other training step on 4)."""
+    result = run_trial_child(
+        tmp_path, EVAL_FIRST, ["--eval-calls", "0", "--steps", "60", "--eval-every", "2"], (), warmup_steps=2, steps=4
+    )
+    assert result["status"] == "ok", result
+    assert result["output_shapes"] == [[4, 1]], result
