@@ -160,6 +160,18 @@ def regular_period(steps: Sequence[int], *, exact: bool = False) -> int | None:
 
 
 
+def _loader_detail(loader: Mapping[str, Any], batches_per_epoch: int | None) -> dict[str, Any]:
+    """What a cost of the DataLoader's epochs says of the loader: its settings and where it is built."""
+    return {
+        "num_workers": loader.get("num_workers"),
+        "persistent_workers": loader.get("persistent_workers"),
+        "batches_per_epoch": batches_per_epoch,
+        "file": loader.get("file"),
+        "line": loader.get("line"),
+        "code": loader.get("code"),
+    }
+
+
 def _step_at(ends: Mapping[int, float], t: float) -> int | None:
     """The step a wall-clock time falls in: step k runs from boundary k to boundary k+1."""
     before = [k for k, te in ends.items() if te <= t]
@@ -229,14 +241,7 @@ def costs_from_events(cap: CaptureWindow, ends: Mapping[int, float], env: Mappin
                 detail["first_batch_after_start_ms"] = round(1e3 * statistics.median(residual), 3)
         if cause in (EPOCH_RESTART, EPOCH_START) and loader is not None:
             bpe = _batches_per_epoch(loader)
-            detail.update(
-                num_workers=loader.get("num_workers"),
-                persistent_workers=loader.get("persistent_workers"),
-                batches_per_epoch=bpe,
-                file=loader.get("file"),
-                line=loader.get("line"),
-                code=loader.get("code"),
-            )
+            detail.update(_loader_detail(loader, bpe))
             if period is None and bpe:
                 period, source = bpe, "batches_per_epoch"
         if cause == CHECKPOINT:
@@ -375,14 +380,7 @@ def costs_from_slow_steps(
             return []
     detail: dict[str, Any] = {}
     if cause == EPOCH_RESTART and loader is not None:
-        detail.update(
-            num_workers=loader.get("num_workers"),
-            persistent_workers=loader.get("persistent_workers"),
-            batches_per_epoch=bpe,
-            file=loader.get("file"),
-            line=loader.get("line"),
-            code=loader.get("code"),
-        )
+        detail.update(_loader_detail(loader, bpe))
     removable = 1.0
     if cause == EPOCH_RESTART and restart_removable is not None and 0.0 < restart_removable <= 1.0:
         removable = restart_removable
